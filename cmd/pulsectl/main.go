@@ -1,0 +1,65 @@
+// Command pulsectl runs Pulse's operational chores against real servers: waiting for
+// the local stack to become ready, creating the Kafka topics and applying the Cassandra
+// migrations. deploy/local/stack.sh drives it; operators can run it against any cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one pulsectl subcommand. It parses its own flags from args and writes
+// progress for people to stdout.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"wait", "wait until Kafka, Cassandra or Redis answers real requests", runWait},
+		{"topics", "create Pulse's Kafka topics (idempotent)", runTopics},
+		{"migrate", "apply pending Cassandra migrations", runMigrate},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "pulsectl:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		return flag.ErrHelp
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: pulsectl <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'pulsectl <command> -h' for a command's flags.")
+}

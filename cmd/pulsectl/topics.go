@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/pulse-presence/pulse/pkg/kafkax"
+)
+
+// runTopics creates Pulse's topics, or checks existing ones: a topic that exists with
+// a different partition count is reported, never changed, because repartitioning moves
+// users between partitions and so between aggregators and bitmap shards.
+func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("topics", flag.ContinueOnError)
+	brokers := fs.String("brokers", "127.0.0.1:19092", "comma-separated broker addresses")
+	partitions := fs.Int("partitions", 16, "partitions per topic (also Pulse's shard count)")
+	replication := fs.Int("replication", 1, "replication factor (3 in production)")
+	names := fs.String("topics", kafkax.DefaultEventsTopic+","+kafkax.DefaultChangesTopic, "topics to create")
+	retention := fs.Duration("retention", 7*24*time.Hour, "how long the log keeps records; replays and feed resumes reach back this far")
+	timeout := fs.Duration("timeout", 30*time.Second, "deadline for the whole operation")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *partitions < 1 || *partitions > 4096 {
+		return fmt.Errorf("-partitions=%d: want 1..4096", *partitions)
+	}
+	if *replication < 1 {
+		return fmt.Errorf("-replication=%d: want at least 1", *replication)
+	}
+	topics := strings.Split(*names, ",")
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	cl, err := kafkax.NewClient(kafkax.Config{
+		Brokers: strings.Split(*brokers, ","), ClientID: "pulsectl",
+		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, RetryTimeout: *timeout,
+	}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+
+	retentionMs := fmt.Sprint(retention.Milliseconds())
+	resp, err := adm.CreateTopics(ctx, int32(*partitions), int16(*replication),
+		map[string]*string{"retention.ms": &retentionMs}, topics...)
+	if err != nil {
+		return fmt.Errorf("creating topics: %w", err)
+	}
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("describing topics: %w", err)
+	}
+	var errs []error
+	for _, name := range topics {
+		r := resp[name]
+		switch {
+		case r.Err == nil:
+			fmt.Fprintf(stdout, "    created topic %s (%d partitions)\n", name, *partitions)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+			d := details[name]
+			if n := len(d.Partitions); n != *partitions {
+				errs = append(errs, fmt.Errorf("topic %s exists with %d partitions, not %d: Pulse does not repartition a topic in place", name, n, *partitions))
+				continue
+			}
+			fmt.Fprintf(stdout, "    topic %s exists (%d partitions)\n", name, len(d.Partitions))
+		default:
+			errs = append(errs, fmt.Errorf("topic %s: %w", name, r.Err))
+		}
+	}
+	return errors.Join(errs...)
+}

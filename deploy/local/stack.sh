@@ -1,0 +1,401 @@
+#!/usr/bin/env bash
+# Pulse's local stack: real Apache Kafka (KRaft), Apache Cassandra 5.0 and Redis on
+# loopback, without Docker, plus the four Pulse services for `make run`.
+#
+#   stack.sh up        fetch jars on first use, start the servers, wait until each answers
+#                      real requests, create the topics, apply the migrations
+#   stack.sh down      stop the services and servers this script started (by recorded pid)
+#   stack.sh status    what runs, on which port
+#   stack.sh clean     down, then remove data, logs and rendered configs (jars stay cached)
+#   stack.sh logs [n]  follow the logs (all, or one of kafka, cassandra, redis, <service>)
+#   stack.sh run       up, build and start the services, wait for Ctrl-C, then down
+#
+# Everything lives under $PULSE_HOME (default <repo>/.pulse, gitignored): cache/ holds
+# the server jars, data/ the servers' data, logs/ their logs, run/ the pid files.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+PULSE_HOME=${PULSE_HOME:-$root/.pulse}
+cache=$PULSE_HOME/cache
+data=$PULSE_HOME/data
+logs=$PULSE_HOME/logs
+run=$PULSE_HOME/run
+conf=$PULSE_HOME/conf
+bin=$PULSE_HOME/bin
+
+# Ports of Pulse's own, so a developer's other Kafka, Cassandra or Redis never clash.
+KAFKA_PORT=${PULSE_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${PULSE_KAFKA_CONTROLLER_PORT:-19093}
+CASSANDRA_PORT=${PULSE_CASSANDRA_PORT:-19042}
+CASSANDRA_STORAGE_PORT=${PULSE_CASSANDRA_STORAGE_PORT:-17000}
+REDIS_PORT=${PULSE_REDIS_PORT:-16379}
+INGEST_PORT=${PULSE_INGEST_PORT:-18080}
+QUERY_PORT=${PULSE_QUERY_PORT:-18081}
+AGGREGATOR_PORT=${PULSE_AGGREGATOR_PORT:-18082}
+HISTORY_PORT=${PULSE_HISTORY_PORT:-18083}
+
+PARTITIONS=${PULSE_PARTITIONS:-16}
+KEYSPACE=${PULSE_KEYSPACE:-pulse}
+KAFKA_HEAP=${PULSE_KAFKA_HEAP:-512m}
+CASSANDRA_HEAP=${PULSE_CASSANDRA_HEAP:-1G}
+WAIT_TIMEOUT=${PULSE_WAIT_TIMEOUT:-240s}
+
+servers=(redis kafka cassandra)
+services=(ingest aggregator history query)
+
+say() { printf '==> %s\n' "$*"; }
+die() {
+	printf 'stack: %s\n' "$*" >&2
+	exit 1
+}
+
+# ---------------------------------------------------------------------------
+# Processes. A pid file is trusted only while its process still runs and its
+# command line carries the marker of this stack, so a recycled pid is never signalled.
+
+marker() {
+	case $1 in
+	redis) echo ":$REDIS_PORT" ;;
+	*) echo "$PULSE_HOME" ;;
+	esac
+}
+
+pid_of() {
+	local f=$run/$1.pid pid
+	[[ -f $f ]] || return 1
+	pid=$(<"$f")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$(marker "$1")" || return 1
+	echo "$pid"
+}
+
+alive() { pid_of "$1" >/dev/null; }
+
+# stop NAME GRACE: SIGTERM, wait up to GRACE seconds, then SIGKILL.
+stop() {
+	local name=$1 grace=$2 pid i
+	if ! pid=$(pid_of "$name"); then
+		rm -f "$run/$name.pid"
+		return 0
+	fi
+	printf '    stopping %-10s (pid %s)' "$name" "$pid"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < grace * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		printf ' did not stop in %ss, killing' "$grace"
+		kill -KILL "$pid" 2>/dev/null || true
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	fi
+	printf ' stopped\n'
+	rm -f "$run/$name.pid"
+}
+
+# launch NAME LOGFILE CMD...: start CMD in its own session (so a Ctrl-C meant for
+# `make run` reaches only the script, which then stops everything in order).
+launch() {
+	local name=$1 log=$2
+	shift 2
+	mkdir -p "$run" "$(dirname "$log")"
+	printf '\n--- %s started %s ---\n' "$name" "$(date -u +%FT%TZ)" >>"$log"
+	setsid "$@" >>"$log" 2>&1 </dev/null &
+	echo $! >"$run/$name.pid"
+}
+
+# ---------------------------------------------------------------------------
+# Fetching. Jars come from Maven Central once; the cache is keyed by the pom's hash,
+# so changing a version in a pom fetches again and nothing else does.
+
+fetch() {
+	local name=$1 pom=$here/$1/pom.xml dest=$cache/$1 sum
+	command -v mvn >/dev/null || die "Maven (mvn) is needed to fetch $name: apt-get install maven"
+	sum=$(sha256sum "$pom" | cut -d' ' -f1)
+	if [[ -f $dest/.pom.sha256 && $(<"$dest/.pom.sha256") == "$sum" ]]; then
+		return 0
+	fi
+	say "fetching $name jars from Maven Central (first use only)"
+	local t0=$SECONDS
+	rm -rf "$dest.tmp"
+	mkdir -p "$dest.tmp"
+	if ! mvn -B -q -f "$pom" \
+		org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$dest.tmp/lib" >"$dest.tmp/mvn.log" 2>&1; then
+		tail -n 30 "$dest.tmp/mvn.log" >&2
+		die "fetching $name jars failed (full log: $dest.tmp/mvn.log)"
+	fi
+	echo "$sum" >"$dest.tmp/.pom.sha256"
+	rm -rf "$dest"
+	mv "$dest.tmp" "$dest"
+	say "fetched $(find "$dest/lib" -name '*.jar' | wc -l) $name jars ($(du -sh "$dest/lib" | cut -f1)) in $((SECONDS - t0))s"
+}
+
+need_java() {
+	command -v java >/dev/null || die "Java 17 is needed: apt-get install openjdk-17-jre-headless"
+	local v
+	v=$(java -XshowSettings:properties -version 2>&1 | awk -F'= ' '/java.specification.version/ {print $2}')
+	[[ $v == 17 ]] || die "Cassandra 5.0 here runs on Java 17 exactly; found Java $v (set JAVA_HOME/PATH to a Java 17)"
+}
+
+need_redis() {
+	command -v redis-server >/dev/null && return 0
+	say "installing Debian's redis-server"
+	local sudo=
+	[[ $(id -u) == 0 ]] || sudo=sudo
+	$sudo apt-get install -y -qq redis-server >/dev/null 2>&1 ||
+		{ $sudo apt-get update -qq && $sudo apt-get install -y -qq redis-server >/dev/null; } ||
+		die "could not install redis-server with apt-get"
+}
+
+# render TEMPLATE OUT KEY=VALUE...: replace @KEY@ in TEMPLATE.
+render() {
+	local in=$1 out=$2 kv
+	shift 2
+	local text
+	text=$(<"$in")
+	for kv in "$@"; do
+		text=${text//@${kv%%=*}@/${kv#*=}}
+	done
+	mkdir -p "$(dirname "$out")"
+	printf '%s\n' "$text" >"$out"
+}
+
+pulsectl() {
+	# Built on every call; Go's build cache makes it instant after the first time.
+	(cd "$root" && go build -o "$bin/pulsectl" ./cmd/pulsectl) || die "building pulsectl failed"
+	"$bin/pulsectl" "$@"
+}
+
+# ---------------------------------------------------------------------------
+# Servers
+
+start_redis() {
+	alive redis && return 0
+	need_redis
+	mkdir -p "$data/redis"
+	# AOF keeps the data across down/up; RDB snapshots are off to keep writes cheap.
+	launch redis "$logs/redis.log" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
+		--dir "$data/redis" --save "" --appendonly yes --appendfsync everysec \
+		--daemonize no --protected-mode yes --logfile ""
+}
+
+start_kafka() {
+	alive kafka && return 0
+	local props=$conf/kafka/server.properties lib=$cache/kafka/lib
+	mkdir -p "$data/kafka" "$logs"
+	render "$here/kafka/server.properties.in" "$props" \
+		PORT="$KAFKA_PORT" CONTROLLER_PORT="$KAFKA_CONTROLLER_PORT" DATA_DIR="$data/kafka/log"
+	# The cluster id is made once per data folder and kept, as KRaft requires.
+	if [[ ! -s $data/kafka/cluster.id ]]; then
+		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$data/kafka/cluster.id"
+	fi
+	java -cp "$lib/*" -Dlog4j.configuration="file:$here/kafka/log4j.properties" \
+		kafka.tools.StorageTool format -t "$(<"$data/kafka/cluster.id")" -c "$props" \
+		--ignore-formatted >>"$logs/kafka.log" 2>&1 ||
+		{ tail -n 20 "$logs/kafka.log" >&2; die "formatting Kafka's storage failed"; }
+	launch kafka "$logs/kafka.log" java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" -XX:+UseG1GC \
+		-XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+		-Dlog4j.configuration="file:$here/kafka/log4j.properties" -Dkafka.logs.dir="$logs/kafka" \
+		-cp "$lib/*" kafka.Kafka "$props"
+}
+
+start_cassandra() {
+	alive cassandra && return 0
+	local dir=$data/cassandra lib=$cache/cassandra/lib yaml=$conf/cassandra/cassandra.yaml jamm
+	mkdir -p "$dir/tmp" "$logs"
+	render "$here/cassandra/cassandra.yaml.in" "$yaml" \
+		CQL_PORT="$CASSANDRA_PORT" STORAGE_PORT="$CASSANDRA_STORAGE_PORT" DATA_DIR="$dir"
+	jamm=$(find "$lib" -name 'jamm-*.jar' | head -n 1)
+	[[ -n $jamm ]] || die "no jamm jar in $lib: run '$0 clean' and remove $cache/cassandra to fetch again"
+	local opts=()
+	mapfile -t opts < <(grep -v '^[[:space:]]*\(#\|$\)' "$here/cassandra/jvm.options")
+	launch cassandra "$logs/cassandra.log" java "${opts[@]}" \
+		-Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -javaagent:"$jamm" \
+		-Djava.io.tmpdir="$dir/tmp" \
+		-Dcassandra-foreground=yes \
+		-Dcassandra.config="file://$yaml" \
+		-Dcassandra.storagedir="$dir" \
+		-Dcassandra.logdir="$logs/cassandra" \
+		-Dlogback.configurationFile="$here/cassandra/logback.xml" \
+		-Dcassandra.skip_wait_for_gossip_to_settle=0 \
+		-Dcassandra.ring_delay_ms=1000 \
+		${PULSE_CASSANDRA_FAST:+-Dcassandra.skip_sync=true -Dcassandra.unsafesystem=true} \
+		-cp "$lib/*" org.apache.cassandra.service.CassandraDaemon
+}
+
+cmd_up() {
+	local t0=$SECONDS running=0 name
+	for name in "${servers[@]}"; do alive "$name" && running=$((running + 1)); done
+	if ((running == ${#servers[@]})); then
+		say "stack already running (make status); nothing to do"
+		return 0
+	fi
+	command -v go >/dev/null || die "Go is needed: see README.md"
+	need_java
+	fetch kafka
+	fetch cassandra
+	say "starting redis :$REDIS_PORT, kafka :$KAFKA_PORT, cassandra :$CASSANDRA_PORT (data in $data)"
+	start_redis
+	start_kafka
+	start_cassandra
+	local pids=()
+	for name in "${servers[@]}"; do pids+=("$name=$(cat "$run/$name.pid")"); done
+	pulsectl wait -timeout "$WAIT_TIMEOUT" -logs "$logs" -pids "$(
+		IFS=,
+		echo "${pids[*]}"
+	)" \
+		-redis "127.0.0.1:$REDIS_PORT" -kafka "127.0.0.1:$KAFKA_PORT" -cassandra "127.0.0.1:$CASSANDRA_PORT"
+	pulsectl topics -brokers "127.0.0.1:$KAFKA_PORT" -partitions "$PARTITIONS"
+	pulsectl migrate -hosts 127.0.0.1 -port "$CASSANDRA_PORT" -keyspace "$KEYSPACE" -dir "$root/migrations"
+	say "stack up in $((SECONDS - t0))s"
+}
+
+cmd_down() {
+	local name any=0
+	for name in "${services[@]}" "${servers[@]}"; do alive "$name" && any=1; done
+	if ((any == 0)); then
+		rm -f "$run"/*.pid 2>/dev/null || true
+		say "nothing running"
+		return 0
+	fi
+	say "stopping"
+	# Services first, so nothing writes to a server that is going away.
+	for name in "${services[@]}"; do stop "$name" 15; done
+	stop kafka 60
+	stop cassandra 60
+	stop redis 15
+}
+
+cmd_status() {
+	local name pid port
+	for name in "${servers[@]}" "${services[@]}"; do
+		case $name in
+		redis) port=$REDIS_PORT ;;
+		kafka) port=$KAFKA_PORT ;;
+		cassandra) port=$CASSANDRA_PORT ;;
+		ingest) port=$INGEST_PORT ;;
+		query) port=$QUERY_PORT ;;
+		aggregator) port=$AGGREGATOR_PORT ;;
+		history) port=$HISTORY_PORT ;;
+		esac
+		if pid=$(pid_of "$name"); then
+			printf '%-11s running  pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$port"
+		else
+			printf '%-11s stopped\n' "$name"
+		fi
+	done
+	printf 'data: %s\nlogs: %s\n' "$data" "$logs"
+}
+
+cmd_clean() {
+	cmd_down
+	say "removing $data, $logs, $conf"
+	rm -rf "$data" "$logs" "$conf" "$run"
+}
+
+cmd_logs() {
+	mkdir -p "$logs"
+	if [[ $# -gt 0 ]]; then
+		[[ -f $logs/$1.log ]] || die "no log $logs/$1.log"
+		exec tail -n 100 -F "$logs/$1.log"
+	fi
+	shopt -s nullglob
+	local files=("$logs"/*.log)
+	((${#files[@]})) || die "no logs yet in $logs"
+	exec tail -n 20 -F "${files[@]}"
+}
+
+# ---------------------------------------------------------------------------
+# Services
+
+service_port() {
+	case $1 in
+	ingest) echo "$INGEST_PORT" ;;
+	query) echo "$QUERY_PORT" ;;
+	aggregator) echo "$AGGREGATOR_PORT" ;;
+	history) echo "$HISTORY_PORT" ;;
+	esac
+}
+
+start_services() {
+	local name
+	say "building services into $bin"
+	for name in "${services[@]}"; do
+		(cd "$root" && go build -o "$bin/pulse-$name" "./services/$name") || die "building $name failed"
+	done
+	for name in "${services[@]}"; do
+		alive "$name" && continue
+		# The pid file's marker is $PULSE_HOME, found in the binary's path.
+		PULSE_HTTP_ADDR="127.0.0.1:$(service_port "$name")" \
+			PULSE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+			PULSE_REDIS_ADDR="127.0.0.1:$REDIS_PORT" \
+			PULSE_CASSANDRA_HOSTS="127.0.0.1" \
+			PULSE_CASSANDRA_PORT="$CASSANDRA_PORT" \
+			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
+			launch "$name" "$logs/$name.log" "$bin/pulse-$name"
+	done
+	local urls=()
+	for name in "${services[@]}"; do urls+=("$name=http://127.0.0.1:$(service_port "$name")"); done
+	pulsectl wait -timeout 60s -logs "$logs" -http "$(
+		IFS=,
+		echo "${urls[*]}"
+	)"
+}
+
+cmd_run() {
+	cmd_up
+	start_services
+	cat <<EOF
+
+Pulse is running:
+  ingest      http://127.0.0.1:$INGEST_PORT     (POST /status, /v1/events)
+  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses)
+  aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)
+  history     http://127.0.0.1:$HISTORY_PORT     (health and metrics)
+  Every service serves /healthz, /readyz and /metrics.
+
+  kafka       127.0.0.1:$KAFKA_PORT   cassandra 127.0.0.1:$CASSANDRA_PORT   redis 127.0.0.1:$REDIS_PORT
+  logs        $logs   (make logs)
+
+Stop with Ctrl-C here, or 'make down' from another terminal.
+EOF
+	trap 'echo; cmd_down; exit 0' INT TERM
+	local name
+	while true; do
+		for name in "${services[@]}"; do
+			# No pid file: `make down` ran elsewhere and stopped everything.
+			[[ -f $run/$name.pid ]] || {
+				say "services were stopped; exiting"
+				exit 0
+			}
+			if ! alive "$name"; then
+				echo "stack: $name exited unexpectedly; last lines of $logs/$name.log:" >&2
+				tail -n 30 "$logs/$name.log" >&2
+				cmd_down
+				exit 1
+			fi
+		done
+		sleep 1 &
+		wait $! || true
+	done
+}
+
+case ${1:-} in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+clean) cmd_clean ;;
+logs)
+	shift
+	cmd_logs "$@"
+	;;
+run) cmd_run ;;
+*)
+	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac

@@ -1,0 +1,171 @@
+// Package cassx opens Cassandra sessions the way every Pulse component needs them:
+// validated configuration, an explicit consistency level and a deadline on every request.
+//
+// The driver's own defaults are tuned for long-lived servers that can afford to wait;
+// Pulse's rule is that nothing hangs, so the session always carries a per-request
+// Timeout and a ConnectTimeout, and callers pass contexts for anything that should end
+// sooner (an HTTP request, a shutdown).
+package cassx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// Defaults used for zero fields of Config.
+const (
+	DefaultPort           = 9042
+	DefaultConsistency    = "LOCAL_QUORUM"
+	DefaultTimeout        = 10 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// consistencies are the levels accepted for ordinary reads and writes. ANY, SERIAL and
+// LOCAL_SERIAL are left out on purpose: ANY cannot serve reads, and the serial levels
+// only make sense for the Paxos phase of lightweight transactions.
+var consistencies = map[string]gocql.Consistency{
+	"ONE":          gocql.One,
+	"TWO":          gocql.Two,
+	"THREE":        gocql.Three,
+	"QUORUM":       gocql.Quorum,
+	"ALL":          gocql.All,
+	"LOCAL_QUORUM": gocql.LocalQuorum,
+	"EACH_QUORUM":  gocql.EachQuorum,
+	"LOCAL_ONE":    gocql.LocalOne,
+}
+
+// keyspaceRE matches the keyspace names Pulse accepts: unquoted CQL identifiers, which
+// Cassandra folds to lower case, so upper case is refused rather than silently changed.
+var keyspaceRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,47}$`)
+
+// ValidKeyspace reports whether name can be used unquoted as a Pulse keyspace name.
+func ValidKeyspace(name string) bool { return keyspaceRE.MatchString(name) }
+
+// Config describes how to reach a Cassandra cluster. Zero values take the defaults above.
+type Config struct {
+	// Hosts are the contact points; the driver discovers the rest of the ring from them.
+	Hosts []string
+	// Port is the CQL native transport port of every node (default 9042).
+	Port int
+	// Keyspace is the session's default keyspace; empty for none (e.g. before the
+	// migrations have created it).
+	Keyspace string
+	// Consistency is the default level of every query, e.g. LOCAL_QUORUM (default) or ONE.
+	Consistency string
+	// Timeout bounds each request on the client side (default 10s).
+	Timeout time.Duration
+	// ConnectTimeout bounds dialling and the connection handshake (default 5s).
+	ConnectTimeout time.Duration
+	// Username and Password enable PasswordAuthenticator when Username is set.
+	Username string
+	Password string
+}
+
+// withDefaults returns c with its zero fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Consistency == "" {
+		c.Consistency = DefaultConsistency
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	return c
+}
+
+// Validate reports every problem with the configuration, each naming its field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if len(c.Hosts) == 0 {
+		errs = append(errs, errors.New("cassandra Hosts: at least one contact point is required"))
+	}
+	for i, h := range c.Hosts {
+		if strings.TrimSpace(h) == "" {
+			errs = append(errs, fmt.Errorf("cassandra Hosts[%d]: empty host", i))
+		}
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("cassandra Port: %d is not a TCP port (1-65535)", c.Port))
+	}
+	if c.Keyspace != "" && !ValidKeyspace(c.Keyspace) {
+		errs = append(errs, fmt.Errorf("cassandra Keyspace: %q is not a valid keyspace name (lower-case letter, then up to 47 lower-case letters, digits or underscores)", c.Keyspace))
+	}
+	if _, ok := consistencies[strings.ToUpper(c.Consistency)]; !ok {
+		errs = append(errs, fmt.Errorf("cassandra Consistency: unknown level %q (want one of ONE, TWO, THREE, QUORUM, ALL, LOCAL_QUORUM, EACH_QUORUM, LOCAL_ONE)", c.Consistency))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("cassandra Timeout: %v is negative", c.Timeout))
+	}
+	if c.ConnectTimeout < 0 {
+		errs = append(errs, fmt.Errorf("cassandra ConnectTimeout: %v is negative", c.ConnectTimeout))
+	}
+	if c.Username == "" && c.Password != "" {
+		errs = append(errs, errors.New("cassandra Username: required when Password is set"))
+	}
+	return errors.Join(errs...)
+}
+
+// String describes the configuration for start-up logs, with the password masked.
+func (c Config) String() string {
+	c = c.withDefaults()
+	pw := ""
+	if c.Password != "" {
+		pw = "***"
+	}
+	return fmt.Sprintf("hosts=%s port=%d keyspace=%q consistency=%s timeout=%v connect_timeout=%v username=%q password=%q",
+		strings.Join(c.Hosts, ","), c.Port, c.Keyspace, strings.ToUpper(c.Consistency), c.Timeout, c.ConnectTimeout, c.Username, pw)
+}
+
+// NewSession validates cfg and connects. The driver offers no context for connecting;
+// ConnectTimeout bounds each dial and handshake instead.
+func NewSession(cfg Config) (*gocql.Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+
+	hosts := make([]string, len(cfg.Hosts))
+	for i, h := range cfg.Hosts {
+		hosts[i] = strings.TrimSpace(h)
+	}
+	cluster := gocql.NewCluster(hosts...)
+	cluster.Port = cfg.Port
+	cluster.Keyspace = cfg.Keyspace
+	cluster.Consistency = consistencies[strings.ToUpper(cfg.Consistency)]
+	cluster.Timeout = cfg.Timeout
+	cluster.WriteTimeout = cfg.Timeout
+	cluster.ConnectTimeout = cfg.ConnectTimeout
+	if cfg.Username != "" {
+		cluster.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: cfg.Password}
+	}
+
+	session, err := cluster.CreateSession()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to cassandra at %s port %d: %w", strings.Join(hosts, ","), cfg.Port, err)
+	}
+	return session, nil
+}
+
+// Ping runs a cheap query that every node answers from its local system tables, so it
+// proves the session can reach a coordinator and get a response within ctx.
+func Ping(ctx context.Context, session *gocql.Session) error {
+	var version string
+	if err := session.Query(`SELECT release_version FROM system.local`).
+		Consistency(gocql.One).
+		ScanContext(ctx, &version); err != nil {
+		return fmt.Errorf("pinging cassandra: %w", err)
+	}
+	return nil
+}

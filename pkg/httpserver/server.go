@@ -1,0 +1,241 @@
+// Package httpserver is the HTTP edge every Pulse service shares: an Echo server with
+// /healthz, /readyz and /metrics, request metrics, JSON errors of one shape, and a
+// graceful shutdown bounded by a deadline.
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/health"
+)
+
+// Config is the HTTP server's settings.
+type Config struct {
+	Addr string
+	// ShutdownTimeout bounds draining in-flight requests on SIGTERM.
+	ShutdownTimeout   time.Duration
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// CheckTimeout bounds each dependency check of /readyz.
+	CheckTimeout time.Duration
+}
+
+// ConfigFromEnv reads PULSE_HTTP_* variables; defAddr is the service's own port.
+func ConfigFromEnv(e *config.Env, defAddr string) Config {
+	return Config{
+		Addr:              e.String("PULSE_HTTP_ADDR", defAddr),
+		ShutdownTimeout:   e.Duration("PULSE_SHUTDOWN_TIMEOUT", 15*time.Second),
+		ReadHeaderTimeout: e.Duration("PULSE_HTTP_READ_HEADER_TIMEOUT", 5*time.Second),
+		ReadTimeout:       e.Duration("PULSE_HTTP_READ_TIMEOUT", 30*time.Second),
+		WriteTimeout:      e.Duration("PULSE_HTTP_WRITE_TIMEOUT", 30*time.Second),
+		IdleTimeout:       e.Duration("PULSE_HTTP_IDLE_TIMEOUT", 120*time.Second),
+		CheckTimeout:      e.Duration("PULSE_READY_CHECK_TIMEOUT", 2*time.Second),
+	}
+}
+
+// Validate names every setting that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("PULSE_HTTP_ADDR=%q: want host:port: %w", c.Addr, err))
+	}
+	for name, d := range map[string]time.Duration{
+		"PULSE_SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
+		"PULSE_HTTP_READ_HEADER_TIMEOUT": c.ReadHeaderTimeout,
+		"PULSE_HTTP_READ_TIMEOUT":        c.ReadTimeout,
+		"PULSE_HTTP_WRITE_TIMEOUT":       c.WriteTimeout,
+		"PULSE_HTTP_IDLE_TIMEOUT":        c.IdleTimeout,
+		"PULSE_READY_CHECK_TIMEOUT":      c.CheckTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%v: must be positive", name, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a service's HTTP server. Register routes on Echo before calling Run.
+type Server struct {
+	Echo *echo.Echo
+
+	cfg      Config
+	logger   *slog.Logger
+	checks   []health.Check
+	srv      *http.Server
+	ln       net.Listener
+	draining atomic.Bool
+	depUp    *prometheus.GaugeVec
+}
+
+// New builds a server whose /readyz runs checks, and whose /metrics serves reg.
+func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...health.Check) *Server {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	s := &Server{
+		Echo:   e,
+		cfg:    cfg,
+		logger: logger,
+		checks: checks,
+		depUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pulse_dependency_up",
+			Help: "1 when the dependency answered the last readiness check, else 0.",
+		}, []string{"dependency"}),
+	}
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pulse_http_request_duration_seconds",
+		Help:    "HTTP request latency by route, method and status code.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"route", "method", "code"})
+	reg.MustRegister(latency, s.depUp)
+
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.recoverPanics, measure(latency))
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
+
+	s.srv = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return s
+}
+
+// Listen opens the listening socket, so callers learn the address (":0" in tests)
+// before serving.
+func (s *Server) Listen() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the address the server listens on, once Listen succeeded.
+func (s *Server) Addr() net.Addr {
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Run serves until ctx ends, then stops taking new connections, reports not-ready,
+// and waits up to the shutdown timeout for in-flight requests.
+func (s *Server) Run(ctx context.Context) error {
+	if s.ln == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	s.logger.Info("http server listening", "addr", s.ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving http: %w", err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	<-errc
+	if err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	s.logger.Info("http server stopped")
+	return nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if s.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, health.Report{Ready: false, Checks: []health.Result{}})
+	}
+	rep := health.Run(c.Request().Context(), s.cfg.CheckTimeout, s.checks)
+	for _, r := range rep.Checks {
+		up := 0.0
+		if r.OK {
+			up = 1
+		}
+		s.depUp.WithLabelValues(r.Name).Set(up)
+	}
+	status := http.StatusOK
+	if !rep.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	return c.JSON(status, rep)
+}
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	apiErr := toError(err)
+	if apiErr.Status >= 500 {
+		s.logger.Error("request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+	}
+	if werr := writeError(c, apiErr); werr != nil {
+		s.logger.Warn("writing error response", "err", werr)
+	}
+}
+
+// recoverPanics turns a handler panic into a 500 and a log line instead of a crash.
+func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				err = fmt.Errorf("panic in handler: %v", r)
+			}
+		}()
+		return next(c)
+	}
+}
+
+// measure records each request's latency under its route template, not its raw path,
+// so user ids never become label values.
+func measure(h *prometheus.HistogramVec) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			status := c.Response().Status
+			if err != nil {
+				status = toError(err).Status
+			}
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			h.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			return err
+		}
+	}
+}

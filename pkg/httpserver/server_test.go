@@ -1,0 +1,129 @@
+package httpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/health"
+)
+
+func newTestServer(t *testing.T, checks ...health.Check) *Server {
+	t.Helper()
+	cfg := ConfigFromEnv(config.NewEnv(config.MapLookup(nil)), "127.0.0.1:0")
+	return New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), checks...)
+}
+
+func do(t *testing.T, s *Server, method, path string) (*http.Response, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.Echo.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	res := rec.Result()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+func TestReadyzReportsEachDependency(t *testing.T) {
+	redisUp := true
+	s := newTestServer(t,
+		health.Check{Name: "kafka", Func: func(context.Context) error { return nil }},
+		health.Check{Name: "redis", Func: func(context.Context) error {
+			if redisUp {
+				return nil
+			}
+			return errors.New("dial tcp 127.0.0.1:16379: connection refused")
+		}},
+	)
+	res, body := do(t, s, http.MethodGet, "/readyz")
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("readyz = %d %s, want 200", res.StatusCode, body)
+	}
+	redisUp = false
+	res, body = do(t, s, http.MethodGet, "/readyz")
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with redis down = %d, want 503", res.StatusCode)
+	}
+	var rep health.Report
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Ready || len(rep.Checks) != 2 || !rep.Checks[0].OK || rep.Checks[1].OK ||
+		rep.Checks[1].Error != "dial tcp 127.0.0.1:16379: connection refused" {
+		t.Fatalf("report = %+v", rep)
+	}
+	_, metrics := do(t, s, http.MethodGet, "/metrics")
+	for _, want := range []string{`pulse_dependency_up{dependency="kafka"} 1`, `pulse_dependency_up{dependency="redis"} 0`,
+		`pulse_http_request_duration_seconds_count{code="503",method="GET",route="/readyz"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestErrorsHaveOneShape(t *testing.T) {
+	s := newTestServer(t)
+	s.Echo.GET("/bad", func(echo.Context) error {
+		return BadRequest("status", `must be one of online, idle, offline, invisible`)
+	})
+	s.Echo.GET("/down", func(echo.Context) error {
+		return Unavailable("kafka did not acknowledge in time", 1500*time.Millisecond)
+	})
+	s.Echo.GET("/boom", func(echo.Context) error { return errors.New("secret detail") })
+	s.Echo.GET("/panic", func(echo.Context) error { panic("bug") })
+
+	tests := []struct {
+		path, body, retryAfter string
+		status                 int
+	}{
+		{"/bad", `{"error":{"code":"invalid_request","message":"must be one of online, idle, offline, invisible","field":"status"}}`, "", 400},
+		{"/down", `{"error":{"code":"unavailable","message":"kafka did not acknowledge in time"}}`, "2", 503},
+		{"/boom", `{"error":{"code":"internal","message":"internal error"}}`, "", 500},
+		{"/panic", `{"error":{"code":"internal","message":"internal error"}}`, "", 500},
+		{"/nope", `{"error":{"code":"not_found","message":"Not Found"}}`, "", 404},
+	}
+	for _, tt := range tests {
+		res, body := do(t, s, http.MethodGet, tt.path)
+		if res.StatusCode != tt.status || strings.TrimSpace(body) != tt.body {
+			t.Errorf("GET %s = %d %s, want %d %s", tt.path, res.StatusCode, body, tt.status, tt.body)
+		}
+		if got := res.Header.Get("Retry-After"); got != tt.retryAfter {
+			t.Errorf("GET %s Retry-After = %q, want %q", tt.path, got, tt.retryAfter)
+		}
+	}
+}
+
+func TestRunShutsDownOnCancel(t *testing.T) {
+	s := newTestServer(t)
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	res, err := http.Get("http://" + s.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("healthz = %d", res.StatusCode)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v, want nil after a clean shutdown", err)
+	}
+	if _, err := http.Get("http://" + s.Addr().String() + "/healthz"); err == nil {
+		t.Fatal("server still answers after shutdown")
+	}
+}

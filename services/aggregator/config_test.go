@@ -1,0 +1,35 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+)
+
+func TestLoadConfigDefaults(t *testing.T) {
+	cfg, err := loadConfig(config.NewEnv(config.MapLookup(nil)))
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if cfg.HTTP.Addr != ":18082" || cfg.Group != "pulse-aggregator" || cfg.Kafka.ChangesTopic != "presence.changes" {
+		t.Fatalf("defaults = %+v", cfg)
+	}
+}
+
+func TestLoadConfigRejectsBadValues(t *testing.T) {
+	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_TOPIC_EVENTS":     "same",
+		"PULSE_TOPIC_CHANGES":    "same",
+		"PULSE_REDIS_POOL_SIZE":  "-1",
+		"PULSE_SHUTDOWN_TIMEOUT": "0s",
+	})))
+	if err == nil {
+		t.Fatal("loadConfig accepted equal topics, a negative pool and no shutdown time")
+	}
+	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}

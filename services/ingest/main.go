@@ -1,0 +1,8 @@
+// Command pulse-ingest is Pulse's write edge: it validates status events from
+// producers over HTTP and appends them to the Kafka topic presence.events, keyed by
+// user id, answering 2xx only once Kafka has acknowledged them.
+package main
+
+import "github.com/pulse-presence/pulse/pkg/app"
+
+func main() { app.Main("ingest", run) }

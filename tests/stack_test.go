@@ -1,0 +1,48 @@
+package tests
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Local-stack addresses, overridable with the services' own variables.
+func kafkaBrokers() []string {
+	return strings.Split(envOr("PULSE_KAFKA_BROKERS", "127.0.0.1:19092"), ",")
+}
+func redisAddr() string     { return envOr("PULSE_REDIS_ADDR", "127.0.0.1:16379") }
+func cassandraHost() string { return envOr("PULSE_CASSANDRA_HOSTS", "127.0.0.1") }
+func cassandraPort() string { return envOr("PULSE_CASSANDRA_PORT", "19042") }
+
+// partitions is what the stack created its topics with (PULSE_PARTITIONS, default 16).
+func partitions(t *testing.T) int {
+	t.Helper()
+	n, err := strconv.Atoi(envOr("PULSE_PARTITIONS", "16"))
+	if err != nil {
+		t.Fatalf("PULSE_PARTITIONS: %v", err)
+	}
+	return n
+}
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// stackEnv is the environment a service needs to reach the local stack.
+func stackEnv() map[string]string {
+	return map[string]string{
+		"PULSE_KAFKA_BROKERS":   strings.Join(kafkaBrokers(), ","),
+		"PULSE_REDIS_ADDR":      redisAddr(),
+		"PULSE_CASSANDRA_HOSTS": cassandraHost(),
+		"PULSE_CASSANDRA_PORT":  cassandraPort(),
+		"PULSE_LOG_FORMAT":      "text",
+	}
+}

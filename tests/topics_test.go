@@ -1,0 +1,101 @@
+package tests
+
+import (
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func kafkaAdmin(t *testing.T) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DialTimeout(3*time.Second), kgo.RetryTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	adm := kafkaAdmin(t)
+	topics := []string{"presence.events", "presence.changes"}
+	details, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		t.Fatalf("listing topics (is the stack up? run 'make up'): %v", err)
+	}
+	want := partitions(t)
+	for _, name := range topics {
+		d, ok := details[name]
+		if !ok || d.Err != nil {
+			t.Fatalf("topic %s missing: %v", name, d.Err)
+		}
+		if got := len(d.Partitions); got != want {
+			t.Errorf("topic %s has %d partitions, want %d", name, got, want)
+		}
+		for p, pd := range d.Partitions {
+			if len(pd.Replicas) != 1 {
+				t.Errorf("topic %s partition %d has %d replicas, want 1 on the one-broker stack", name, p, len(pd.Replicas))
+			}
+		}
+	}
+	cfgs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRetention := strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10)
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			t.Fatalf("%s configs: %v", rc.Name, rc.Err)
+		}
+		got := "(unset)"
+		for _, c := range rc.Configs {
+			if c.Key == "retention.ms" {
+				got = c.MaybeValue()
+			}
+		}
+		if got != wantRetention {
+			t.Errorf("%s retention.ms = %s, want %s (7 days)", rc.Name, got, wantRetention)
+		}
+	}
+}
+
+// Re-running the topic step changes nothing, and asking for another partition count
+// is refused with the reason instead of silently leaving the old count.
+func TestTopicsCommandIsIdempotentAndRefusesRepartition(t *testing.T) {
+	brokers := strings.Join(kafkaBrokers(), ",")
+	n := partitions(t)
+	out, err := exec.Command(binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pulsectl topics: %v\n%s", err, out)
+	}
+	for _, topic := range []string{"presence.events", "presence.changes"} {
+		want := "topic " + topic + " exists (" + strconv.Itoa(n) + " partitions)"
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = exec.Command(binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n+1)).CombinedOutput()
+	if err == nil {
+		t.Fatalf("pulsectl topics with %d partitions succeeded on topics of %d:\n%s", n+1, n, out)
+	}
+	want := "topic presence.events exists with " + strconv.Itoa(n) + " partitions, not " + strconv.Itoa(n+1)
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	details, err := kafkaAdmin(t).ListTopics(context.Background(), "presence.events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(details["presence.events"].Partitions); got != n {
+		t.Errorf("presence.events has %d partitions after the refused call, want %d", got, n)
+	}
+}
