@@ -7,11 +7,16 @@ import (
 	"testing"
 )
 
-// Local-stack addresses, overridable with the services' own variables.
+// Local-stack addresses: the services' own variables when set, else the stack's ports
+// (which deploy/local/stack.sh also reads, so a stack on other ports is found too).
 func kafkaBrokers() []string {
-	return strings.Split(envOr("PULSE_KAFKA_BROKERS", "127.0.0.1:19092"), ",")
+	return strings.Split(envOr("PULSE_KAFKA_BROKERS", "127.0.0.1:"+envOr("PULSE_KAFKA_PORT", "19092")), ",")
 }
-func redisAddr() string     { return envOr("PULSE_REDIS_ADDR", "127.0.0.1:16379") }
+
+func redisAddr() string {
+	return envOr("PULSE_REDIS_ADDR", "127.0.0.1:"+envOr("PULSE_REDIS_PORT", "16379"))
+}
+
 func cassandraHost() string { return envOr("PULSE_CASSANDRA_HOSTS", "127.0.0.1") }
 func cassandraPort() string { return envOr("PULSE_CASSANDRA_PORT", "19042") }
 
