@@ -32,8 +32,8 @@ func migCassandra(t *testing.T) *gocql.Session {
 	if os.Getenv("PULSE_SKIP_INTEGRATION") == "1" {
 		t.Skip("PULSE_SKIP_INTEGRATION=1")
 	}
-	hosts := envOr("PULSE_CASSANDRA_HOSTS", "127.0.0.1")
-	port, err := strconv.Atoi(envOr("PULSE_CASSANDRA_PORT", "19042"))
+	hosts := cassandraHost()
+	port, err := strconv.Atoi(cassandraPort())
 	if err != nil {
 		t.Fatalf("PULSE_CASSANDRA_PORT: %v", err)
 	}
@@ -56,13 +56,6 @@ func migCassandra(t *testing.T) *gocql.Session {
 	}
 	t.Cleanup(session.Close)
 	return session
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 // migKeyspace returns a new keyspace name and drops that keyspace when the test ends.

@@ -2,10 +2,19 @@ package tests
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 )
+
+// envOr returns the environment variable key, or def when it is unset or empty.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
 
 // Local-stack addresses: the services' own variables when set, else the stack's ports
 // (which deploy/local/stack.sh also reads, so a stack on other ports is found too).

@@ -352,8 +352,8 @@ cmd_run() {
 	cat <<EOF
 
 Pulse is running:
-  ingest      http://127.0.0.1:$INGEST_PORT     (POST /status, /v1/events)
-  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses)
+  ingest      http://127.0.0.1:$INGEST_PORT     (POST /status, /v1/events, /v1/heartbeat)
+  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status, /v1/online/count)
   aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)
   history     http://127.0.0.1:$HISTORY_PORT     (health and metrics)
   Every service serves /healthz, /readyz and /metrics.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -15,17 +16,32 @@ type Config struct {
 	HTTP  httpserver.Config
 	Kafka kafkax.Config
 	Redis redisx.Config
+	// RedisPrefix starts every key of Pulse's state.
+	RedisPrefix string
 	// Group is the Kafka consumer group; every aggregator of a deployment shares it,
 	// so each partition (and so each user) has exactly one owner.
 	Group string
+	// Window is how long a partition's records are folded before they are written.
+	Window time.Duration
+	// MaxWindowRecords flushes a window early, bounding its memory and write size.
+	MaxWindowRecords int
+	// DedupeHorizon is how long an event id is remembered (DESIGN.md guarantee 2).
+	DedupeHorizon time.Duration
+	// OpTimeout bounds each Redis or Kafka operation of a window; failed ones are retried.
+	OpTimeout time.Duration
 }
 
 func loadConfig(env *config.Env) (Config, error) {
 	cfg := Config{
-		HTTP:  httpserver.ConfigFromEnv(env, ":18082"),
-		Kafka: kafkax.ConfigFromEnv(env, "pulse-aggregator"),
-		Redis: redisx.ConfigFromEnv(env),
-		Group: env.String("PULSE_AGGREGATOR_GROUP", "pulse-aggregator"),
+		HTTP:             httpserver.ConfigFromEnv(env, ":18082"),
+		Kafka:            kafkax.ConfigFromEnv(env, "pulse-aggregator"),
+		Redis:            redisx.ConfigFromEnv(env),
+		RedisPrefix:      env.String("PULSE_REDIS_PREFIX", "pulse"),
+		Group:            env.String("PULSE_AGGREGATOR_GROUP", "pulse-aggregator"),
+		Window:           env.Duration("PULSE_AGGREGATOR_WINDOW", 100*time.Millisecond),
+		MaxWindowRecords: env.Int("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000),
+		DedupeHorizon:    env.Duration("PULSE_DEDUPE_HORIZON", 10*time.Minute),
+		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
 	}
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
@@ -34,7 +50,22 @@ func loadConfig(env *config.Env) (Config, error) {
 func (c Config) Validate() error {
 	errs := []error{c.HTTP.Validate(), c.Kafka.Validate(), c.Redis.Validate()}
 	if c.Group == "" {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_GROUP: must not be empty"))
+		errs = append(errs, errors.New("PULSE_AGGREGATOR_GROUP: must not be empty"))
+	}
+	if c.RedisPrefix == "" {
+		errs = append(errs, errors.New("PULSE_REDIS_PREFIX: must not be empty"))
+	}
+	if c.Window < time.Millisecond || c.Window > 10*time.Second {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_WINDOW=%v: want 1ms..10s", c.Window))
+	}
+	if c.MaxWindowRecords < 1 {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS=%d: must be positive", c.MaxWindowRecords))
+	}
+	if c.DedupeHorizon < time.Second {
+		errs = append(errs, fmt.Errorf("PULSE_DEDUPE_HORIZON=%v: want at least 1s", c.DedupeHorizon))
+	}
+	if c.OpTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))
 	}
 	return errors.Join(errs...)
 }

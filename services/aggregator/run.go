@@ -4,13 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
@@ -19,22 +26,64 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
-		"group", cfg.Group, "events", cfg.Kafka.EventsTopic, "changes", cfg.Kafka.ChangesTopic, "redis", cfg.Redis)
+		"group", cfg.Group, "events", cfg.Kafka.EventsTopic, "changes", cfg.Kafka.ChangesTopic,
+		"redis", cfg.Redis, "window", cfg.Window, "dedupe_horizon", cfg.DedupeHorizon)
 
 	reg := app.NewRegistry()
-	kc, err := kafkax.NewClient(cfg.Kafka, logger, reg)
+	rdb := redisx.NewClient(cfg.Redis)
+	defer rdb.Close()
+	store := statestore.New(rdb, cfg.RedisPrefix)
+	m := newMetrics(reg)
+
+	var cons *consume.Consumer
+	newWorker := func(topic string, partition int32) consume.Worker {
+		return &worker{
+			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
+			logger: logger.With("partition", partition),
+			st:     shardState{partition: partition},
+		}
+	}
+	cons, err = consume.New(cfg.Kafka, consume.Config{
+		Group:          cfg.Group,
+		Topics:         []string{cfg.Kafka.EventsTopic},
+		MaxPollRecords: cfg.MaxWindowRecords,
+		QueueBatches:   4,
+		RevokeTimeout:  30 * time.Second,
+	}, newWorker, logger, reg,
+		// Changes are produced with the consuming client: acks=all, idempotent.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	)
 	if err != nil {
 		return err
 	}
-	defer kc.Close()
-	rdb := redisx.NewClient(cfg.Redis)
-	defer rdb.Close()
+
+	// Shards are partitions: record their number so readers can find users.
+	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic); err != nil {
+		return err
+	}
 
 	srv := httpserver.New(cfg.HTTP, logger, reg,
 		health.Check{Name: "kafka", Func: func(ctx context.Context) error {
-			return kafkax.Ping(ctx, kc, cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
+			return kafkax.Ping(ctx, cons.Client(), cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
 		}},
 		health.Check{Name: "redis", Func: func(ctx context.Context) error { return redisx.Ping(ctx, rdb) }},
 	)
-	return srv.Run(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error { return cons.Run(gctx) })
+	return g.Wait()
+}
+
+func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("describing %s: %w", topic, err)
+	}
+	d, ok := topics[topic]
+	if !ok || d.Err != nil {
+		return fmt.Errorf("topic %s: missing (run pulsectl topics): %v", topic, d.Err)
+	}
+	return store.RegisterShards(ctx, len(d.Partitions))
 }

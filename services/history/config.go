@@ -18,6 +18,33 @@ type Config struct {
 	Cassandra cassx.Config
 	// Group is the Kafka consumer group shared by every history writer.
 	Group string
+	// Horizon is how much log time each partition worker remembers to drop duplicate
+	// event ids and flag stale events; rebuilt from the log on assignment. It must be
+	// at least 2×MaxSkew (see pkg/recent for why that makes staleness exact).
+	Horizon time.Duration
+	// MaxSkew is ingest's PULSE_INGEST_MAX_SKEW: how far an event's occurred-at may be
+	// from the server clock. Read here only to check Horizon against it.
+	MaxSkew time.Duration
+	// WriteConcurrency bounds the Cassandra writes in flight across all partitions.
+	WriteConcurrency int
+	// MaxBatchStatements splits the statements of one partition key into batches of at
+	// most this many.
+	MaxBatchStatements int
+	// MaxPollRecords bounds one poll; QueueBatches is each partition's queue in batches.
+	MaxPollRecords int
+	QueueBatches   int
+	// CommitInterval is the least time between two offset commits of a partition
+	// (0: commit after every batch). Replays after a crash rewrite identical rows, so a
+	// longer interval costs only replay time.
+	CommitInterval time.Duration
+	// RevokeTimeout bounds draining a partition's writes on revoke or shutdown.
+	RevokeTimeout time.Duration
+	// SessionTimeout is how long the group waits for a silent member (a crashed
+	// process) before giving its partitions to others; within the broker's
+	// group.min/max.session.timeout.ms.
+	SessionTimeout time.Duration
+	// RebuildTimeout bounds one attempt to re-read a partition's horizon from the log.
+	RebuildTimeout time.Duration
 }
 
 func loadConfig(env *config.Env) (Config, error) {
@@ -34,7 +61,17 @@ func loadConfig(env *config.Env) (Config, error) {
 			Username:       env.String("PULSE_CASSANDRA_USERNAME", ""),
 			Password:       env.String("PULSE_CASSANDRA_PASSWORD", ""),
 		},
-		Group: env.String("PULSE_HISTORY_GROUP", "pulse-history"),
+		Group:              env.String("PULSE_HISTORY_GROUP", "pulse-history"),
+		Horizon:            env.Duration("PULSE_HISTORY_HORIZON", 10*time.Minute),
+		MaxSkew:            env.Duration("PULSE_INGEST_MAX_SKEW", 5*time.Minute),
+		WriteConcurrency:   env.Int("PULSE_HISTORY_WRITE_CONCURRENCY", 64),
+		MaxBatchStatements: env.Int("PULSE_HISTORY_MAX_BATCH_STATEMENTS", 100),
+		MaxPollRecords:     env.Int("PULSE_HISTORY_MAX_POLL_RECORDS", 5000),
+		QueueBatches:       env.Int("PULSE_HISTORY_QUEUE_BATCHES", 4),
+		CommitInterval:     env.Duration("PULSE_HISTORY_COMMIT_INTERVAL", time.Second),
+		RevokeTimeout:      env.Duration("PULSE_HISTORY_REVOKE_TIMEOUT", 10*time.Second),
+		SessionTimeout:     env.Duration("PULSE_HISTORY_SESSION_TIMEOUT", 45*time.Second),
+		RebuildTimeout:     env.Duration("PULSE_HISTORY_REBUILD_TIMEOUT", 2*time.Minute),
 	}
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
@@ -50,6 +87,35 @@ func (c Config) Validate() error {
 	}
 	if c.Group == "" {
 		errs = append(errs, errors.New("PULSE_HISTORY_GROUP: must not be empty"))
+	}
+	if c.MaxSkew <= 0 {
+		errs = append(errs, fmt.Errorf("PULSE_INGEST_MAX_SKEW=%v: must be positive", c.MaxSkew))
+	}
+	if c.Horizon < 2*c.MaxSkew {
+		errs = append(errs, fmt.Errorf("PULSE_HISTORY_HORIZON=%v: must be at least 2×PULSE_INGEST_MAX_SKEW (%v), or events made stale by an event received up to that long before would not be flagged", c.Horizon, 2*c.MaxSkew))
+	}
+	for name, n := range map[string]int{
+		"PULSE_HISTORY_WRITE_CONCURRENCY":    c.WriteConcurrency,
+		"PULSE_HISTORY_MAX_BATCH_STATEMENTS": c.MaxBatchStatements,
+		"PULSE_HISTORY_MAX_POLL_RECORDS":     c.MaxPollRecords,
+		"PULSE_HISTORY_QUEUE_BATCHES":        c.QueueBatches,
+	} {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("%s=%d: must be positive", name, n))
+		}
+	}
+	if c.CommitInterval < 0 {
+		errs = append(errs, fmt.Errorf("PULSE_HISTORY_COMMIT_INTERVAL=%v: must not be negative", c.CommitInterval))
+	}
+	for name, d := range map[string]time.Duration{
+		"PULSE_HISTORY_REVOKE_TIMEOUT":  c.RevokeTimeout,
+		"PULSE_HISTORY_SESSION_TIMEOUT": c.SessionTimeout,
+		"PULSE_HISTORY_REBUILD_TIMEOUT": c.RebuildTimeout,
+		"PULSE_CASSANDRA_TIMEOUT":       c.Cassandra.Timeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%v: must be positive", name, d))
+		}
 	}
 	return errors.Join(errs...)
 }

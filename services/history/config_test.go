@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-presence/pulse/pkg/config"
 )
@@ -33,5 +34,35 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %q leaks the password", err)
+	}
+}
+
+// The horizon must cover twice ingest's skew, or staleness could not be decided from it.
+func TestLoadConfigHorizonCoversSkew(t *testing.T) {
+	cfg, err := loadConfig(config.NewEnv(config.MapLookup(nil)))
+	if err != nil || cfg.Horizon != 10*time.Minute || cfg.MaxSkew != 5*time.Minute {
+		t.Fatalf("defaults: horizon %v skew %v err %v, want 10m, 5m", cfg.Horizon, cfg.MaxSkew, err)
+	}
+	_, err = loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_HISTORY_HORIZON": "10m",
+		"PULSE_INGEST_MAX_SKEW": "6m",
+	})))
+	if err == nil || !strings.Contains(err.Error(), "PULSE_HISTORY_HORIZON=10m0s: must be at least 2×PULSE_INGEST_MAX_SKEW (12m0s)") {
+		t.Fatalf("horizon 10m with skew 6m: err = %v", err)
+	}
+	if _, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_HISTORY_HORIZON": "4m",
+		"PULSE_INGEST_MAX_SKEW": "2m",
+	}))); err != nil {
+		t.Fatalf("horizon 4m with skew 2m: %v", err)
+	}
+	_, err = loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_HISTORY_WRITE_CONCURRENCY": "0",
+		"PULSE_HISTORY_COMMIT_INTERVAL":   "-1s",
+	})))
+	for _, want := range []string{"PULSE_HISTORY_WRITE_CONCURRENCY=0", "PULSE_HISTORY_COMMIT_INTERVAL=-1s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to name %s", err, want)
+		}
 	}
 }

@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -19,14 +24,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
-		"group", cfg.Group, "cassandra", cfg.Cassandra.String())
+		"topics", []string{cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic}, "group", cfg.Group,
+		"cassandra", cfg.Cassandra.String(), "horizon", cfg.Horizon, "write_concurrency", cfg.WriteConcurrency)
 
 	reg := app.NewRegistry()
-	kc, err := kafkax.NewClient(cfg.Kafka, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer kc.Close()
 	// The session is opened at start: history cannot do anything without Cassandra,
 	// and failing fast with the driver's reason beats a service that is never ready.
 	session, err := cassx.NewSession(cfg.Cassandra)
@@ -35,11 +36,46 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	defer session.Close()
 
+	m := newMetrics(reg)
+	var cons *consume.Consumer
+	h := &history{
+		cfg:    cfg,
+		writer: newWriter(cassStore{session}, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
+		// Workers start only once cons.Run runs, so cons is set by then.
+		commit: func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
+		readRange: func(ctx context.Context, topic string, p int32, since time.Time, end int64, fn func(*kgo.Record) error) error {
+			return kafkax.ReadRange(ctx, cfg.Kafka, logger, topic, p, since, end, fn)
+		},
+		logger: logger,
+		m:      m,
+	}
+	cons, err = consume.New(cfg.Kafka, consume.Config{
+		Group:          cfg.Group,
+		Topics:         []string{cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic},
+		MaxPollRecords: cfg.MaxPollRecords,
+		QueueBatches:   cfg.QueueBatches,
+		RevokeTimeout:  cfg.RevokeTimeout,
+	}, h.newWorker, logger, reg, kgo.SessionTimeout(cfg.SessionTimeout))
+	if err != nil {
+		return err
+	}
+
 	srv := httpserver.New(cfg.HTTP, logger, reg,
 		health.Check{Name: "kafka", Func: func(ctx context.Context) error {
-			return kafkax.Ping(ctx, kc, cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
+			return kafkax.Ping(ctx, cons.Client(), cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
 		}},
 		health.Check{Name: "cassandra", Func: func(ctx context.Context) error { return cassx.Ping(ctx, session) }},
 	)
-	return srv.Run(ctx)
+
+	// Either loop ending ends both. On SIGTERM the consumer stops polling, lets every
+	// partition finish its in-flight writes and commit, then leaves the group.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		if err := cons.Run(gctx); err != nil {
+			return fmt.Errorf("consuming: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
 }

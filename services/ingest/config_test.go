@@ -13,8 +13,24 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if cfg.HTTP.Addr != ":18080" || cfg.Kafka.EventsTopic != "presence.events" || cfg.AckTimeout != 5*time.Second {
+	if cfg.HTTP.Addr != ":18080" || cfg.Kafka.EventsTopic != "presence.events" || cfg.AckTimeout != 5*time.Second ||
+		cfg.MaxSkew != 5*time.Minute || cfg.MaxBody != 1<<20 || cfg.MaxBatch != 1000 {
 		t.Fatalf("defaults = %+v", cfg)
+	}
+}
+
+func TestLoadConfigReadsEnv(t *testing.T) {
+	cfg, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_INGEST_ACK_TIMEOUT": "750ms",
+		"PULSE_INGEST_MAX_SKEW":    "90s",
+		"PULSE_INGEST_MAX_BODY":    "65536",
+		"PULSE_INGEST_MAX_BATCH":   "250",
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AckTimeout != 750*time.Millisecond || cfg.MaxSkew != 90*time.Second || cfg.MaxBody != 65536 || cfg.MaxBatch != 250 {
+		t.Fatalf("cfg = %+v", cfg)
 	}
 }
 
@@ -22,13 +38,40 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
 		"PULSE_INGEST_ACK_TIMEOUT": "-1s",
 		"PULSE_HTTP_ADDR":          "nonsense",
+		"PULSE_INGEST_MAX_SKEW":    "0s",
+		"PULSE_INGEST_MAX_BODY":    "100",
+		"PULSE_INGEST_MAX_BATCH":   "lots",
 	})))
 	if err == nil {
-		t.Fatal("loadConfig accepted a negative ack timeout and a bad address")
+		t.Fatal("loadConfig accepted bad values")
 	}
-	for _, want := range []string{"PULSE_INGEST_ACK_TIMEOUT", "PULSE_HTTP_ADDR"} {
+	for _, want := range []string{
+		"PULSE_INGEST_ACK_TIMEOUT=-1s: must be positive",
+		"PULSE_HTTP_ADDR",
+		"PULSE_INGEST_MAX_SKEW=0s: must be positive",
+		"PULSE_INGEST_MAX_BODY=100: must be at least 1024 bytes",
+		`PULSE_INGEST_MAX_BATCH="lots": want an integer`,
+	} {
 		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not name %s", err, want)
+			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+}
+
+func TestLoadConfigRejectsZeroBatch(t *testing.T) {
+	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{"PULSE_INGEST_MAX_BATCH": "0"})))
+	if err == nil || !strings.Contains(err.Error(), "PULSE_INGEST_MAX_BATCH=0: must be positive") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadConfigWantsAckTimeoutBelowHTTPTimeouts(t *testing.T) {
+	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_INGEST_ACK_TIMEOUT": "20s",
+		"PULSE_SHUTDOWN_TIMEOUT":   "15s",
+	})))
+	want := "PULSE_INGEST_ACK_TIMEOUT=20s: must be below PULSE_HTTP_WRITE_TIMEOUT (30s) and PULSE_SHUTDOWN_TIMEOUT (15s)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }

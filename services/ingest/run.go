@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/app"
@@ -20,25 +21,39 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
-		"topic", cfg.Kafka.EventsTopic, "ack_timeout", cfg.AckTimeout)
+		"topic", cfg.Kafka.EventsTopic, "ack_timeout", cfg.AckTimeout, "max_skew", cfg.MaxSkew,
+		"max_body", cfg.MaxBody, "max_batch", cfg.MaxBatch)
 
 	reg := app.NewRegistry()
-	// acks=all with the idempotent producer (franz-go's default): a 2xx means every
-	// in-sync replica has the event, and retries never write it twice.
-	producer, err := kafkax.NewClient(cfg.Kafka, logger, reg,
-		kgo.DefaultProduceTopic(cfg.Kafka.EventsTopic),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProduceRequestTimeout(cfg.AckTimeout),
-	)
+	client, err := kafkax.NewClient(cfg.Kafka, logger, reg, producerOpts(cfg)...)
 	if err != nil {
 		return err
 	}
 	// Closing after the HTTP server has drained lets in-flight requests get their acks.
-	defer producer.Close()
+	defer client.Close()
 
+	srv, _ := newServer(cfg, logger, reg, client)
+	return srv.Run(ctx)
+}
+
+// producerOpts are the Kafka client settings ingest's guarantees rest on.
+func producerOpts(cfg Config) []kgo.Opt {
+	// acks=all with the idempotent producer (franz-go's default): a 2xx means every
+	// in-sync replica has the event, and retries never write it twice.
+	return []kgo.Opt{
+		kgo.DefaultProduceTopic(cfg.Kafka.EventsTopic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProduceRequestTimeout(cfg.AckTimeout),
+	}
+}
+
+// newServer is the HTTP server with the ingest endpoints, producing through client.
+func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client *kgo.Client) (*httpserver.Server, *handler) {
 	srv := httpserver.New(cfg.HTTP, logger, reg, health.Check{
 		Name: "kafka",
-		Func: func(ctx context.Context) error { return kafkax.Ping(ctx, producer, cfg.Kafka.EventsTopic) },
+		Func: func(ctx context.Context) error { return kafkax.Ping(ctx, client, cfg.Kafka.EventsTopic) },
 	})
-	return srv.Run(ctx)
+	h := newHandler(cfg, newProducer(client, cfg.Kafka.EventsTopic, cfg.AckTimeout, reg), reg)
+	h.register(srv.Echo)
+	return srv, h
 }

@@ -2,15 +2,20 @@ module github.com/pulse-presence/pulse/services/query
 
 go 1.26.0
 
-require github.com/pulse-presence/pulse/pkg v0.0.0-00010101000000-000000000000
+require (
+	github.com/labstack/echo/v4 v4.16.0
+	github.com/pulse-presence/pulse/pkg v0.0.0-00010101000000-000000000000
+)
 
 require (
+	github.com/RoaringBitmap/roaring/v2 v2.30.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/labstack/echo/v4 v4.16.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/mschoch/smat v0.2.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect

@@ -10,6 +10,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
@@ -17,7 +18,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis)
+	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -27,5 +28,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		Name: "redis",
 		Func: func(ctx context.Context) error { return redisx.Ping(ctx, rdb) },
 	})
+	a := &api{store: statestore.New(rdb, cfg.RedisPrefix), timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
+	a.routes(srv.Echo)
 	return srv.Run(ctx)
 }

@@ -1,0 +1,499 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// class is how a request ended.
+type class int
+
+const (
+	classOK        class = iota // 2xx
+	class4xx                    // any other answer below 500: in practice 4xx
+	class5xx                    // 5xx
+	classTransport              // no usable answer: connection error, timeout, unreadable body
+	classDropped                // never sent: no free worker (or, for probes, the probe user was busy)
+	classAborted                // cut off by the shutdown after Ctrl-C; counted apart, not as an error
+)
+
+// outcome is what one request (one scheduled unit of a workload) reports.
+type outcome struct {
+	class  class
+	code   int       // HTTP status, 0 without one
+	events int       // events the server accepted (ingest workloads, 2xx only)
+	end    time.Time // when the answer was read in full; latency is end − intended start
+	fresh  *probeResult
+}
+
+// probeResult is what a freshness probe learned after its write was accepted.
+type probeResult struct {
+	seen       bool          // a read showed the posted status
+	after      time.Duration // from the write's 2xx to the end of that read
+	timedOut   bool
+	aborted    bool
+	polls      int
+	pollErrors int
+}
+
+// workload is one stream of requests with its own rate.
+type workload struct {
+	name     string
+	endpoint string  // method and path, for the report
+	rate     float64 // target requests per second
+	perReq   int     // events each request carries (ingest workloads), for the target events/s
+	salt     uint64  // keeps the workloads' random streams apart under one -seed
+	do       func(ctx context.Context, rng *rand.Rand, seq uint64) outcome
+}
+
+// client drives Pulse's HTTP API.
+type client struct {
+	http    *http.Client
+	ingest  string // base URLs, no trailing slash
+	query   string
+	timeout time.Duration
+}
+
+func newClient(cfg config) *client {
+	tr := &http.Transport{
+		Proxy:               nil, // a load test measures Pulse, never a proxy in between
+		DialContext:         (&net.Dialer{Timeout: cfg.timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2 * cfg.workers,
+		MaxIdleConnsPerHost: cfg.workers,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &client{
+		http:    &http.Client{Transport: tr},
+		ingest:  trimSlash(cfg.ingestURL),
+		query:   trimSlash(cfg.queryURL),
+		timeout: cfg.timeout,
+	}
+}
+
+func trimSlash(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// call sends one request under the -timeout and, on a 2xx, decodes the answer into
+// into (when not nil). Every answer is read to the end so its connection is reused.
+func (c *client) call(ctx context.Context, method, url string, body any, into any) outcome {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			panic(fmt.Sprintf("encoding a request body: %v", err)) // our own types: cannot fail
+		}
+		rd = bytes.NewReader(b)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, method, url, rd)
+	if err != nil {
+		return outcome{class: classTransport, end: time.Now()}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return c.failed(ctx)
+	}
+	defer resp.Body.Close()
+	o := outcome{code: resp.StatusCode}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		o.class = classOK
+	case resp.StatusCode >= 500:
+		o.class = class5xx
+	default:
+		o.class = class4xx
+	}
+	if o.class == classOK && into != nil {
+		err = json.NewDecoder(resp.Body).Decode(into)
+	}
+	if _, cerr := io.Copy(io.Discard, resp.Body); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		f := c.failed(ctx)
+		f.code = resp.StatusCode
+		return f
+	}
+	o.end = time.Now()
+	return o
+}
+
+// failed classifies a request that got no usable answer: the shutdown's abort is
+// not the server's fault; anything else (the -timeout included) is.
+func (c *client) failed(ctx context.Context) outcome {
+	if ctx.Err() != nil {
+		return outcome{class: classAborted, end: time.Now()}
+	}
+	return outcome{class: classTransport, end: time.Now()}
+}
+
+// The HTTP API's bodies, as far as the load generator writes or reads them.
+type (
+	statusBody struct {
+		UserID string `json:"userId"`
+		Status string `json:"status"`
+	}
+	eventBody struct {
+		UserID   string `json:"userId"`
+		Kind     string `json:"kind"`
+		Status   string `json:"status,omitempty"`
+		DeviceID string `json:"deviceId,omitempty"`
+	}
+	eventsBody struct {
+		Events []eventBody `json:"events"`
+	}
+	eventsAnswer struct {
+		Accepted int `json:"accepted"`
+	}
+	heartbeatBody struct {
+		UserID   string `json:"userId"`
+		DeviceID string `json:"deviceId"`
+	}
+	userIDsBody struct {
+		UserIDs []string `json:"userIds"`
+	}
+	statusAnswer struct {
+		UserID string `json:"userId"`
+		Status string `json:"status"`
+	}
+)
+
+// gen makes the ids, statuses and kinds requests carry.
+type gen struct {
+	users   int
+	devices int
+	mix     mix
+}
+
+// statuses a producer sets, weighted roughly like a chat platform's traffic.
+var statusWeights = []struct {
+	status string
+	weight int
+}{{"online", 5}, {"idle", 2}, {"offline", 2}, {"invisible", 1}}
+
+func (g gen) user(rng *rand.Rand) string   { return "lg-" + strconv.Itoa(rng.IntN(g.users)) }
+func (g gen) device(rng *rand.Rand) string { return "d" + strconv.Itoa(rng.IntN(g.devices)) }
+
+func (g gen) status(rng *rand.Rand) string {
+	total := 0
+	for _, s := range statusWeights {
+		total += s.weight
+	}
+	n := rng.IntN(total)
+	for _, s := range statusWeights {
+		if n < s.weight {
+			return s.status
+		}
+		n -= s.weight
+	}
+	return "online"
+}
+
+func (g gen) users_(rng *rand.Rand, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = g.user(rng)
+	}
+	return ids
+}
+
+func (g gen) event(rng *rand.Rand) eventBody {
+	e := eventBody{UserID: g.user(rng), Kind: g.mix.pick(rng), DeviceID: g.device(rng)}
+	if e.Kind == "status" {
+		e.Status = g.status(rng)
+	}
+	return e
+}
+
+// buildWorkloads returns the workloads whose rate is not 0, in report order. The
+// freshness probe reads its users' current statuses first, so it needs the query API.
+func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, error) {
+	g := gen{users: cfg.users, devices: cfg.devices, mix: cfg.mix}
+	all := []*workload{
+		{name: "single", endpoint: "POST /status", rate: cfg.singleRate, perReq: 1,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				o := c.call(ctx, http.MethodPost, c.ingest+"/status", statusBody{UserID: g.user(rng), Status: g.status(rng)}, nil)
+				if o.class == classOK {
+					o.events = 1
+				}
+				return o
+			}},
+		{name: "batch", endpoint: "POST /v1/events", rate: cfg.batchRate, perReq: cfg.batchSize,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				b := eventsBody{Events: make([]eventBody, cfg.batchSize)}
+				for i := range b.Events {
+					b.Events[i] = g.event(rng)
+				}
+				var a eventsAnswer
+				o := c.call(ctx, http.MethodPost, c.ingest+"/v1/events", b, &a)
+				if o.class == classOK {
+					o.events = a.Accepted
+				}
+				return o
+			}},
+		{name: "heartbeat", endpoint: "POST /v1/heartbeat", rate: cfg.heartbeatRate, perReq: 1,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				o := c.call(ctx, http.MethodPost, c.ingest+"/v1/heartbeat", heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)}, nil)
+				if o.class == classOK {
+					o.events = 1
+				}
+				return o
+			}},
+		{name: "read", endpoint: "GET /status/{id}", rate: cfg.readRate,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				return c.call(ctx, http.MethodGet, c.query+"/status/"+url.PathEscape(g.user(rng)), nil, nil)
+			}},
+		{name: "batch-read", endpoint: "POST /statuses", rate: cfg.batchReadRate,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				return c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: g.users_(rng, cfg.readBatchSize)}, nil)
+			}},
+		{name: "detail", endpoint: "GET /v1/users/{id}/status", rate: cfg.detailRate,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				return c.call(ctx, http.MethodGet, c.query+"/v1/users/"+url.PathEscape(g.user(rng))+"/status", nil, nil)
+			}},
+		{name: "count", endpoint: "GET /v1/online/count", rate: cfg.countRate,
+			do: func(ctx context.Context, _ *rand.Rand, _ uint64) outcome {
+				return c.call(ctx, http.MethodGet, c.query+"/v1/online/count", nil, nil)
+			}},
+		{name: "filter", endpoint: "POST /v1/online/filter", rate: cfg.filterRate,
+			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
+				return c.call(ctx, http.MethodPost, c.query+"/v1/online/filter", userIDsBody{UserIDs: g.users_(rng, cfg.readBatchSize)}, nil)
+			}},
+	}
+	if cfg.freshRate > 0 {
+		p, err := newProber(ctx, cfg, c)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, &workload{name: "fresh", endpoint: "POST /v1/events + GET /status/{id}", rate: cfg.freshRate, perReq: 1, do: p.probe})
+	}
+	var on []*workload
+	for i, w := range all {
+		w.salt = uint64(i + 1)
+		if w.rate > 0 {
+			on = append(on, w)
+		}
+	}
+	return on, nil
+}
+
+// prober measures freshness: how long after ingest acknowledged a status change a
+// reader first sees it. Each probe flips one probe user's status to one it does not
+// have, so the first read that shows it cannot be showing an older state.
+type prober struct {
+	c       *client
+	users   []probeUser
+	poll    time.Duration
+	timeout time.Duration
+}
+
+// probeUser is one user of the "lg-probe-<n>" range. Probes take users round-robin;
+// busy keeps two probes off one user, and it also guards status and dirty.
+type probeUser struct {
+	id     string
+	busy   atomic.Bool
+	status string // what a reader last saw or we last set
+	dirty  bool   // a write may or may not have landed: read before the next flip
+}
+
+// probeReuse is how long before a probe user is used again, and so how many probe
+// users a rate needs. It is far above a probe's longest life (-timeout plus
+// -fresh-timeout by default) yet below the aggregator's 60 s device timeout, which
+// could otherwise turn a user we set online offline behind our back.
+const probeReuse = 30 * time.Second
+
+func newProber(ctx context.Context, cfg config, c *client) (*prober, error) {
+	n := cfg.probeUsers
+	if n == 0 {
+		n = max(1, int(cfg.freshRate*probeReuse.Seconds()+0.5))
+	}
+	p := &prober{c: c, users: make([]probeUser, n), poll: cfg.freshPoll, timeout: cfg.freshTimeout}
+	for i := range p.users {
+		p.users[i].id = "lg-probe-" + strconv.Itoa(i)
+	}
+	// Learn where every probe user stands, in batches the query API accepts.
+	const batch = 1000
+	for lo := 0; lo < n; lo += batch {
+		hi := min(lo+batch, n)
+		ids := make([]string, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			ids = append(ids, p.users[i].id)
+		}
+		var a struct {
+			Statuses []statusAnswer `json:"statuses"`
+		}
+		o := c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: ids}, &a)
+		if o.class != classOK || len(a.Statuses) != len(ids) {
+			return nil, fmt.Errorf("reading the probe users' statuses from %s/statuses: %s", c.query, describe(o))
+		}
+		for i, s := range a.Statuses {
+			p.users[lo+i].status = s.Status
+		}
+	}
+	return p, nil
+}
+
+func describe(o outcome) string {
+	switch {
+	case o.code != 0:
+		return "HTTP " + strconv.Itoa(o.code)
+	case o.class == classOK:
+		return "unexpected answer"
+	}
+	return "no answer"
+}
+
+// probe is one freshness probe; its outcome's latency is that of the write.
+func (p *prober) probe(ctx context.Context, _ *rand.Rand, seq uint64) outcome {
+	u := &p.users[seq%uint64(len(p.users))]
+	if !u.busy.CompareAndSwap(false, true) {
+		return outcome{class: classDropped, end: time.Now()}
+	}
+	defer u.busy.Store(false)
+
+	if u.dirty {
+		var a statusAnswer
+		if o := p.c.call(ctx, http.MethodGet, p.c.query+"/status/"+url.PathEscape(u.id), nil, &a); o.class != classOK {
+			return o
+		}
+		u.status, u.dirty = a.Status, false
+	}
+	want := "online"
+	if u.status == "online" {
+		want = "offline"
+	}
+	ev := eventsBody{Events: []eventBody{{UserID: u.id, Kind: "status", Status: want, DeviceID: "probe"}}}
+	var a eventsAnswer
+	o := p.c.call(ctx, http.MethodPost, p.c.ingest+"/v1/events", ev, &a)
+	if o.class != classOK {
+		u.dirty = true
+		return o
+	}
+	o.events = a.Accepted
+	u.status = want
+	r := p.await(ctx, u.id, want, o.end)
+	o.fresh = &r
+	return o
+}
+
+// await polls the user's status every p.poll from acked on until it shows want, or
+// p.timeout has passed. Polls never overlap: a slow read delays the next one.
+func (p *prober) await(ctx context.Context, id, want string, acked time.Time) probeResult {
+	var r probeResult
+	deadline := acked.Add(p.timeout)
+	pctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	next := acked
+	for {
+		var a statusAnswer
+		o := p.c.call(pctx, http.MethodGet, p.c.query+"/status/"+url.PathEscape(id), nil, &a)
+		r.polls++
+		switch {
+		case o.class == classOK && a.Status == want:
+			r.seen, r.after = true, o.end.Sub(acked)
+			return r
+		case ctx.Err() != nil:
+			r.aborted = true
+			return r
+		case !time.Now().Before(deadline):
+			r.timedOut = true
+			return r
+		case o.class != classOK:
+			r.pollErrors++
+		}
+		next = next.Add(p.poll)
+		if d := time.Until(next); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-pctx.Done():
+				if ctx.Err() != nil {
+					r.aborted = true
+				} else {
+					r.timedOut = true
+				}
+				return r
+			}
+		} else {
+			next = time.Now()
+		}
+	}
+}
+
+// mix is the weights of event kinds in batches.
+type mix []struct {
+	kind   string
+	weight int
+}
+
+func (m mix) pick(rng *rand.Rand) string {
+	total := 0
+	for _, k := range m {
+		total += k.weight
+	}
+	n := rng.IntN(total)
+	for _, k := range m {
+		if n < k.weight {
+			return k.kind
+		}
+		n -= k.weight
+	}
+	return m[len(m)-1].kind
+}
+
+// parseMix reads "status=1,heartbeat=3,activity=1".
+func parseMix(s string) (mix, error) {
+	var m mix
+	seen := map[string]bool{}
+	total := 0
+	for part := range splitComma(s) {
+		kind, w, ok := cut(part, '=')
+		if !ok {
+			return nil, fmt.Errorf("%q: want kind=weight", part)
+		}
+		switch kind {
+		case "status", "heartbeat", "activity":
+		default:
+			return nil, fmt.Errorf("%q: kind must be status, heartbeat or activity", kind)
+		}
+		if seen[kind] {
+			return nil, fmt.Errorf("%q given twice", kind)
+		}
+		seen[kind] = true
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: weight must be a whole number ≥ 0", part)
+		}
+		total += n
+		m = append(m, struct {
+			kind   string
+			weight int
+		}{kind, n})
+	}
+	if total == 0 {
+		return nil, errors.New("at least one weight must be above 0")
+	}
+	return m, nil
+}

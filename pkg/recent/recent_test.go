@@ -1,0 +1,249 @@
+package recent
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func TestDuplicate(t *testing.T) {
+	type call struct {
+		id   string
+		at   time.Duration
+		want bool
+	}
+	tests := []struct {
+		name  string
+		calls []call
+	}{
+		{"first sighting is new", []call{{"a", 0, false}}},
+		{"second sighting within horizon", []call{{"a", 0, false}, {"a", time.Minute, true}}},
+		{"exactly at the horizon still counts", []call{{"a", 0, false}, {"a", 10 * time.Minute, true}}},
+		{"past the horizon is new again", []call{{"a", 0, false}, {"a", 10*time.Minute + 1, false}}},
+		{"ids are independent", []call{{"a", 0, false}, {"b", 0, false}, {"a", 1, true}, {"c", 2, false}}},
+		{"a repeat refreshes the sighting", []call{
+			{"a", 0, false}, {"a", 9 * time.Minute, true}, {"a", 18 * time.Minute, true}, {"a", 29 * time.Minute, false},
+		}},
+		{"same log time twice", []call{{"a", 0, false}, {"a", 0, true}, {"a", 0, true}}},
+		{"log time never goes backwards", []call{
+			// The second call's at is earlier than the first; it is taken to happen at
+			// 11m, so "a" seen at 0 is already out of the horizon.
+			{"b", 11 * time.Minute, false}, {"a", 0, false}, {"a", 5 * time.Minute, true},
+		}},
+		{"other ids expire meanwhile", []call{
+			{"a", 0, false}, {"b", 6 * time.Minute, false}, {"c", 12 * time.Minute, false}, {"a", 12 * time.Minute, false}, {"b", 12 * time.Minute, true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := New(10 * time.Minute)
+			for i, c := range tt.calls {
+				if got := w.Duplicate(c.id, at(c.at)); got != c.want {
+					t.Fatalf("call %d Duplicate(%q, +%v) = %v, want %v", i, c.id, c.at, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestStale(t *testing.T) {
+	type call struct {
+		user, device string
+		t, at        time.Duration
+		want         bool
+	}
+	tests := []struct {
+		name  string
+		calls []call
+	}{
+		{"first event is fresh", []call{{"u", "d", 0, 0, false}}},
+		{"newer is fresh", []call{{"u", "d", 0, 0, false}, {"u", "d", time.Second, time.Second, false}}},
+		{"older is stale", []call{{"u", "d", time.Second, 0, false}, {"u", "d", 0, time.Second, true}}},
+		{"equal time is not stale", []call{{"u", "d", time.Second, 0, false}, {"u", "d", time.Second, time.Second, false}}},
+		{"a stale event does not lower the newest", []call{
+			{"u", "d", 5 * time.Second, 0, false}, {"u", "d", time.Second, 1, true}, {"u", "d", 3 * time.Second, 2, true},
+		}},
+		{"devices are independent", []call{{"u", "d1", 5 * time.Second, 0, false}, {"u", "d2", time.Second, 1, false}}},
+		{"users are independent", []call{{"u1", "d", 5 * time.Second, 0, false}, {"u2", "d", time.Second, 1, false}}},
+		{"pair boundary is unambiguous", []call{{"ab", "c", 5 * time.Second, 0, false}, {"a", "bc", time.Second, 1, false}}},
+		{"forgotten after the horizon", []call{
+			{"u", "d", 5 * time.Second, 0, false}, {"x", "d", 0, 10*time.Minute + 1, false}, {"u", "d", time.Second, 10*time.Minute + 2, false},
+		}},
+		{"horizon counts from the event that set the newest", []call{
+			{"u", "d", 5 * time.Second, 0, false},
+			{"u", "d", 5 * time.Second, 8 * time.Minute, false}, // equal: does not refresh
+			{"u", "d", time.Second, 10*time.Minute + 1, false},
+		}},
+		{"a newer event restarts the horizon", []call{
+			{"u", "d", 5 * time.Second, 0, false},
+			{"u", "d", 6 * time.Second, 8 * time.Minute, false},
+			{"u", "d", time.Second, 10*time.Minute + 1, true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := New(10 * time.Minute)
+			for i, c := range tt.calls {
+				if got := w.Stale(c.user, c.device, at(c.t), at(c.at)); got != c.want {
+					t.Fatalf("call %d Stale(%q, %q, +%v, +%v) = %v, want %v", i, c.user, c.device, c.t, c.at, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLenExpires(t *testing.T) {
+	w := New(time.Minute)
+	for i := range 1000 {
+		id := strconv.Itoa(i)
+		w.Duplicate(id, at(time.Duration(i)*time.Millisecond))
+		w.Stale("u"+id, "d", at(0), at(time.Duration(i)*time.Millisecond))
+	}
+	if got := w.Len(); got != 2000 {
+		t.Fatalf("Len = %d, want 2000", got)
+	}
+	w.Duplicate("late", at(time.Minute+500*time.Millisecond))
+	// Entries at 0..499ms fell out (cutoff 500ms is kept), the new id came in.
+	if got, want := w.Len(), 2*500+1; got != want {
+		t.Fatalf("Len = %d, want %d", got, want)
+	}
+	w.Duplicate("later", at(time.Hour))
+	if got := w.Len(); got != 1 {
+		t.Fatalf("Len after an hour = %d, want 1", got)
+	}
+}
+
+// A model that scans everything answers the same as the Window over a long random-ish
+// sequence that wraps and resizes the FIFOs and shrinks the maps several times.
+func TestAgainstModel(t *testing.T) {
+	const horizon = 2 * time.Second
+	w := New(horizon)
+	seenAt := map[string]time.Time{}
+	newestT := map[string]time.Time{}
+	setAt := map[string]time.Time{}
+	var clock time.Duration
+	x := uint64(42)
+	next := func(n uint64) uint64 { x = x*6364136223846793005 + 1442695040888963407; return (x >> 33) % n }
+	for i := range 200000 {
+		// Bursts of traffic with quiet spells, so the maps grow and shrink.
+		step := time.Duration(next(3)) * time.Millisecond
+		if (i/20000)%2 == 1 {
+			step = time.Duration(next(400)) * time.Millisecond
+		}
+		now := clock + step
+		if next(10) == 0 {
+			now = clock - time.Duration(next(5))*time.Millisecond // slightly behind
+		}
+		clock = max(clock, now)
+		logAt, eff := at(now), at(clock)
+
+		id := strconv.Itoa(int(next(5000)))
+		prev, ok := seenAt[id]
+		want := ok && !prev.Before(eff.Add(-horizon))
+		seenAt[id] = eff
+		if got := w.Duplicate(id, logAt); got != want {
+			t.Fatalf("step %d: Duplicate(%s) = %v, want %v", i, id, got, want)
+		}
+
+		pair := strconv.Itoa(int(next(300)))
+		evT := eff.Add(time.Duration(next(1000)) * time.Millisecond)
+		cur, ok := newestT[pair]
+		if ok && setAt[pair].Before(eff.Add(-horizon)) {
+			ok = false
+		}
+		wantStale := ok && evT.Before(cur)
+		if !ok || evT.After(cur) {
+			newestT[pair], setAt[pair] = evT, eff
+		}
+		if got := w.Stale(pair, "d", evT, logAt); got != wantStale {
+			t.Fatalf("step %d: Stale(%s) = %v, want %v", i, pair, got, wantStale)
+		}
+	}
+}
+
+func TestFIFOWrapsAndResizes(t *testing.T) {
+	var f fifo
+	next, want := 0, 0
+	for round := range 50 {
+		for range 100 + round*7 {
+			f.push(seen{at: int64(next)})
+			next++
+		}
+		for range 90 + round*5 {
+			e, ok := f.front()
+			if !ok || e.at != int64(want) {
+				t.Fatalf("front = %v %v, want %d", e, ok, want)
+			}
+			f.pop()
+			want++
+		}
+	}
+	for f.n > 0 {
+		e, _ := f.front()
+		if e.at != int64(want) {
+			t.Fatalf("front = %d, want %d", e.at, want)
+		}
+		f.pop()
+		want++
+	}
+	if want != next {
+		t.Fatalf("popped %d, pushed %d", want, next)
+	}
+	if len(f.buf) > 64 {
+		t.Fatalf("empty FIFO keeps %d slots", len(f.buf))
+	}
+}
+
+// BenchmarkDuplicate is the steady state of a busy partition: the window holds about
+// 600k ids (1000 events/s over 10 minutes) and every call expires one.
+func BenchmarkDuplicate(b *testing.B) {
+	w := New(10 * time.Minute)
+	ids := make([]string, 1<<20)
+	for i := range ids {
+		ids[i] = "0197c6f1-8a2b-7c3d-9e4f-" + strconv.FormatInt(int64(100000000000+i), 10)
+	}
+	users := make([]string, 1024)
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+	var i int
+	for ; i < 600000; i++ {
+		w.Duplicate(ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		w.Duplicate(ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
+		w.Stale(users[i&1023], "default", at(time.Duration(i)*time.Millisecond), at(time.Duration(i)*time.Millisecond))
+		i++
+	}
+}
+
+// BenchmarkMemoryPerID reports the heap bytes a Window holds per remembered id.
+func BenchmarkMemoryPerID(b *testing.B) {
+	const n = 1 << 20
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "0197c6f1-8a2b-7c3d-9e4f-" + strconv.FormatInt(int64(100000000000+i), 10)
+	}
+	var perID float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w := New(time.Hour)
+		for i, id := range ids {
+			w.Duplicate(id, at(time.Duration(i)))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perID = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(w)
+	}
+	b.ReportMetric(perID, "B/id")
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// record is one decoded event of the window with its log position.
+type record struct {
+	offset int64
+	event  presence.Event
+}
+
+// shardState is what a partition's worker keeps between windows: the shard's bitmaps
+// and next free index. User states are read per window; the bitmaps are too large to.
+type shardState struct {
+	partition int32
+	offset    int64 // last record folded into Redis
+	next      uint32
+	bitmaps   [len(statestore.Tracked)]*roaring.Bitmap
+}
+
+// foldStats counts what a window did, for metrics.
+type foldStats struct {
+	applied, stale, duplicates int
+}
+
+// fold applies a window's records, in log order, to users (the current states of
+// every user the window touches; missing ones are new) and returns the window's net
+// write and its effective changes. duplicate decides DESIGN.md guarantee 2.
+//
+// fold mutates st and users only through the returned window: the caller commits st
+// changes by replacing its shardState once the write succeeded.
+func fold(st *shardState, recs []record, users map[string]*presence.User, duplicate func(*presence.Event) bool) (*statestore.Window, foldStats) {
+	var stats foldStats
+	w := &statestore.Window{
+		Shard:      int(st.partition),
+		LastOffset: st.offset,
+		Next:       st.next,
+		Users:      make(map[string]*presence.User),
+		Outbox:     &pulsev1.ChangeBatch{Partition: st.partition, FirstOffset: -1},
+	}
+	for i := range w.Bitmaps {
+		w.Bitmaps[i] = st.bitmaps[i]
+	}
+	copied := [len(statestore.Tracked)]bool{}
+	bitmap := func(s presence.Status) *roaring.Bitmap {
+		i := trackedIndex(s)
+		if i < 0 {
+			return nil
+		}
+		// Copy on first write, so a failed write leaves the worker's bitmaps as Redis has them.
+		if !copied[i] {
+			w.Bitmaps[i] = w.Bitmaps[i].Clone()
+			copied[i] = true
+		}
+		w.Dirty[i] = true
+		return w.Bitmaps[i]
+	}
+
+	for _, r := range recs {
+		if w.Outbox.FirstOffset < 0 {
+			w.Outbox.FirstOffset = r.offset
+		}
+		w.LastOffset = r.offset
+		e := &r.event
+		if duplicate(e) {
+			stats.duplicates++
+			continue
+		}
+		u, ok := users[e.UserID]
+		if !ok {
+			u = presence.NewUser(w.Next)
+			w.NewIDs = append(w.NewIDs, statestore.NewID{UserID: e.UserID, Index: w.Next})
+			w.Next++
+			users[e.UserID] = u
+		}
+		out := u.Apply(e)
+		if out.Stale {
+			stats.stale++
+			continue
+		}
+		stats.applied++
+		u.Offset = r.offset
+		w.Users[e.UserID] = u
+		if !out.Changed {
+			continue
+		}
+		if bm := bitmap(out.Previous); bm != nil {
+			bm.Remove(u.Index)
+		}
+		if bm := bitmap(out.Current); bm != nil {
+			bm.Add(u.Index)
+		}
+		cause := pulsev1.Cause_CAUSE_EVENT
+		if e.Source == presence.SourceTimeout {
+			cause = pulsev1.Cause_CAUSE_TIMEOUT
+		}
+		w.Outbox.Changes = append(w.Outbox.Changes, &pulsev1.Change{
+			UserId:          e.UserID,
+			EventId:         e.ID,
+			Previous:        presence.StatusToPB(out.Previous),
+			Current:         presence.StatusToPB(out.Current),
+			ChangedAtUs:     presence.Micros(out.At),
+			Cause:           cause,
+			DeviceId:        e.DeviceID,
+			SourcePartition: st.partition,
+			SourceOffset:    r.offset,
+		})
+	}
+	w.Outbox.LastOffset = w.LastOffset
+	return w, stats
+}
+
+func trackedIndex(s presence.Status) int {
+	for i, t := range statestore.Tracked {
+		if t == s {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,53 @@
+package main
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the aggregator's own; franz-go's client metrics come from kafkax.
+type metrics struct {
+	records      *prometheus.CounterVec
+	undecodable  prometheus.Counter
+	changes      prometheus.Counter
+	windowSize   prometheus.Histogram
+	flushSeconds prometheus.Histogram
+	retries      *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_aggregator_events_total",
+			Help: "Events folded, by outcome: applied, stale (older than the device's newest) or duplicate.",
+		}, []string{"outcome"}),
+		undecodable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_undecodable_records_total",
+			Help: "Records of presence.events skipped because they are not valid Pulse events.",
+		}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_changes_total",
+			Help: "Effective status changes produced to presence.changes.",
+		}),
+		windowSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pulse_aggregator_window_events",
+			Help:    "Events per window and partition.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pulse_aggregator_flush_seconds",
+			Help:    "Time to make one window durable: state read, Redis write, changes produced, offset committed.",
+			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_aggregator_retries_total",
+			Help: "Retried dependency operations, by operation.",
+		}, []string{"op"}),
+	}
+	reg.MustRegister(m.records, m.undecodable, m.changes, m.windowSize, m.flushSeconds, m.retries)
+	return m
+}
+
+func (m *metrics) observeWindow(events int, s foldStats, changes int) {
+	m.windowSize.Observe(float64(events))
+	m.records.WithLabelValues("applied").Add(float64(s.applied))
+	m.records.WithLabelValues("stale").Add(float64(s.stale))
+	m.records.WithLabelValues("duplicate").Add(float64(s.duplicates))
+}

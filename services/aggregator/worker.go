@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/recent"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// worker owns one partition of presence.events, and so one shard of state, while the
+// group assigns it here. It folds records into windows and, per window: writes Redis
+// (guarded by offset), produces the changes, commits. Nothing else writes the shard.
+type worker struct {
+	cfg     Config
+	topic   string
+	cl      *kgo.Client
+	store   *statestore.Store
+	logger  *slog.Logger
+	metrics *metrics
+
+	st      shardState
+	dedupe  *recent.Window
+	pending []*kgo.Record
+}
+
+func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
+	if err := w.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // lost the partition while starting
+		}
+		return fmt.Errorf("partition %d: %w", w.st.partition, err)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case batch, ok := <-recs:
+			if !ok {
+				// Revoked or shutting down: the open window is flushed and committed.
+				err := w.flush(ctx)
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if len(w.pending) == 0 {
+				timer.Reset(w.cfg.Window)
+			}
+			w.pending = append(w.pending, batch...)
+			if len(w.pending) >= w.cfg.MaxWindowRecords {
+				timer.Stop()
+				if err := w.flush(ctx); err != nil {
+					return err
+				}
+			}
+		case <-timer.C:
+			if err := w.flush(ctx); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			// Lost: another member may own the partition already; commit nothing.
+			return nil
+		}
+	}
+}
+
+// start loads the shard, finishes a window a crash left half done, and rebuilds the
+// duplicate horizon from the log.
+func (w *worker) start(ctx context.Context) error {
+	p := w.st.partition
+	var loaded *statestore.ShardState
+	if err := w.retry(ctx, "loading shard", func(ctx context.Context) (err error) {
+		loaded, err = w.store.LoadShard(ctx, int(p))
+		return err
+	}); err != nil {
+		return err
+	}
+	w.st.offset, w.st.next, w.st.bitmaps = loaded.Offset, loaded.Next, loaded.Bitmaps
+
+	committed, err := w.committed(ctx)
+	if err != nil {
+		return err
+	}
+	// Redis may be ahead of the commit: the last window was written but the process
+	// died before its changes were produced or its offset committed. Its changes are in
+	// the outbox, written atomically with it; produce them again (consumers dedupe by
+	// source offset) and commit, so the window's records are not folded twice.
+	if ob := loaded.Outbox; ob != nil && ob.LastOffset >= committed && ob.LastOffset == loaded.Offset {
+		w.logger.Info("re-producing changes of an uncommitted window", "partition", p,
+			"first_offset", ob.FirstOffset, "last_offset", ob.LastOffset, "changes", len(ob.Changes))
+		if err := w.produce(ctx, ob.Changes); err != nil {
+			return err
+		}
+	}
+	if loaded.Offset >= committed {
+		if err := w.commit(ctx, loaded.Offset); err != nil {
+			return err
+		}
+		committed = loaded.Offset + 1
+	}
+
+	w.dedupe = recent.New(w.cfg.DedupeHorizon)
+	since := time.Now().Add(-w.cfg.DedupeHorizon)
+	n := 0
+	err = kafkax.ReadRange(ctx, w.cfg.Kafka, w.logger, w.topic, p, since, committed, func(r *kgo.Record) error {
+		if e, err := decode(r); err == nil {
+			w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuilding the duplicate horizon: %w", err)
+	}
+	w.logger.Info("partition assigned", "partition", p, "state_offset", loaded.Offset,
+		"committed", committed, "registered", loaded.Next, "horizon_events", n)
+	return nil
+}
+
+// committed is the group's committed offset for the partition, 0 when none.
+func (w *worker) committed(ctx context.Context) (int64, error) {
+	var off int64
+	err := w.retry(ctx, "fetching committed offset", func(ctx context.Context) error {
+		resp, err := kadm.NewClient(w.cl).FetchOffsets(ctx, w.cfg.Group)
+		if err != nil {
+			return err
+		}
+		if r, ok := resp.Lookup(w.topic, w.st.partition); ok {
+			if r.Err != nil {
+				return r.Err
+			}
+			off = r.At
+		}
+		return nil
+	})
+	return max(off, 0), err
+}
+
+// flush folds the pending records as one window and makes it durable, in DESIGN.md's
+// order: Redis, then changes, then the offset commit.
+func (w *worker) flush(ctx context.Context) error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	start := time.Now()
+	batch := w.pending
+	w.pending = nil
+	last := batch[len(batch)-1].Offset
+
+	recs := make([]record, 0, len(batch))
+	ids := make([]string, 0, len(batch))
+	seen := make(map[string]struct{}, len(batch))
+	for _, r := range batch {
+		if r.Offset <= w.st.offset {
+			continue // already folded into Redis before a restart
+		}
+		e, err := decode(r)
+		if err != nil {
+			w.metrics.undecodable.Inc()
+			w.logger.Warn("skipping undecodable record", "partition", r.Partition, "offset", r.Offset, "err", err)
+			continue
+		}
+		recs = append(recs, record{offset: r.Offset, event: e})
+		if _, ok := seen[e.UserID]; !ok {
+			seen[e.UserID] = struct{}{}
+			ids = append(ids, e.UserID)
+		}
+	}
+
+	if len(recs) > 0 {
+		var users map[string]*presence.User
+		if err := w.retry(ctx, "loading users", func(ctx context.Context) (err error) {
+			users, err = w.store.LoadUsers(ctx, int(w.st.partition), ids)
+			return err
+		}); err != nil {
+			return err
+		}
+		win, stats := fold(&w.st, recs, users, func(e *presence.Event) bool {
+			return w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+		})
+		win.LastOffset = last
+		if err := w.retry(ctx, "writing window", func(ctx context.Context) error {
+			_, err := w.store.WriteWindow(ctx, win)
+			return err
+		}); err != nil {
+			return err
+		}
+		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+		w.metrics.observeWindow(len(recs), stats, len(win.Outbox.Changes))
+		if err := w.produce(ctx, win.Outbox.Changes); err != nil {
+			return err
+		}
+	}
+	w.st.offset = last
+	if err := w.commit(ctx, last); err != nil {
+		return err
+	}
+	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// produce writes changes to presence.changes and waits for every ack.
+func (w *worker) produce(ctx context.Context, changes []*pulsev1.Change) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, len(changes))
+	for i, c := range changes {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("encoding change: %w", err)
+		}
+		recs[i] = &kgo.Record{
+			Topic:   w.cfg.Kafka.ChangesTopic,
+			Key:     []byte(c.UserId),
+			Value:   b,
+			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaChange)}},
+		}
+	}
+	err := w.retry(ctx, "producing changes", func(ctx context.Context) error {
+		return w.cl.ProduceSync(ctx, recs...).FirstErr()
+	})
+	if err == nil {
+		w.metrics.changes.Add(float64(len(recs)))
+	}
+	return err
+}
+
+// commit commits offset+1 for the partition: the next record to read.
+func (w *worker) commit(ctx context.Context, offset int64) error {
+	// CommitRecords commits a record's offset+1; a record made for the purpose lets
+	// start commit past a window that Redis holds but the group never committed.
+	r := &kgo.Record{Topic: w.topic, Partition: w.st.partition, Offset: offset, LeaderEpoch: -1}
+	return w.retry(ctx, "committing offset", func(ctx context.Context) error {
+		return w.cl.CommitRecords(ctx, r)
+	})
+}
+
+// retry runs op, each try under the dependency deadline, until it succeeds or ctx
+// ends: a Redis or Kafka outage stalls the partition instead of losing a window.
+func (w *worker) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		err := op(octx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.metrics.retries.WithLabelValues(what).Inc()
+		if attempt == 1 || attempt%20 == 0 {
+			w.logger.Warn("retrying", "op", what, "partition", w.st.partition, "attempt", attempt, "err", err)
+		}
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sleep):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// decode reads an events record; a record without Pulse's schema header is refused.
+func decode(r *kgo.Record) (presence.Event, error) {
+	ok := false
+	for _, h := range r.Headers {
+		if h.Key == pulsev1.SchemaHeader {
+			if string(h.Value) != pulsev1.SchemaEvent {
+				return presence.Event{}, fmt.Errorf("schema %q, want %q", h.Value, pulsev1.SchemaEvent)
+			}
+			ok = true
+		}
+	}
+	if !ok {
+		return presence.Event{}, errors.New("no " + pulsev1.SchemaHeader + " header")
+	}
+	var p pulsev1.Event
+	if err := proto.Unmarshal(r.Value, &p); err != nil {
+		return presence.Event{}, fmt.Errorf("decoding event: %w", err)
+	}
+	e, err := presence.EventFromPB(&p)
+	if err != nil {
+		return presence.Event{}, fmt.Errorf("invalid event: %w", err)
+	}
+	if e.UserID != string(r.Key) {
+		return presence.Event{}, fmt.Errorf("record key %q differs from user id %q", r.Key, e.UserID)
+	}
+	return e, nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are pulse-history's own; the consumer and the Kafka client add theirs.
+type metrics struct {
+	rows           *prometheus.CounterVec
+	writeSeconds   prometheus.Histogram
+	retries        prometheus.Counter
+	cassandraUp    prometheus.Gauge
+	skipped        *prometheus.CounterVec
+	stale          prometheus.Counter
+	commitLag      *prometheus.HistogramVec
+	commitFailures prometheus.Counter
+	windowEntries  prometheus.Gauge
+	rebuilt        prometheus.Counter
+}
+
+// Reasons a record is skipped.
+const (
+	skipDuplicate   = "duplicate"
+	skipUndecodable = "undecodable"
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_history_rows_written_total",
+			Help: "Rows written (inserted or updated) in Cassandra, by table.",
+		}, []string{"table"}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pulse_history_write_duration_seconds",
+			Help:    "Latency of one Cassandra write (one partition key's batch), failed attempts included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_write_retries_total",
+			Help: "Cassandra writes that failed and were retried.",
+		}),
+		cassandraUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_history_cassandra_up",
+			Help: "1 when the last Cassandra write succeeded, 0 while writes are failing and being retried.",
+		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_history_records_skipped_total",
+			Help: "Records not written, by reason: duplicate (event id seen within the horizon) or undecodable.",
+		}, []string{"reason"}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_stale_events_total",
+			Help: "Events recorded as stale: older than the newest event of their device.",
+		}),
+		commitLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pulse_history_commit_lag_seconds",
+			Help:    "Age of the last record of each committed batch (its log timestamp to its commit), by topic.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600},
+		}, []string{"topic"}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_commit_failures_total",
+			Help: "Offset commits that failed; the next commit covers them, and a replay rewrites identical rows.",
+		}),
+		windowEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_history_horizon_entries",
+			Help: "Event ids and (user, device) pairs remembered by the partitions' horizons.",
+		}),
+		rebuilt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_horizon_records_replayed_total",
+			Help: "Records re-read from the log to rebuild horizons on assignment.",
+		}),
+	}
+	reg.MustRegister(m.rows, m.writeSeconds, m.retries, m.cassandraUp, m.skipped, m.stale,
+		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt)
+	m.cassandraUp.Set(1)
+	for _, r := range []string{skipDuplicate, skipUndecodable} {
+		m.skipped.WithLabelValues(r)
+	}
+	for _, t := range []string{tableActivity, tableStatus} {
+		m.rows.WithLabelValues(t)
+	}
+	return m
+}

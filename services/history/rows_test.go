@@ -1,0 +1,262 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+var base = time.Date(2026, 3, 1, 23, 59, 59, 0, time.UTC)
+
+func ms(n int) time.Time { return base.Add(time.Duration(n) * time.Millisecond) }
+
+func event(id, user, device string, kind presence.Kind, occurred, received time.Time) presence.Event {
+	e := presence.Event{ID: id, UserID: user, Kind: kind, DeviceID: device, OccurredAt: occurred, ReceivedAt: received, Source: presence.SourceAPI}
+	if kind == presence.KindStatus {
+		e.Status = presence.Online
+	}
+	return e
+}
+
+func eventRecord(offset int64, e presence.Event) *kgo.Record {
+	b, err := proto.Marshal(e.ToPB())
+	if err != nil {
+		panic(err)
+	}
+	return &kgo.Record{
+		Topic: "ev", Partition: 3, Offset: offset, Key: []byte(e.UserID), Value: b, Timestamp: e.ReceivedAt,
+		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}},
+	}
+}
+
+func changeRecord(offset int64, c *pulsev1.Change) *kgo.Record {
+	b, err := proto.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	return &kgo.Record{
+		Topic: "ch", Partition: 1, Offset: offset, Key: []byte(c.UserId), Value: b, Timestamp: presence.FromMicros(c.ChangedAtUs),
+		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaChange)}},
+	}
+}
+
+func TestDecodeEvent(t *testing.T) {
+	good := event("e1", "u1", "phone", presence.KindStatus, ms(1), ms(2))
+	tests := []struct {
+		name   string
+		record func() *kgo.Record
+		err    string
+	}{
+		{"valid", func() *kgo.Record { return eventRecord(0, good) }, ""},
+		{"no header", func() *kgo.Record { r := eventRecord(0, good); r.Headers = nil; return r }, "no pulse-schema header"},
+		{"other schema", func() *kgo.Record {
+			r := eventRecord(0, good)
+			r.Headers[0].Value = []byte(pulsev1.SchemaChange)
+			return r
+		}, `schema "pulse.v1.Change"`},
+		{"garbage", func() *kgo.Record { r := eventRecord(0, good); r.Value = []byte{0xff, 0xff, 0xff}; return r }, "decoding event"},
+		{"invalid event", func() *kgo.Record {
+			bad := good
+			bad.UserID = ""
+			r := eventRecord(0, bad)
+			r.Key = nil
+			return r
+		}, "invalid event: user id"},
+		{"key differs", func() *kgo.Record { r := eventRecord(0, good); r.Key = []byte("u2"); return r }, "record key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := decodeEvent(tt.record())
+			if tt.err == "" {
+				if err != nil || !reflect.DeepEqual(e, good) {
+					t.Fatalf("decodeEvent = %+v, %v; want %+v", e, err, good)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("decodeEvent error = %v, want one containing %q", err, tt.err)
+			}
+		})
+	}
+}
+
+func goodChange() *pulsev1.Change {
+	return &pulsev1.Change{
+		UserId: "u1", EventId: "e1", Previous: pulsev1.Status_STATUS_OFFLINE, Current: pulsev1.Status_STATUS_ONLINE,
+		ChangedAtUs: presence.Micros(ms(5)), Cause: pulsev1.Cause_CAUSE_EVENT, DeviceId: "phone", SourcePartition: 3, SourceOffset: 42,
+	}
+}
+
+func TestDecodeChange(t *testing.T) {
+	want := change{UserID: "u1", EventID: "e1", Previous: presence.Offline, Current: presence.Online, At: ms(5),
+		Cause: "event", DeviceID: "phone", SourcePartition: 3, SourceOffset: 42}
+	tests := []struct {
+		name   string
+		modify func(*pulsev1.Change)
+		record func(*kgo.Record)
+		err    string
+	}{
+		{"valid", nil, nil, ""},
+		{"no header", nil, func(r *kgo.Record) { r.Headers = nil }, "no pulse-schema header"},
+		{"event schema", nil, func(r *kgo.Record) { r.Headers[0].Value = []byte(pulsev1.SchemaEvent) }, "schema"},
+		{"garbage", nil, func(r *kgo.Record) { r.Value = []byte{0x0a, 0xff} }, "decoding change"},
+		{"no user", func(c *pulsev1.Change) { c.UserId = "" }, func(r *kgo.Record) { r.Key = nil }, "user id"},
+		{"no event id", func(c *pulsev1.Change) { c.EventId = "" }, nil, "event id"},
+		{"no current status", func(c *pulsev1.Change) { c.Current = pulsev1.Status_STATUS_UNSPECIFIED }, nil, "current status"},
+		{"no changed-at", func(c *pulsev1.Change) { c.ChangedAtUs = 0 }, nil, "changed-at"},
+		{"bad device", func(c *pulsev1.Change) { c.DeviceId = "a\nb" }, nil, "device id"},
+		{"key differs", nil, func(r *kgo.Record) { r.Key = []byte("u9") }, "record key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := goodChange()
+			if tt.modify != nil {
+				tt.modify(c)
+			}
+			r := changeRecord(0, c)
+			if tt.record != nil {
+				tt.record(r)
+			}
+			got, err := decodeChange(r)
+			if tt.err == "" {
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Fatalf("decodeChange = %+v, %v; want %+v", got, err, want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("decodeChange error = %v, want one containing %q", err, tt.err)
+			}
+		})
+	}
+}
+
+// describe renders a statement compactly for comparisons.
+func describe(s stmt) string {
+	a := s.args
+	val := func(v any) string {
+		if v == gocql.UnsetValue {
+			return "unset"
+		}
+		if t, ok := v.(time.Time); ok {
+			return t.UTC().Format("2006-01-02T15:04:05.000")
+		}
+		return fmt.Sprint(v)
+	}
+	switch s.cql {
+	case insertEventCQL:
+		return fmt.Sprintf("event user=%v bucket=%v at=%v id=%v kind=%v status=%v device=%v source=%v received=%v stale=%v pos=%v/%v ts=%v",
+			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), a[6], a[7], val(a[8]), a[9], a[10], a[11], a[12])
+	case insertChangeCQL:
+		return fmt.Sprintf("change user=%v bucket=%v at=%v id=%v status=%v previous=%v cause=%v device=%v pos=%v/%v ts=%v",
+			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), val(a[6]), val(a[7]), a[8], a[9], a[10])
+	case updateSeenCQL:
+		return fmt.Sprintf("seen user=%v ts=%v last_seen=%v event=%v", a[3], a[0], val(a[1]), a[2])
+	case updateActiveCQL:
+		return fmt.Sprintf("active user=%v ts=%v last_seen=%v last_active=%v event=%v", a[4], a[0], val(a[1]), val(a[2]), a[3])
+	case updateStatusCQL:
+		return fmt.Sprintf("status user=%v ts=%v status=%v last_updated=%v", a[3], a[0], a[1], val(a[2]))
+	}
+	return "unknown statement " + s.cql
+}
+
+func describeGroups(gs []*group) []string {
+	var out []string
+	for _, g := range gs {
+		for _, s := range g.stmts {
+			out = append(out, strings.ReplaceAll(g.key, "\x00", "|")+": "+describe(s))
+		}
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	var p batchPlan
+	// A status event just before midnight UTC, received just after: the bucket follows
+	// the event's time; the write timestamp follows received-at.
+	st := event("e1", "u1", "phone", presence.KindStatus, ms(500), ms(1500))
+	p.addEvent(&st, false, 3, 10)
+	hb := event("e2", "u1", "phone", presence.KindHeartbeat, time.Time{}, ms(2000))
+	p.addEvent(&hb, false, 3, 11)
+	old := event("e3", "u1", "laptop", presence.KindActivity, ms(100), ms(2100))
+	p.addEvent(&old, true, 3, 12)
+	c := change{UserID: "u1", EventID: "e2", Previous: presence.StatusUnknown, Current: presence.Online, At: ms(2000), Cause: "timeout", SourcePartition: 3, SourceOffset: 11}
+	p.addChange(&c)
+
+	us := func(t time.Time) int64 { return presence.Micros(t) }
+	want := []string{
+		"user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=2026-03-01T23:59:59.500 id=e:e1 kind=status status=online device=phone source=api received=2026-03-02T00:00:00.500 stale=false pos=3/10 ts=" + fmt.Sprint(us(ms(1500))),
+		"user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=2026-03-01T23:59:59.100 id=e:e3 kind=activity status=unset device=laptop source=api received=2026-03-02T00:00:01.100 stale=true pos=3/12 ts=" + fmt.Sprint(us(ms(2100))),
+		"user_status|u1: active user=u1 ts=" + fmt.Sprint(us(ms(500))) + " last_seen=2026-03-01T23:59:59.500 last_active=2026-03-01T23:59:59.500 event=e1",
+		"user_status|u1: seen user=u1 ts=" + fmt.Sprint(us(ms(2000))) + " last_seen=2026-03-02T00:00:01.000 event=e2",
+		"user_status|u1: status user=u1 ts=" + fmt.Sprint(us(ms(2000))) + " status=online last_updated=2026-03-02T00:00:01.000",
+		"user_activity|u1|2026-03-02: event user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=e:e2 kind=heartbeat status=unset device=phone source=api received=2026-03-02T00:00:01.000 stale=false pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
+		"user_activity|u1|2026-03-02: change user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=c:e2 status=online previous=unset cause=timeout device=unset pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
+	}
+	if got := describeGroups(p.groups); !reflect.DeepEqual(got, want) {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(p.groups) != 3 {
+		t.Errorf("%d groups, want 3 (one per partition key)", len(p.groups))
+	}
+}
+
+func TestPlanSplit(t *testing.T) {
+	var p batchPlan
+	for i := range 7 {
+		p.add("a", stmt{cql: fmt.Sprint("a", i)})
+	}
+	p.add("b", stmt{cql: "b0"})
+	var got []string
+	for _, g := range p.split(3) {
+		var s []string
+		for _, st := range g.stmts {
+			s = append(s, st.cql)
+		}
+		got = append(got, g.key+":"+strings.Join(s, ","))
+	}
+	want := []string{"a:a0,a1,a2", "a:a3,a4,a5", "a:a6", "b:b0"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("split = %v, want %v", got, want)
+	}
+}
+
+// Decoders of outside input never panic, and what they accept is valid.
+func FuzzDecodeEvent(f *testing.F) {
+	f.Add([]byte("u1"), eventRecord(0, event("e1", "u1", "d", presence.KindStatus, ms(1), ms(2))).Value)
+	f.Add([]byte("u1"), []byte{0x0a, 0x02, 'e', '1'})
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		r := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}}
+		e, err := decodeEvent(r)
+		if err != nil {
+			return
+		}
+		if verr := e.Validate(); verr != nil || e.UserID != string(key) {
+			t.Fatalf("accepted an invalid event %+v: %v", e, verr)
+		}
+	})
+}
+
+func FuzzDecodeChange(f *testing.F) {
+	f.Add([]byte("u1"), changeRecord(0, goodChange()).Value)
+	f.Add([]byte(""), []byte{0x08, 0x01})
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		r := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaChange)}}}
+		c, err := decodeChange(r)
+		if err != nil {
+			return
+		}
+		if c.UserID != string(key) || c.EventID == "" || c.Current == presence.StatusUnknown || c.At.IsZero() {
+			t.Fatalf("accepted an invalid change %+v", c)
+		}
+	})
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/recent"
+)
+
+// rebuildSlack widens the horizon re-read on assignment. Record timestamps are stamped
+// by ingest just after received-at, and ingest instances' clocks disagree a little;
+// reading a minute more costs little and keeps the rebuilt horizon a superset.
+const rebuildSlack = time.Minute
+
+// poisonLogEvery is the most often one partition logs undecodable records; the
+// skipped-records counter counts every one.
+const poisonLogEvery = time.Minute
+
+// rangeReader re-reads one partition from the first record stamped at or after since
+// up to, not including, offset end (kafkax.ReadRange in production).
+type rangeReader func(ctx context.Context, topic string, partition int32, since time.Time, end int64, fn func(*kgo.Record) error) error
+
+// committer commits r's offset+1 for r's partition (the group client's CommitRecords).
+type committer func(ctx context.Context, r *kgo.Record) error
+
+// history builds the partition workers of pulse-history.
+type history struct {
+	cfg       Config
+	writer    *writer
+	commit    committer
+	readRange rangeReader
+	logger    *slog.Logger
+	m         *metrics
+}
+
+// newWorker is the consumer's consume.NewWorker: events partitions get a horizon, and
+// changes partitions need none (the aggregator emits each change once per position).
+func (h *history) newWorker(topic string, partition int32) consume.Worker {
+	w := &worker{
+		h:         h,
+		topic:     topic,
+		partition: partition,
+		events:    topic == h.cfg.Kafka.EventsTopic,
+		logger:    h.logger.With("topic", topic, "partition", partition),
+	}
+	if w.events {
+		w.window = recent.New(h.cfg.Horizon)
+	}
+	return w
+}
+
+// worker writes one partition of presence.events or presence.changes to Cassandra.
+type worker struct {
+	h         *history
+	topic     string
+	partition int32
+	events    bool
+	logger    *slog.Logger
+
+	window     *recent.Window // events only
+	windowLen  int            // last Len reported to the gauge
+	pending    *kgo.Record    // written but not committed yet
+	lastCommit time.Time
+
+	poisonLogged  time.Time
+	poisonSkipped int // since the last log line
+}
+
+var _ consume.Worker = (*worker)(nil)
+
+// Run writes every batch, then commits its last offset; on revoke it commits what it
+// wrote and returns, on loss (ctx cancelled) it returns at once without committing.
+func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
+	defer w.h.m.windowEntries.Sub(float64(w.windowLen))
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	started := false
+	for {
+		select {
+		case batch, ok := <-recs:
+			if !ok {
+				w.commitPending(ctx)
+				return nil
+			}
+			if !started {
+				started = true
+				if false && w.events {
+					if err := w.rebuild(ctx, batch[0]); err != nil {
+						return nil // only ctx ends a rebuild: the partition is lost
+					}
+				}
+			}
+			if err := w.handle(ctx, batch); err != nil {
+				return nil // only ctx ends a write: lost, or too slow to revoke
+			}
+			if w.h.cfg.CommitInterval == 0 || time.Since(w.lastCommit) >= w.h.cfg.CommitInterval {
+				w.commitPending(ctx)
+			} else {
+				timer.Reset(w.h.cfg.CommitInterval - time.Since(w.lastCommit))
+			}
+		case <-timer.C:
+			w.commitPending(ctx)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// handle plans and writes one batch; it returns only when every write succeeded, or
+// with ctx's error.
+func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
+	var plan batchPlan
+	for _, r := range batch {
+		if w.events {
+			w.planEvent(&plan, r)
+		} else {
+			w.planChange(&plan, r)
+		}
+	}
+	if w.window != nil {
+		n := w.window.Len()
+		w.h.m.windowEntries.Add(float64(n - w.windowLen))
+		w.windowLen = n
+	}
+	if err := w.h.writer.write(ctx, plan.split(w.h.cfg.MaxBatchStatements)); err != nil {
+		return err
+	}
+	w.pending = batch[len(batch)-1]
+	return nil
+}
+
+func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
+	e, err := decodeEvent(r)
+	if err != nil {
+		w.poison(r, err)
+		return
+	}
+	if w.window.Duplicate(e.ID, e.ReceivedAt) {
+		w.h.m.skipped.WithLabelValues(skipDuplicate).Inc()
+		return
+	}
+	stale := w.window.Stale(e.UserID, e.DeviceID, e.Time(), e.ReceivedAt)
+	if stale {
+		w.h.m.stale.Inc()
+	}
+	plan.addEvent(&e, stale, r.Partition, r.Offset)
+}
+
+func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
+	c, err := decodeChange(r)
+	if err != nil {
+		w.poison(r, err)
+		return
+	}
+	plan.addChange(&c)
+}
+
+// poison counts a record that cannot be decoded and skips it: one bad record must not
+// stop the pipeline. The log line is rate-limited per partition.
+func (w *worker) poison(r *kgo.Record, err error) {
+	w.h.m.skipped.WithLabelValues(skipUndecodable).Inc()
+	w.poisonSkipped++
+	if now := time.Now(); w.poisonLogged.IsZero() || now.Sub(w.poisonLogged) >= poisonLogEvery {
+		w.logger.Warn("skipping undecodable records", "offset", r.Offset, "err", err,
+			"skipped_since_last_log", w.poisonSkipped)
+		w.poisonLogged, w.poisonSkipped = now, 0
+	}
+}
+
+// commitPending commits the last written record, if any. A failed commit is logged and
+// left pending: the next one covers it, and a replay would rewrite identical rows.
+func (w *worker) commitPending(ctx context.Context) {
+	r := w.pending
+	if r == nil || ctx.Err() != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.h.cfg.Kafka.RetryTimeout)
+	err := w.h.commit(cctx, r)
+	cancel()
+	if err != nil {
+		w.h.m.commitFailures.Inc()
+		w.logger.Warn("committing offset", "offset", r.Offset, "err", err)
+		return
+	}
+	w.pending = nil
+	w.lastCommit = time.Now()
+	if !r.Timestamp.IsZero() {
+		w.h.m.commitLag.WithLabelValues(w.topic).Observe(max(time.Since(r.Timestamp).Seconds(), 0))
+	}
+}
+
+// rebuild replays the horizon just before first, the first record the group hands this
+// worker, through the window, so duplicates and staleness are decided exactly as if
+// this worker had seen the partition all along. It retries until it succeeds or ctx ends.
+func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
+	from := first.Timestamp
+	if now := time.Now(); from.IsZero() || from.After(now) {
+		from = now
+	}
+	since := from.Add(-w.h.cfg.Horizon - rebuildSlack)
+	start := time.Now()
+	backoff := backoffMin
+	for attempt := 1; ; attempt++ {
+		w.window = recent.New(w.h.cfg.Horizon)
+		n := 0
+		rctx, cancel := context.WithTimeout(ctx, w.h.cfg.RebuildTimeout)
+		err := w.h.readRange(rctx, w.topic, w.partition, since, first.Offset, func(r *kgo.Record) error {
+			n++
+			if e, err := decodeEvent(r); err == nil && !w.window.Duplicate(e.ID, e.ReceivedAt) {
+				w.window.Stale(e.UserID, e.DeviceID, e.Time(), e.ReceivedAt)
+			}
+			return nil
+		})
+		cancel()
+		if err == nil {
+			w.h.m.rebuilt.Add(float64(n))
+			w.logger.Info("horizon rebuilt from the log", "first_offset", first.Offset, "since", since,
+				"records", n, "entries", w.window.Len(), "took", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.logger.Warn("rebuilding the horizon failed; retrying", "attempt", attempt, "err", err)
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+)
+
+// store executes one group of statements that share a partition key. cassStore is the
+// real one; the tests' fake records and fails writes on demand.
+type store interface {
+	exec(ctx context.Context, g *group) error
+}
+
+// cassStore writes to Cassandra. The driver prepares each distinct statement once per
+// connection and binds values from then on.
+type cassStore struct{ session *gocql.Session }
+
+var _ store = cassStore{}
+
+func (s cassStore) exec(ctx context.Context, g *group) error {
+	if len(g.stmts) == 1 {
+		st := g.stmts[0]
+		return s.session.Query(st.cql, st.args...).ExecContext(ctx)
+	}
+	// One partition key per batch: Cassandra applies it as a single mutation, with
+	// neither the batch log nor a coordinator fan-out.
+	b := s.session.Batch(gocql.UnloggedBatch)
+	for _, st := range g.stmts {
+		b.Query(st.cql, st.args...)
+	}
+	return b.ExecContext(ctx)
+}
+
+// Retry backoff of a failed write: exponential with jitter, forever.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 10 * time.Second
+)
+
+// writer writes planned groups concurrently, bounded by one limit for the whole
+// process, and retries each failed group until it succeeds or its context ends: a
+// Cassandra outage stalls the partitions, it never skips a write.
+type writer struct {
+	store   store
+	timeout time.Duration
+	sem     chan struct{}
+	logger  *slog.Logger
+	m       *metrics
+}
+
+func newWriter(s store, timeout time.Duration, concurrency int, logger *slog.Logger, m *metrics) *writer {
+	return &writer{store: s, timeout: timeout, sem: make(chan struct{}, concurrency), logger: logger, m: m}
+}
+
+// write writes every group and returns nil once all succeeded, or ctx's error.
+func (w *writer) write(ctx context.Context, groups []*group) error {
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-w.sem }()
+			w.writeGroup(ctx, g)
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// writeGroup runs g until it succeeds or ctx ends.
+func (w *writer) writeGroup(ctx context.Context, g *group) {
+	backoff := backoffMin
+	for attempt := 1; ; attempt++ {
+		qctx, cancel := context.WithTimeout(ctx, w.timeout)
+		start := time.Now()
+		err := w.store.exec(qctx, g)
+		cancel()
+		w.m.writeSeconds.Observe(time.Since(start).Seconds())
+		if err == nil {
+			w.m.cassandraUp.Set(1)
+			for _, st := range g.stmts {
+				w.m.rows.WithLabelValues(st.table).Inc()
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		w.m.cassandraUp.Set(0)
+		w.m.retries.Inc()
+		// Log the first failure and then every tenth: an outage retries for as long as
+		// it lasts, and the retry counter tells the rest.
+		if attempt == 1 || attempt%10 == 0 {
+			w.logger.Warn("cassandra write failed; retrying", "attempt", attempt, "statements", len(g.stmts), "backoff", backoff, "err", err)
+		}
+		// Jitter in [backoff/2, backoff] spreads the retries of many partitions.
+		sleep := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// producer appends events to presence.events and waits for Kafka's acknowledgement.
+type producer struct {
+	client     *kgo.Client
+	topic      string
+	ackTimeout time.Duration
+	latency    *prometheus.HistogramVec
+}
+
+func newProducer(client *kgo.Client, topic string, ackTimeout time.Duration, reg prometheus.Registerer) *producer {
+	p := &producer{
+		client:     client,
+		topic:      topic,
+		ackTimeout: ackTimeout,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pulse_ingest_produce_duration_seconds",
+			Help:    "Time from producing a request's events to Kafka acknowledging all of them (or giving up), by outcome.",
+			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(p.latency)
+	return p
+}
+
+var schemaEvent = []byte(pulsev1.SchemaEvent)
+
+// record is e as it goes on the log: keyed by user id so a user's events stay in
+// order in one partition, with the schema header consumers check before decoding.
+func (p *producer) record(e *presence.Event) (*kgo.Record, error) {
+	value, err := proto.Marshal(e.ToPB())
+	if err != nil {
+		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
+	}
+	return &kgo.Record{
+		Topic:   p.topic,
+		Key:     []byte(e.UserID),
+		Value:   value,
+		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: schemaEvent}},
+	}, nil
+}
+
+// produce appends events and returns nil only once Kafka acknowledged every one of
+// them (the client runs with acks=all). It gives up after the ack timeout; records
+// already sent may still land, which is why a client retrying a failed request keeps
+// its event ids: the aggregator drops the duplicates by id.
+func (p *producer) produce(ctx context.Context, events []presence.Event) error {
+	records := make([]*kgo.Record, len(events))
+	for i := range events {
+		r, err := p.record(&events[i])
+		if err != nil {
+			return err
+		}
+		records[i] = r
+	}
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	// Cancelling fails the records not yet sent once we stop waiting for them;
+	// records in flight cannot be recalled (that would break idempotent sequencing).
+	defer cancel()
+	acks := make(chan error, len(records)) // buffered: late promises never block
+	for _, r := range records {
+		p.client.Produce(ctx, r, func(_ *kgo.Record, err error) { acks <- err })
+	}
+	// Waiting here rather than in ProduceSync bounds the wait by ctx even when a
+	// record is stuck in flight, where franz-go no longer watches its context.
+	err := p.wait(ctx, acks, len(records))
+	outcome := "acked"
+	if err != nil {
+		outcome = "failed"
+	}
+	p.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	return err
+}
+
+func (p *producer) wait(ctx context.Context, acks <-chan error, n int) error {
+	for range n {
+		select {
+		case err := <-acks:
+			if err != nil {
+				return fmt.Errorf("producing to %s: %w", p.topic, err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for kafka to acknowledge %d events: %w", n, context.Cause(ctx))
+		}
+	}
+	return nil
+}

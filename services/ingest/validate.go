@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// eventJSON is one event as producers send it. Pointers tell an absent (or null)
+// field, which takes its default, from an empty one, which is refused.
+type eventJSON struct {
+	EventID    *string `json:"eventId"`
+	UserID     *string `json:"userId"`
+	Kind       *string `json:"kind"`
+	Status     *string `json:"status"`
+	DeviceID   *string `json:"deviceId"`
+	OccurredAt *string `json:"occurredAt"`
+}
+
+// statusJSON is the seed's POST /status body.
+type statusJSON struct {
+	UserID *string `json:"userId"`
+	Status *string `json:"status"`
+}
+
+// heartbeatJSON is the POST /v1/heartbeat body.
+type heartbeatJSON struct {
+	EventID    *string `json:"eventId"`
+	UserID     *string `json:"userId"`
+	DeviceID   *string `json:"deviceId"`
+	OccurredAt *string `json:"occurredAt"`
+}
+
+// batchJSON is the POST /v1/events body. Events stay raw so each is decoded on its
+// own and an error can name its index, which encoding/json's paths do not.
+type batchJSON struct {
+	Events []json.RawMessage `json:"events"`
+}
+
+// rules turns decoded events into presence events, judging them against one reading
+// of the server clock so a batch gets one received-at.
+type rules struct {
+	// now is the server clock at receipt, truncated to microseconds (the wire unit).
+	now     time.Time
+	maxSkew time.Duration
+}
+
+func newRules(now time.Time, maxSkew time.Duration) rules {
+	return rules{now: now.UTC().Truncate(time.Microsecond), maxSkew: maxSkew}
+}
+
+// event checks in field by field; path prefixes the field names of errors.
+func (r rules) event(in eventJSON, path string) (presence.Event, error) {
+	bad := func(field, msg string) error { return httpserver.BadRequest(httpserver.FieldPath(path, field), msg) }
+	e := presence.Event{
+		Kind:       presence.KindStatus,
+		DeviceID:   presence.DefaultDevice,
+		ReceivedAt: r.now,
+		Source:     presence.SourceAPI,
+	}
+
+	if in.UserID == nil {
+		return e, bad("userId", "is required")
+	}
+	if err := presence.ValidateID(*in.UserID, presence.MaxUserIDLen); err != nil {
+		return e, bad("userId", err.Error())
+	}
+	e.UserID = *in.UserID
+
+	if in.Kind != nil {
+		k, err := presence.ParseKind(*in.Kind)
+		if err != nil {
+			return e, bad("kind", err.Error())
+		}
+		e.Kind = k
+	}
+
+	switch {
+	case e.Kind == presence.KindStatus && in.Status == nil:
+		return e, bad("status", "is required for a status event")
+	case e.Kind == presence.KindStatus:
+		s, err := presence.ParseStatus(*in.Status)
+		if err != nil {
+			return e, bad("status", err.Error())
+		}
+		e.Status = s
+	case in.Status != nil:
+		return e, bad("status", "only status events carry a status; kind is "+e.Kind.String())
+	}
+
+	if in.DeviceID != nil {
+		if err := presence.ValidateID(*in.DeviceID, presence.MaxDeviceIDLen); err != nil {
+			return e, bad("deviceId", err.Error())
+		}
+		e.DeviceID = *in.DeviceID
+	}
+
+	if in.OccurredAt != nil {
+		t, err := r.occurredAt(*in.OccurredAt)
+		if err != nil {
+			return e, bad("occurredAt", err.Error())
+		}
+		e.OccurredAt = t
+	}
+
+	if in.EventID != nil {
+		if err := presence.ValidateID(*in.EventID, presence.MaxEventIDLen); err != nil {
+			return e, bad("eventId", err.Error())
+		}
+		e.ID = *in.EventID
+	} else {
+		// UUIDv7 ids sort by creation time, and google/uuid keeps them increasing
+		// within the process even within one millisecond.
+		id, err := uuid.NewV7()
+		if err != nil {
+			return e, fmt.Errorf("making an event id: %w", err)
+		}
+		e.ID = id.String()
+	}
+
+	// The shared rules every producer of the log obeys; the checks above make this
+	// unreachable, but the log must never get an event its consumers would reject.
+	if err := e.Validate(); err != nil {
+		return e, httpserver.BadRequest(httpserver.OrBody(path), err.Error())
+	}
+	return e, nil
+}
+
+// occurredAt parses an RFC 3339 time and refuses one further than maxSkew from the
+// server clock: a clock that far off would make the device's later events stale.
+func (r rules) occurredAt(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("must be an RFC 3339 time such as 2024-05-01T12:30:00.250Z, got %q", s)
+	}
+	t = t.UTC().Truncate(time.Microsecond)
+	switch d := t.Sub(r.now); {
+	case d > r.maxSkew:
+		return time.Time{}, fmt.Errorf("is %v ahead of the server clock; at most %v of skew is allowed", d, r.maxSkew)
+	case -d > r.maxSkew:
+		return time.Time{}, fmt.Errorf("is %v behind the server clock; at most %v of skew is allowed", -d, r.maxSkew)
+	}
+	return t, nil
+}
+
+// decodeBatch decodes and checks a POST /v1/events body. Every event is checked
+// before any is returned: a batch is accepted whole or not at all.
+func decodeBatch(body []byte, r rules, maxBatch int) ([]presence.Event, error) {
+	var in batchJSON
+	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(in.Events) == 0:
+		return nil, httpserver.BadRequest("events", "must hold at least one event")
+	case len(in.Events) > maxBatch:
+		return nil, httpserver.BadRequest("events", fmt.Sprintf("must hold at most %d events, got %d", maxBatch, len(in.Events)))
+	}
+	events := make([]presence.Event, len(in.Events))
+	for i, raw := range in.Events {
+		path := fmt.Sprintf("events[%d]", i)
+		var ej eventJSON
+		if err := httpserver.DecodeObject(raw, &ej, path); err != nil {
+			return nil, err
+		}
+		e, err := r.event(ej, path)
+		if err != nil {
+			return nil, err
+		}
+		events[i] = e
+	}
+	return events, nil
+}
+
+// decodeStatus decodes and checks a seed POST /status body.
+func decodeStatus(body []byte, r rules) (presence.Event, error) {
+	var in statusJSON
+	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
+		return presence.Event{}, err
+	}
+	return r.event(eventJSON{UserID: in.UserID, Status: in.Status}, "")
+}
+
+// decodeHeartbeat decodes and checks a POST /v1/heartbeat body.
+func decodeHeartbeat(body []byte, r rules) (presence.Event, error) {
+	var in heartbeatJSON
+	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
+		return presence.Event{}, err
+	}
+	kind := presence.KindHeartbeat.String()
+	return r.event(eventJSON{
+		EventID:    in.EventID,
+		UserID:     in.UserID,
+		Kind:       &kind,
+		DeviceID:   in.DeviceID,
+		OccurredAt: in.OccurredAt,
+	}, "")
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// api answers reads from the state the aggregator keeps in Redis.
+type api struct {
+	store *statestore.Store
+	// timeout bounds each request's Redis work; past it the reader gets a 503.
+	timeout  time.Duration
+	maxBatch int
+	maxBody  int64
+	logger   *slog.Logger
+}
+
+func (a *api) routes(e *echo.Echo) {
+	e.GET("/status/:userId", a.getStatus)
+	e.POST("/statuses", a.postStatuses)
+	e.GET("/v1/users/:userId/status", a.getUserStatus)
+	e.GET("/v1/online/count", a.getOnlineCount)
+	a.onlineRoutes(e)
+	a.watchRoutes(e)
+}
+
+// seedStatus is the seed API's shape of a status: lastUpdated is null for users Pulse
+// has never seen.
+type seedStatus struct {
+	UserID      string     `json:"userId"`
+	Status      string     `json:"status"`
+	LastUpdated *time.Time `json:"lastUpdated"`
+}
+
+func toSeed(id string, u *presence.User) seedStatus {
+	s := seedStatus{UserID: id, Status: presence.Offline.String()}
+	if u == nil {
+		return s
+	}
+	s.Status = u.Status.Public().String()
+	if !u.LastUpdated.IsZero() {
+		t := u.LastUpdated
+		s.LastUpdated = &t
+	}
+	return s
+}
+
+func userIDParam(c echo.Context) (string, error) {
+	id := c.Param("userId")
+	if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+		return "", httpserver.BadRequest("userId", err.Error())
+	}
+	return id, nil
+}
+
+// readErr turns a Redis failure into the 503 readers can retry.
+func (a *api) readErr(err error) error {
+	a.logger.Warn("reading state", "err", err)
+	return httpserver.Unavailable("presence state is unreachable right now", time.Second)
+}
+
+func (a *api) ctx(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), a.timeout)
+}
+
+func (a *api) getStatus(c echo.Context) error {
+	id, err := userIDParam(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	u, err := a.store.Get(ctx, id)
+	if err != nil {
+		return a.readErr(err)
+	}
+	return c.JSON(http.StatusOK, toSeed(id, u))
+}
+
+type statusesRequest struct {
+	UserIDs []string `json:"userIds"`
+}
+
+func (a *api) postStatuses(c echo.Context) error {
+	body, err := httpserver.ReadBody(c, a.maxBody)
+	if err != nil {
+		return err
+	}
+	var req statusesRequest
+	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
+		return err
+	}
+	if req.UserIDs == nil {
+		return httpserver.BadRequest("userIds", "is required")
+	}
+	if len(req.UserIDs) > a.maxBatch {
+		return httpserver.BadRequest("userIds", fmt.Sprintf("at most %d user ids per request, got %d", a.maxBatch, len(req.UserIDs)))
+	}
+	for i, id := range req.UserIDs {
+		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
+		}
+	}
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	users, err := a.store.GetMany(ctx, req.UserIDs)
+	if err != nil {
+		return a.readErr(err)
+	}
+	out := make([]seedStatus, len(req.UserIDs))
+	for i, id := range req.UserIDs {
+		out[i] = toSeed(id, users[i])
+	}
+	return c.JSON(http.StatusOK, map[string]any{"statuses": out})
+}
+
+type deviceView struct {
+	DeviceID string    `json:"deviceId"`
+	Status   string    `json:"status"`
+	LastSeen time.Time `json:"lastSeen"`
+}
+
+type userView struct {
+	UserID      string       `json:"userId"`
+	Status      string       `json:"status"`
+	LastUpdated *time.Time   `json:"lastUpdated"`
+	LastActive  *time.Time   `json:"lastActive"`
+	LastSeen    *time.Time   `json:"lastSeen"`
+	Devices     []deviceView `json:"devices"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (a *api) getUserStatus(c echo.Context) error {
+	id, err := userIDParam(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	u, err := a.store.Get(ctx, id)
+	if err != nil {
+		return a.readErr(err)
+	}
+	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
+	if u != nil && u.Status == presence.Invisible {
+		// Invisible reads as a user who is offline and shows no device, so nothing
+		// tells a reader they are connected.
+		v.LastUpdated = timePtr(u.LastUpdated)
+		return c.JSON(http.StatusOK, v)
+	}
+	if u != nil {
+		v.Status = u.Status.Public().String()
+		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(u.LastUpdated), timePtr(u.LastActive), timePtr(u.LastSeen)
+		for _, d := range u.Devices {
+			v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
+		}
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+type countView struct {
+	// Total is everyone a reader may see as present: online or idle.
+	Total      uint64            `json:"total"`
+	ByStatus   map[string]uint64 `json:"byStatus"`
+	Registered uint64            `json:"registered"`
+}
+
+func (a *api) getOnlineCount(c echo.Context) error {
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	n, err := a.store.Counts(ctx)
+	if err != nil {
+		return a.readErr(err)
+	}
+	// Invisible users count as offline to readers.
+	return c.JSON(http.StatusOK, countView{
+		Total: n.Online + n.Idle,
+		ByStatus: map[string]uint64{
+			"online":  n.Online,
+			"idle":    n.Idle,
+			"offline": n.Offline() + n.Invisible,
+		},
+		Registered: n.Registered,
+	})
+}

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"slices"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+)
+
+// The model is the test's own reading of DESIGN.md's rules, written apart from the
+// aggregator's code so that a mistake in one is caught by the other. It folds the
+// events exactly as they were logged (read back from Kafka), so it needs no guess
+// about the order concurrent requests reached the log in.
+
+type modelDevice struct {
+	status string // online, idle, offline
+	last   time.Time
+}
+
+type modelUser struct {
+	devices     map[string]*modelDevice
+	invisible   bool
+	status      string // effective, operator view
+	lastUpdated time.Time
+	lastActive  time.Time
+	lastSeen    time.Time
+	// rows is the user_activity rows history must write: every non-duplicate event
+	// (stale included) and every change.
+	rows    int
+	changes []modelChange
+	// changed is whether any change happened (user_status.status is set only then).
+	changed bool
+}
+
+type modelChange struct {
+	eventID           string
+	previous, current string
+	at                time.Time
+}
+
+type model struct {
+	users      map[string]*modelUser
+	duplicates int
+	stale      int
+}
+
+var rank = map[string]int{"offline": 0, "idle": 1, "online": 2}
+
+func newModel() *model { return &model{users: map[string]*modelUser{}} }
+
+// fold applies the events of one partition in log order; seen is shared by all
+// partitions (an event id is a user's, so it never crosses partitions anyway).
+func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
+	for _, e := range events {
+		if seen[e.EventId] {
+			m.duplicates++
+			continue
+		}
+		seen[e.EventId] = true
+		u := m.users[e.UserId]
+		if u == nil {
+			u = &modelUser{devices: map[string]*modelDevice{}, status: "offline"}
+			m.users[e.UserId] = u
+		}
+		u.rows++
+		t := time.UnixMicro(e.ReceivedAtUs).UTC()
+		if e.OccurredAtUs != 0 {
+			t = time.UnixMicro(e.OccurredAtUs).UTC()
+		}
+		d := u.devices[e.DeviceId]
+		if d != nil && t.Before(d.last) {
+			m.stale++
+			continue
+		}
+		if d == nil {
+			d = &modelDevice{status: "offline"}
+			u.devices[e.DeviceId] = d
+		}
+		d.last = t
+		switch e.Kind {
+		case pulsev1.Kind_KIND_STATUS:
+			switch e.Status {
+			case pulsev1.Status_STATUS_INVISIBLE:
+				u.invisible, d.status = true, "online"
+			case pulsev1.Status_STATUS_ONLINE:
+				u.invisible, d.status = false, "online"
+			case pulsev1.Status_STATUS_IDLE:
+				u.invisible, d.status = false, "idle"
+			case pulsev1.Status_STATUS_OFFLINE:
+				d.status = "offline"
+			}
+			u.lastActive = maxTime(u.lastActive, t)
+		case pulsev1.Kind_KIND_HEARTBEAT:
+			if d.status == "offline" {
+				d.status = "online"
+			}
+		case pulsev1.Kind_KIND_ACTIVITY:
+			d.status = "online"
+			u.lastActive = maxTime(u.lastActive, t)
+		}
+		u.lastSeen = maxTime(u.lastSeen, t)
+
+		best := "offline"
+		for _, dv := range u.devices {
+			if rank[dv.status] > rank[best] {
+				best = dv.status
+			}
+		}
+		if u.invisible && best != "offline" {
+			best = "invisible"
+		}
+		if best == u.status {
+			continue
+		}
+		at := t
+		if !at.After(u.lastUpdated) {
+			at = u.lastUpdated.Add(time.Microsecond)
+		}
+		u.changes = append(u.changes, modelChange{eventID: e.EventId, previous: u.status, current: best, at: at})
+		u.status, u.lastUpdated, u.changed = best, at, true
+		u.rows++
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// public is what readers other than operators see.
+func public(status string) string {
+	if status == "invisible" {
+		return "offline"
+	}
+	return status
+}
+
+// counts is the model's answer to GET /v1/online/count.
+func (m *model) counts() map[string]uint64 {
+	c := map[string]uint64{"online": 0, "idle": 0, "offline": 0, "registered": uint64(len(m.users))}
+	for _, u := range m.users {
+		c[public(u.status)]++
+	}
+	c["total"] = c["online"] + c["idle"]
+	return c
+}
+
+// deviceIDs lists a user's devices in the order the API returns them (by id).
+func (u *modelUser) deviceIDs() []string {
+	ids := make([]string, 0, len(u.devices))
+	for id := range u.devices {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -1,0 +1,248 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+)
+
+// pipeline is the four services running against the stack with topics, consumer
+// groups and a Redis prefix of their own, so tests never see each other's data.
+type pipeline struct {
+	run        string // unique id of this pipeline, also a prefix for user ids
+	events     string
+	changes    string
+	partitions int
+	env        map[string]string
+	svc        map[string]*service
+}
+
+func randomID(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// newPipeline creates the topics and starts the four services.
+func newPipeline(t *testing.T, partitions int, extraEnv map[string]string) *pipeline {
+	t.Helper()
+	p := newTopics(t, partitions)
+	for k, v := range extraEnv {
+		p.env[k] = v
+	}
+	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
+		p.start(t, name)
+	}
+	return p
+}
+
+// newTopics creates a pipeline's topics and environment, and starts nothing.
+func newTopics(t *testing.T, partitions int) *pipeline {
+	t.Helper()
+	run := randomID(t)
+	p := &pipeline{
+		run:        run,
+		events:     "it." + run + ".events",
+		changes:    "it." + run + ".changes",
+		partitions: partitions,
+		svc:        map[string]*service{},
+	}
+	adm := kafkaAdmin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, p.events, p.changes)
+	if err != nil {
+		t.Fatalf("creating topics: %v", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("creating topic %s: %v", r.Topic, r.Err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, p.events, p.changes)
+	})
+	p.env = stackEnv()
+	for k, v := range map[string]string{
+		"PULSE_TOPIC_EVENTS":     p.events,
+		"PULSE_TOPIC_CHANGES":    p.changes,
+		"PULSE_AGGREGATOR_GROUP": "it-" + run + "-aggregator",
+		"PULSE_HISTORY_GROUP":    "it-" + run + "-history",
+		"PULSE_REDIS_PREFIX":     "it-" + run,
+	} {
+		p.env[k] = v
+	}
+	return p
+}
+
+func (p *pipeline) start(t *testing.T, name string) {
+	t.Helper()
+	s := startService(t, name, p.env)
+	eventually(t, 30*time.Second, func() string {
+		if code, body := get(t, s.url+"/readyz"); code != http.StatusOK {
+			return fmt.Sprintf("%s /readyz = %d %s", name, code, body)
+		}
+		return ""
+	})
+	p.svc[name] = s
+}
+
+// crash kills a service with SIGKILL, as a machine failure would, and starts it again.
+func (p *pipeline) crash(t *testing.T, name string) {
+	t.Helper()
+	s := p.svc[name]
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+	p.start(t, name)
+}
+
+// wireEvent is one event of POST /v1/events.
+type wireEvent struct {
+	EventID    string     `json:"eventId,omitempty"`
+	UserID     string     `json:"userId"`
+	Kind       string     `json:"kind,omitempty"`
+	Status     string     `json:"status,omitempty"`
+	DeviceID   string     `json:"deviceId,omitempty"`
+	OccurredAt *time.Time `json:"occurredAt,omitempty"`
+}
+
+// postJSON posts body and returns the status code and response body.
+func postJSON(t *testing.T, url string, body any) (int, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return postRaw(t, url, "application/json", b)
+}
+
+func postRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	out, _ := io.ReadAll(res.Body)
+	return res.StatusCode, out
+}
+
+// readTopic reads every record of topic, partition by partition in offset order.
+func readTopic(t *testing.T, topic string) map[int32][]*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	adm := kafkaAdmin(t)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	want := map[int32]int64{}
+	total := int64(0)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			total += o.Offset
+		}
+	})
+	out := map[int32][]*kgo.Record{}
+	if total == 0 {
+		return out
+	}
+	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	for p := range want {
+		offsets[topic][p] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.ConsumePartitions(offsets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := int64(0)
+	for got < total {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading %s: %d of %d records after 60s", topic, got, total)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("reading %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset < want[r.Partition] {
+				out[r.Partition] = append(out[r.Partition], r)
+				got++
+			}
+		})
+	}
+	return out
+}
+
+// loggedEvents decodes the events topic.
+func loggedEvents(t *testing.T, topic string) map[int32][]*pulsev1.Event {
+	t.Helper()
+	out := map[int32][]*pulsev1.Event{}
+	for p, recs := range readTopic(t, topic) {
+		for _, r := range recs {
+			var e pulsev1.Event
+			if err := proto.Unmarshal(r.Value, &e); err != nil {
+				t.Fatalf("%s/%d@%d: %v", topic, p, r.Offset, err)
+			}
+			out[p] = append(out[p], &e)
+		}
+	}
+	return out
+}
+
+// buildModel folds the logged events.
+func buildModel(t *testing.T, topic string) *model {
+	t.Helper()
+	m := newModel()
+	seen := map[string]bool{}
+	for _, evs := range loggedEvents(t, topic) {
+		m.fold(evs, seen)
+	}
+	return m
+}
+
+// sortedUsers is the model's user ids, sorted.
+func (m *model) sortedUsers() []string {
+	ids := make([]string, 0, len(m.users))
+	for id := range m.users {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func firstLines(lines []string, n int) string {
+	if len(lines) > n {
+		return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,474 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+)
+
+// workload is a generated stream of events for users with several devices, with
+// repeated event ids and events that arrive out of order per device.
+type workload struct {
+	users  []string
+	events []wireEvent // for POST /v1/events, in generation order
+	seed   []seedPost  // for POST /status, sent after the events
+}
+
+type seedPost struct {
+	UserID string `json:"userId"`
+	Status string `json:"status"`
+}
+
+// generate makes about perUser events for each of n users. The user ids mix the
+// forms platforms use: numeric, UUID-like and names.
+func generate(run string, n, perUser int, seed uint64) *workload {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	w := &workload{}
+	runNum, _ := strconv.ParseUint(run, 16, 64)
+	base := time.Now().Add(-3 * time.Minute).UTC().Truncate(time.Microsecond)
+	statuses := []string{"online", "online", "online", "idle", "idle", "offline", "invisible"}
+	var sent []wireEvent
+	for i := range n {
+		var id string
+		switch i % 3 {
+		case 0:
+			id = strconv.FormatUint(runNum*1_000_000+uint64(i), 10)
+		case 1:
+			id = fmt.Sprintf("%s-%04x-4%03x-a%03x-%012x", run, i, i%4096, i%4096, i)
+		default:
+			id = fmt.Sprintf("user-%s-%d", run, i)
+		}
+		w.users = append(w.users, id)
+		devices := []string{"default", "phone", "laptop"}[:1+rng.IntN(3)]
+		clock := base.Add(time.Duration(rng.IntN(10_000)) * time.Millisecond)
+		last := map[string]time.Time{}
+		for j := range perUser {
+			dev := devices[rng.IntN(len(devices))]
+			clock = clock.Add(time.Duration(1+rng.IntN(800)) * time.Millisecond)
+			at := clock
+			if prev, ok := last[dev]; ok && rng.IntN(20) == 0 {
+				at = prev.Add(-time.Duration(1+rng.IntN(5000)) * time.Millisecond) // out of order
+			}
+			if at.After(last[dev]) {
+				last[dev] = at
+			}
+			e := wireEvent{EventID: fmt.Sprintf("%s-e-%d-%d", run, i, j), UserID: id, DeviceID: dev, OccurredAt: &at}
+			switch k := rng.IntN(10); {
+			case k < 5:
+				e.Kind, e.Status = "status", statuses[rng.IntN(len(statuses))]
+			case k < 8:
+				e.Kind = "heartbeat"
+			default:
+				e.Kind = "activity"
+			}
+			if dev == "default" && rng.IntN(2) == 0 {
+				e.DeviceID = "" // the server fills in "default"
+			}
+			w.events = append(w.events, e)
+			sent = append(sent, e)
+			if rng.IntN(20) == 0 && len(sent) > 1 {
+				w.events = append(w.events, sent[rng.IntN(len(sent))]) // a retry: same id
+			}
+		}
+		if i%10 == 0 {
+			w.seed = append(w.seed, seedPost{UserID: id, Status: statuses[rng.IntN(len(statuses))]})
+		}
+	}
+	// Interleave users as real traffic does, keeping each user's own order.
+	byUser := map[string][]wireEvent{}
+	for _, e := range w.events {
+		byUser[e.UserID] = append(byUser[e.UserID], e)
+	}
+	w.events = w.events[:0]
+	left := slices.Clone(w.users)
+	for len(left) > 0 {
+		i := rng.IntN(len(left))
+		id := left[i]
+		w.events = append(w.events, byUser[id][0])
+		if byUser[id] = byUser[id][1:]; len(byUser[id]) == 0 {
+			left[i] = left[len(left)-1]
+			left = left[:len(left)-1]
+		}
+	}
+	return w
+}
+
+// post sends the workload: events in batches by several concurrent producers, then the
+// seed endpoint's single statuses.
+func (p *pipeline) post(t *testing.T, w *workload, events []wireEvent, batch, workers int) {
+	t.Helper()
+	url := p.svc["ingest"].url
+	batches := make(chan []wireEvent)
+	var wg sync.WaitGroup
+	errs := make(chan string, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				code, body := postJSON(t, url+"/v1/events", map[string]any{"events": b})
+				var res struct {
+					Accepted int      `json:"accepted"`
+					EventIDs []string `json:"eventIds"`
+				}
+				if code != http.StatusAccepted || json.Unmarshal(body, &res) != nil || res.Accepted != len(b) || len(res.EventIDs) != len(b) {
+					select {
+					case errs <- fmt.Sprintf("POST /v1/events = %d %s", code, body):
+					default:
+					}
+					continue
+				}
+				for i, e := range b {
+					if e.EventID != res.EventIDs[i] {
+						errs <- fmt.Sprintf("eventIds[%d] = %q, want %q", i, res.EventIDs[i], e.EventID)
+						break
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < len(events); i += batch {
+		batches <- events[i:min(i+batch, len(events))]
+	}
+	close(batches)
+	wg.Wait()
+	select {
+	case e := <-errs:
+		t.Fatal(e)
+	default:
+	}
+}
+
+func (p *pipeline) postSeed(t *testing.T, w *workload) {
+	t.Helper()
+	for _, s := range w.seed {
+		code, body := postJSON(t, p.svc["ingest"].url+"/status", s)
+		if code != http.StatusOK || string(body) != `{"success":true,"message":"Status updated successfully."}`+"\n" {
+			t.Fatalf("POST /status = %d %q", code, body)
+		}
+	}
+}
+
+// TestPipelineEndToEnd: 20,000 events for 2,000 users through both ingest endpoints;
+// every read path, the online count, the change log and Cassandra equal the model.
+func TestPipelineEndToEnd(t *testing.T) {
+	p := newPipeline(t, 8, nil)
+	w := generate(p.run, 2000, 10, 1)
+	start := time.Now()
+	p.post(t, w, w.events, 250, 4)
+	p.postSeed(t, w)
+	t.Logf("posted %d events and %d seed statuses in %v", len(w.events), len(w.seed), time.Since(start).Round(time.Millisecond))
+
+	m := buildModel(t, p.events)
+	if len(m.users) != len(w.users) {
+		t.Fatalf("the log holds events of %d users, want %d", len(m.users), len(w.users))
+	}
+	if m.duplicates == 0 || m.stale == 0 {
+		t.Fatalf("workload has %d duplicates and %d stale events: the test needs both", m.duplicates, m.stale)
+	}
+	t.Logf("model: %d users, %d duplicates, %d stale", len(m.users), m.duplicates, m.stale)
+	p.verify(t, m)
+}
+
+// TestPipelineSurvivesCrashes kills the aggregator and the history writer with SIGKILL
+// while events flow; afterwards state, changes and rows still equal the model.
+func TestPipelineSurvivesCrashes(t *testing.T) {
+	p := newPipeline(t, 4, nil)
+	w := generate(p.run, 600, 10, 2)
+	half := len(w.events) / 2
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.post(t, w, w.events[:half], 50, 2)
+	}()
+	time.Sleep(700 * time.Millisecond)
+	p.crash(t, "aggregator")
+	<-done
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		p.post(t, w, w.events[half:], 50, 2)
+	}()
+	time.Sleep(700 * time.Millisecond)
+	p.crash(t, "history")
+	time.Sleep(300 * time.Millisecond)
+	p.crash(t, "aggregator")
+	<-done
+	p.postSeed(t, w)
+
+	m := buildModel(t, p.events)
+	p.verify(t, m)
+}
+
+// verify waits for the pipeline to catch up with the log, then compares everything.
+func (p *pipeline) verify(t *testing.T, m *model) {
+	t.Helper()
+	users := m.sortedUsers()
+	eventually(t, 90*time.Second, func() string { return firstLines(p.diffStatuses(t, m, users), 5) })
+	if d := p.diffSingle(t, m, users); len(d) > 0 {
+		t.Errorf("GET /status/{id} differs from the model:\n%s", firstLines(d, 10))
+	}
+	if d := p.diffUserStatus(t, m, users); len(d) > 0 {
+		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", firstLines(d, 10))
+	}
+	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	var got struct {
+		Total      uint64            `json:"total"`
+		ByStatus   map[string]uint64 `json:"byStatus"`
+		Registered uint64            `json:"registered"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+		t.Fatalf("GET /v1/online/count = %d %s", code, body)
+	}
+	want := m.counts()
+	if got.Total != want["total"] || got.Registered != want["registered"] || got.ByStatus["online"] != want["online"] ||
+		got.ByStatus["idle"] != want["idle"] || got.ByStatus["offline"] != want["offline"] {
+		t.Errorf("GET /v1/online/count = %s, want %v", body, want)
+	}
+	if d := p.diffChanges(t, m); len(d) > 0 {
+		t.Errorf("presence.changes differs from the model:\n%s", firstLines(d, 10))
+	}
+	session := cassandraSession(t)
+	eventually(t, 90*time.Second, func() string { return firstLines(diffCassandra(t, session, m, users), 5) })
+}
+
+type seedView struct {
+	UserID      string     `json:"userId"`
+	Status      string     `json:"status"`
+	LastUpdated *time.Time `json:"lastUpdated"`
+}
+
+func diffSeed(m *model, v seedView, id string) string {
+	u := m.users[id]
+	if v.UserID != id || v.Status != public(u.status) {
+		return fmt.Sprintf("%s: got %+v, want status %s", id, v, public(u.status))
+	}
+	if !u.changed && v.LastUpdated != nil || u.changed && (v.LastUpdated == nil || !v.LastUpdated.Equal(u.lastUpdated)) {
+		return fmt.Sprintf("%s: lastUpdated %v, want %v", id, v.LastUpdated, u.lastUpdated)
+	}
+	return ""
+}
+
+// diffStatuses compares POST /statuses, 500 users per request.
+func (p *pipeline) diffStatuses(t *testing.T, m *model, users []string) []string {
+	var diffs []string
+	for i := 0; i < len(users); i += 500 {
+		ids := users[i:min(i+500, len(users))]
+		code, body := postJSON(t, p.svc["query"].url+"/statuses", map[string]any{"userIds": ids})
+		var res struct {
+			Statuses []seedView `json:"statuses"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &res) != nil || len(res.Statuses) != len(ids) {
+			return []string{fmt.Sprintf("POST /statuses = %d %.200s", code, body)}
+		}
+		for j, v := range res.Statuses {
+			if d := diffSeed(m, v, ids[j]); d != "" {
+				diffs = append(diffs, d)
+			}
+		}
+	}
+	return diffs
+}
+
+// forEachUser runs f for every user on 8 goroutines and collects its complaints.
+func forEachUser(users []string, f func(id string) string) []string {
+	var mu sync.Mutex
+	var diffs []string
+	ch := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ch {
+				if d := f(id); d != "" {
+					mu.Lock()
+					diffs = append(diffs, d)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, id := range users {
+		ch <- id
+	}
+	close(ch)
+	wg.Wait()
+	return diffs
+}
+
+func (p *pipeline) diffSingle(t *testing.T, m *model, users []string) []string {
+	return forEachUser(users, func(id string) string {
+		code, body := get(t, p.svc["query"].url+"/status/"+id)
+		var v seedView
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+			return fmt.Sprintf("GET /status/%s = %d %s", id, code, body)
+		}
+		return diffSeed(m, v, id)
+	})
+}
+
+func (p *pipeline) diffUserStatus(t *testing.T, m *model, users []string) []string {
+	return forEachUser(users, func(id string) string {
+		code, body := get(t, p.svc["query"].url+"/v1/users/"+id+"/status")
+		var v struct {
+			seedView
+			LastActive *time.Time `json:"lastActive"`
+			LastSeen   *time.Time `json:"lastSeen"`
+			Devices    []struct {
+				DeviceID string    `json:"deviceId"`
+				Status   string    `json:"status"`
+				LastSeen time.Time `json:"lastSeen"`
+			} `json:"devices"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+			return fmt.Sprintf("GET /v1/users/%s/status = %d %s", id, code, body)
+		}
+		if d := diffSeed(m, v.seedView, id); d != "" {
+			return d
+		}
+		u := m.users[id]
+		if u.status == "invisible" {
+			if len(v.Devices) != 0 || v.LastActive != nil || v.LastSeen != nil {
+				return fmt.Sprintf("%s is invisible but the read shows activity: %s", id, body)
+			}
+			return ""
+		}
+		if v.LastSeen == nil || !v.LastSeen.Equal(u.lastSeen) || (v.LastActive == nil) != u.lastActive.IsZero() ||
+			v.LastActive != nil && !v.LastActive.Equal(u.lastActive) {
+			return fmt.Sprintf("%s: lastActive %v lastSeen %v, want %v %v", id, v.LastActive, v.LastSeen, u.lastActive, u.lastSeen)
+		}
+		ids := u.deviceIDs()
+		if len(v.Devices) != len(ids) {
+			return fmt.Sprintf("%s: %d devices, want %d: %s", id, len(v.Devices), len(ids), body)
+		}
+		for i, d := range v.Devices {
+			md := u.devices[ids[i]]
+			if d.DeviceID != ids[i] || d.Status != md.status || !d.LastSeen.Equal(md.last) {
+				return fmt.Sprintf("%s device %d = %+v, want %s %s %v", id, i, d, ids[i], md.status, md.last)
+			}
+		}
+		return ""
+	})
+}
+
+// diffChanges compares presence.changes with the model's changes per user, in order.
+// Changes are delivered at least once: a crash after they were produced and before the
+// offset commit produces them again, so they are deduplicated by source offset first.
+func (p *pipeline) diffChanges(t *testing.T, m *model) []string {
+	got := map[string][]*pulsev1.Change{}
+	seen := map[[2]int64]bool{}
+	for _, recs := range readTopic(t, p.changes) {
+		for _, r := range recs {
+			var c pulsev1.Change
+			if err := proto.Unmarshal(r.Value, &c); err != nil {
+				return []string{fmt.Sprintf("change at %d/%d: %v", r.Partition, r.Offset, err)}
+			}
+			k := [2]int64{int64(c.SourcePartition), c.SourceOffset}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			got[c.UserId] = append(got[c.UserId], &c)
+		}
+	}
+	name := func(s pulsev1.Status) string {
+		return map[pulsev1.Status]string{pulsev1.Status_STATUS_ONLINE: "online", pulsev1.Status_STATUS_IDLE: "idle",
+			pulsev1.Status_STATUS_OFFLINE: "offline", pulsev1.Status_STATUS_INVISIBLE: "invisible"}[s]
+	}
+	var diffs []string
+	for id, u := range m.users {
+		g := got[id]
+		if len(g) != len(u.changes) {
+			diffs = append(diffs, fmt.Sprintf("%s: %d changes, want %d", id, len(g), len(u.changes)))
+			continue
+		}
+		for i, c := range u.changes {
+			if g[i].EventId != c.eventID || name(g[i].Previous) != c.previous || name(g[i].Current) != c.current ||
+				g[i].ChangedAtUs != c.at.UnixMicro() {
+				diffs = append(diffs, fmt.Sprintf("%s change %d = %v, want %+v", id, i, g[i], c))
+				break
+			}
+		}
+	}
+	return diffs
+}
+
+func cassandraSession(t *testing.T) *gocql.Session {
+	t.Helper()
+	port, _ := strconv.Atoi(cassandraPort())
+	c := gocql.NewCluster(cassandraHost())
+	c.Port = port
+	c.Keyspace = "pulse"
+	c.Consistency = gocql.One
+	c.Timeout = 10 * time.Second
+	c.ConnectTimeout = 10 * time.Second
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatalf("connecting to Cassandra at %s:%d (is the stack up? run 'make up'): %v", cassandraHost(), port, err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// diffCassandra compares user_status and the number of user_activity rows per user.
+func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return forEachUser(users, func(id string) string {
+		u := m.users[id]
+		var status *string
+		var updated, active, seenAt time.Time
+		err := s.Query(`SELECT status, last_updated, last_active, last_seen FROM user_status WHERE user_id = ?`, id).
+			WithContext(ctx).Scan(&status, &updated, &active, &seenAt)
+		if err != nil {
+			return fmt.Sprintf("user_status %s: %v", id, err)
+		}
+		ms := func(t time.Time) time.Time { return t.Truncate(time.Millisecond) }
+		wantStatus := ""
+		if u.changed {
+			wantStatus = u.status
+		}
+		gotStatus := ""
+		if status != nil {
+			gotStatus = *status
+		}
+		if gotStatus != wantStatus || !updated.Equal(ms(u.lastUpdated)) || !active.Equal(ms(u.lastActive)) || !seenAt.Equal(ms(u.lastSeen)) {
+			return fmt.Sprintf("user_status %s = (%q %v %v %v), want (%q %v %v %v)", id, gotStatus, updated, active, seenAt,
+				wantStatus, ms(u.lastUpdated), ms(u.lastActive), ms(u.lastSeen))
+		}
+		var rows int
+		iter := s.Query(`SELECT entry_id FROM user_activity WHERE user_id = ? AND bucket IN ?`, id, dayBuckets()).
+			WithContext(ctx).Iter()
+		var entry string
+		for iter.Scan(&entry) {
+			rows++
+		}
+		if err := iter.Close(); err != nil {
+			return fmt.Sprintf("user_activity %s: %v", id, err)
+		}
+		if rows != u.rows {
+			return fmt.Sprintf("user_activity %s: %d rows, want %d", id, rows, u.rows)
+		}
+		return ""
+	})
+}
+
+// dayBuckets are the UTC days a test's events can fall in: theirs start minutes ago.
+func dayBuckets() []time.Time {
+	now := time.Now().UTC()
+	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	return []time.Time{today.AddDate(0, 0, -1), today}
+}

@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Bad reads get a 400 naming the field; unknown users read as offline with
+// lastUpdated null; a Redis outage is a 503 with Retry-After, never a hang.
+func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
+	port := freePort(t)
+	addr, stopRedis := startRedis(t, port)
+	env := stackEnv()
+	env["PULSE_REDIS_ADDR"] = addr
+	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+	env["PULSE_QUERY_MAX_BATCH"] = "3"
+	q := startService(t, "query", env)
+
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		field                    string
+	}{
+		{"statuses without userIds", "POST", "/statuses", `{}`, 400, "userIds"},
+		{"statuses with a wrong type", "POST", "/statuses", `{"userIds":"alice"}`, 400, "userIds"},
+		{"statuses with an unknown field", "POST", "/statuses", `{"userIds":["a"],"all":true}`, 400, "all"},
+		{"statuses over the batch limit", "POST", "/statuses", `{"userIds":["a","b","c","d"]}`, 400, "userIds"},
+		{"statuses with an empty id", "POST", "/statuses", `{"userIds":["a",""]}`, 400, "userIds[1]"},
+		{"user id too long", "GET", "/status/" + strings.Repeat("x", 129), "", 400, "userId"},
+		{"v1 user id too long", "GET", "/v1/users/" + strings.Repeat("x", 129) + "/status", "", 400, "userId"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var code int
+			var body []byte
+			if tt.method == "POST" {
+				code, body = postRaw(t, q.url+tt.path, "application/json", []byte(tt.body))
+			} else {
+				c, b := get(t, q.url+tt.path)
+				code, body = c, []byte(b)
+			}
+			var res struct {
+				Error struct{ Code, Message, Field string } `json:"error"`
+			}
+			if code != tt.status || json.Unmarshal(body, &res) != nil || res.Error.Field != tt.field {
+				t.Fatalf("%s %s = %d %s, want %d naming %q", tt.method, tt.path, code, body, tt.status, tt.field)
+			}
+		})
+	}
+
+	code, body := get(t, q.url+"/status/nobody")
+	if code != http.StatusOK || strings.TrimSpace(body) != `{"userId":"nobody","status":"offline","lastUpdated":null}` {
+		t.Errorf("GET /status/nobody = %d %s", code, body)
+	}
+	c, b := postJSON(t, q.url+"/statuses", map[string]any{"userIds": []string{"x", "y"}})
+	if c != http.StatusOK || strings.TrimSpace(string(b)) != `{"statuses":[{"userId":"x","status":"offline","lastUpdated":null},{"userId":"y","status":"offline","lastUpdated":null}]}` {
+		t.Errorf("POST /statuses for unknown users = %d %s", c, b)
+	}
+	code, body = get(t, q.url+"/v1/online/count")
+	if code != http.StatusOK || strings.TrimSpace(body) != `{"total":0,"byStatus":{"idle":0,"offline":0,"online":0},"registered":0}` {
+		t.Errorf("GET /v1/online/count on empty state = %d %s", code, body)
+	}
+
+	// Register a shard count so reads must reach Redis, then take Redis away.
+	stateRDB(t, addr).Set(t.Context(), env["PULSE_REDIS_PREFIX"]+":shards", 4, 0)
+	stopRedis()
+	start := time.Now()
+	res, err := http.Get(q.url + "/status/alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+		t.Errorf("with Redis down GET /status = %d (Retry-After %q), want 503 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the failed read took %v: reads must fail within their deadline", d)
+	}
+}

@@ -1,0 +1,166 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/shard"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// stateRDB is a client of the Redis at addr, closed when the test ends.
+func stateRDB(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis at %s (is the stack up? run 'make up'): %v", addr, err)
+	}
+	return rdb
+}
+
+func stateStore(t *testing.T) (*statestore.Store, *redis.Client) {
+	t.Helper()
+	rdb := stateRDB(t, redisAddr())
+	prefix := "it-" + randomID(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := rdb.Keys(ctx, prefix+":*").Result()
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+	})
+	return statestore.New(rdb, prefix), rdb
+}
+
+// A window is written once: a replay of the same or an older offset writes nothing,
+// so a crash between the Redis write and the offset commit cannot regress a user
+// (DESIGN.md guarantee 7), and every key of a shard carries its hash tag (guarantee 9).
+func TestStateStoreWindowIsGuardedByOffset(t *testing.T) {
+	ctx := context.Background()
+	store, rdb := stateStore(t)
+	const shards = 4
+	if err := store.RegisterShards(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RegisterShards(ctx, shards+1); err == nil {
+		t.Fatal("RegisterShards accepted a different shard count")
+	}
+
+	user := "alice"
+	sh := shard.For(user, shards)
+	at := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
+	u := presence.NewUser(0)
+	u.Apply(&presence.Event{ID: "e1", UserID: user, Kind: presence.KindStatus, Status: presence.Online, DeviceID: "phone", ReceivedAt: at, Source: presence.SourceAPI})
+	u.Offset = 7
+	online := roaring.BitmapOf(0)
+	win := &statestore.Window{
+		Shard: sh, LastOffset: 7, Next: 1,
+		NewIDs:  []statestore.NewID{{UserID: user, Index: 0}},
+		Users:   map[string]*presence.User{user: u},
+		Bitmaps: [3]*roaring.Bitmap{online, roaring.New(), roaring.New()},
+		Dirty:   [3]bool{true, false, false},
+		Outbox:  &pulsev1.ChangeBatch{Partition: int32(sh), FirstOffset: 7, LastOffset: 7, Changes: []*pulsev1.Change{{UserId: user, EventId: "e1"}}},
+	}
+	written, err := store.WriteWindow(ctx, win)
+	if err != nil || !written {
+		t.Fatalf("WriteWindow = %v, %v; want written", written, err)
+	}
+
+	// The replay carries an older state of alice; it must not land.
+	stale := presence.NewUser(0)
+	stale.Offset = 7
+	replay := *win
+	replay.Users = map[string]*presence.User{user: stale}
+	replay.Bitmaps = [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()}
+	for _, off := range []int64{7, 3} {
+		replay.LastOffset = off
+		written, err = store.WriteWindow(ctx, &replay)
+		if err != nil || written {
+			t.Fatalf("replay at offset %d: WriteWindow = %v, %v; want not written", off, written, err)
+		}
+	}
+
+	got, err := store.Get(ctx, user)
+	if err != nil || got == nil {
+		t.Fatalf("Get = %v, %v", got, err)
+	}
+	if got.Status != presence.Online || !got.LastUpdated.Equal(at) || got.Offset != 7 || len(got.Devices) != 1 || got.Devices[0].ID != "phone" {
+		t.Fatalf("state after replay = %+v, want alice online since %v from phone at offset 7", got, at)
+	}
+	st, err := store.LoadShard(ctx, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Offset != 7 || st.Next != 1 || st.Bitmaps[0].GetCardinality() != 1 || !st.Bitmaps[0].Contains(0) ||
+		st.Outbox == nil || len(st.Outbox.Changes) != 1 || st.Outbox.Changes[0].EventId != "e1" {
+		t.Fatalf("shard state = %+v", st)
+	}
+	counts, err := store.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts != (statestore.Counts{Registered: 1, Online: 1}) {
+		t.Fatalf("counts = %+v, want 1 registered, 1 online", counts)
+	}
+
+	// Every key the window wrote carries the shard's hash tag, so it is in the
+	// shard's Redis Cluster slot.
+	keys, err := rdb.Keys(ctx, store.Keys().Prefix+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf(":{%d}:", sh)
+	if len(keys) != 8 {
+		t.Errorf("window wrote %d keys, want 8 (shards, meta, ids, rev, user, online bitmap, counts, outbox): %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if k != store.Keys().Shards() && !strings.Contains(k, tag) {
+			t.Errorf("key %s lacks the shard's hash tag %s", k, tag)
+		}
+	}
+}
+
+// GetMany answers users of every shard in request order, nil for unknown users.
+func TestStateStoreGetManyAcrossShards(t *testing.T) {
+	ctx := context.Background()
+	store, _ := stateStore(t)
+	const shards = 8
+	if err := store.RegisterShards(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"u-1", "u-2", "u-3", "u-4", "u-5", "u-6", "u-7", "u-8", "u-9", "u-10"}
+	next := map[int]uint32{}
+	for i, id := range ids[:8] {
+		sh := shard.For(id, shards)
+		u := presence.NewUser(next[sh])
+		u.LastSeen = time.UnixMicro(int64(i + 1)).UTC()
+		w := &statestore.Window{Shard: sh, LastOffset: int64(i), Next: next[sh] + 1,
+			Users:   map[string]*presence.User{id: u},
+			Bitmaps: [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()}}
+		next[sh]++
+		if _, err := store.WriteWindow(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := store.GetMany(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range got {
+		if i < 8 && (u == nil || u.LastSeen.UnixMicro() != int64(i+1)) {
+			t.Errorf("GetMany[%d] (%s) = %+v, want last seen %dµs", i, ids[i], u, i+1)
+		}
+		if i >= 8 && u != nil {
+			t.Errorf("GetMany[%d] (%s) = %+v, want nil for an unknown user", i, ids[i], u)
+		}
+	}
+}
