@@ -6,6 +6,7 @@ require (
 	github.com/pulse-presence/pulse/pkg v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -372,7 +372,7 @@ func (h *histEnv) histRead(t *testing.T, users []string, days []string) (map[str
 	for _, u := range users {
 		iter := h.session.Query(`SELECT user_id, bucket, occurred_at, entry_id, entry_type, kind, status, previous_status,
  cause, device_id, source, received_at, stale, log_partition, log_offset FROM `+h.ks+`.user_activity
- WHERE user_id = ? AND bucket IN ?`, u, buckets).WithContext(ctx).Iter()
+ WHERE user_id = ? AND bucket IN ?`, u, buckets).IterContext(ctx)
 		var r histRow
 		var bucket time.Time
 		for iter.Scan(&r.User, &bucket, &r.OccurredAt, &r.EntryID, &r.EntryType, &r.Kind, &r.Status, &r.Previous,
@@ -387,7 +387,7 @@ func (h *histEnv) histRead(t *testing.T, users []string, days []string) (map[str
 		}
 		var s histStatus
 		err := h.session.Query(`SELECT status, last_updated, last_active, last_seen, last_event_id FROM `+h.ks+`.user_status
- WHERE user_id = ?`, u).WithContext(ctx).Scan(&s.Status, &s.LastUpdated, &s.LastActive, &s.LastSeen, &s.LastEventID)
+ WHERE user_id = ?`, u).ScanContext(ctx, &s.Status, &s.LastUpdated, &s.LastActive, &s.LastSeen, &s.LastEventID)
 		switch {
 		case err == gocql.ErrNotFound:
 		case err != nil:
@@ -459,11 +459,11 @@ func (h *histEnv) histCleanup(t *testing.T, m *histModel, users []string) {
 			if k := r.User + "|" + r.Bucket; !done[k] {
 				done[k] = true
 				b, _ := time.Parse(time.DateOnly, r.Bucket)
-				_ = h.session.Query(`DELETE FROM `+h.ks+`.user_activity WHERE user_id = ? AND bucket = ?`, r.User, b).WithContext(ctx).Exec()
+				_ = h.session.Query(`DELETE FROM `+h.ks+`.user_activity WHERE user_id = ? AND bucket = ?`, r.User, b).ExecContext(ctx)
 			}
 		}
 		for _, u := range users {
-			_ = h.session.Query(`DELETE FROM `+h.ks+`.user_status WHERE user_id = ?`, u).WithContext(ctx).Exec()
+			_ = h.session.Query(`DELETE FROM `+h.ks+`.user_status WHERE user_id = ?`, u).ExecContext(ctx)
 		}
 	})
 }

@@ -63,6 +63,14 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			m.users[e.UserId] = u
 		}
 		u.rows++
+		if e.Source == pulsev1.Source_SOURCE_TIMEOUT {
+			if !m.timeout(u, e) {
+				m.stale++
+				continue
+			}
+			m.settle(u, e, time.UnixMicro(e.OccurredAtUs).UTC())
+			continue
+		}
 		t := time.UnixMicro(e.ReceivedAtUs).UTC()
 		if e.OccurredAtUs != 0 {
 			t = time.UnixMicro(e.OccurredAtUs).UTC()
@@ -99,27 +107,57 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			u.lastActive = maxTime(u.lastActive, t)
 		}
 		u.lastSeen = maxTime(u.lastSeen, t)
+		m.settle(u, e, t)
+	}
+}
 
-		best := "offline"
-		for _, dv := range u.devices {
-			if rank[dv.status] > rank[best] {
-				best = dv.status
+// timeout applies a timeout event if its basis is still the newest: the device was
+// last seen at the basis (device offline), or the user last active then (idle).
+func (m *model) timeout(u *modelUser, e *pulsev1.Event) bool {
+	basis := time.UnixMicro(e.LastSeenUs).UTC()
+	switch e.Status {
+	case pulsev1.Status_STATUS_OFFLINE:
+		d := u.devices[e.DeviceId]
+		if d == nil || d.status == "offline" || d.last.After(basis) {
+			return false
+		}
+		d.status = "offline"
+	case pulsev1.Status_STATUS_IDLE:
+		if u.status != "online" || u.lastActive.After(basis) {
+			return false
+		}
+		for _, d := range u.devices {
+			if d.status == "online" {
+				d.status = "idle"
 			}
 		}
-		if u.invisible && best != "offline" {
-			best = "invisible"
-		}
-		if best == u.status {
-			continue
-		}
-		at := t
-		if !at.After(u.lastUpdated) {
-			at = u.lastUpdated.Add(time.Microsecond)
-		}
-		u.changes = append(u.changes, modelChange{eventID: e.EventId, previous: u.status, current: best, at: at})
-		u.status, u.lastUpdated, u.changed = best, at, true
-		u.rows++
+	default:
+		return false
 	}
+	return true
+}
+
+// settle recomputes the effective status after e, of time t.
+func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time) {
+	best := "offline"
+	for _, dv := range u.devices {
+		if rank[dv.status] > rank[best] {
+			best = dv.status
+		}
+	}
+	if u.invisible && best != "offline" {
+		best = "invisible"
+	}
+	if best == u.status {
+		return
+	}
+	at := t
+	if !at.After(u.lastUpdated) {
+		at = u.lastUpdated.Add(time.Microsecond)
+	}
+	u.changes = append(u.changes, modelChange{eventID: e.EventId, previous: u.status, current: best, at: at})
+	u.status, u.lastUpdated, u.changed = best, at, true
+	u.rows++
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -90,6 +90,9 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		"PULSE_AGGREGATOR_GROUP": "it-" + run + "-aggregator",
 		"PULSE_HISTORY_GROUP":    "it-" + run + "-history",
 		"PULSE_REDIS_PREFIX":     "it-" + run,
+		// Timeouts are tested on their own; elsewhere they would race the model.
+		"PULSE_OFFLINE_AFTER": "24h",
+		"PULSE_IDLE_AFTER":    "24h",
 	} {
 		p.env[k] = v
 	}

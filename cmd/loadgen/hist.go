@@ -98,10 +98,16 @@ func (h *histogram) quantile(q float64) time.Duration {
 	}
 	rank := uint64(math.Ceil(q * float64(h.n)))
 	rank = min(max(rank, 1), h.n)
+	if rank == 1 {
+		return h.min
+	}
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
 		if seen >= rank {
+			if i == histBuckets-1 {
+				return h.max // the top bucket also holds everything above histMax
+			}
 			_, hi := bucketRange(i)
 			return min(max(time.Duration(hi), h.min), h.max)
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -57,6 +58,22 @@ type workload struct {
 	do       func(ctx context.Context, rng *rand.Rand, seq uint64) outcome
 }
 
+// requestRand returns the random stream of one request: a function of the seed, the
+// workload and the request's number only, so a rerun with the same -seed sends the
+// same users, devices, statuses and kinds however the goroutines interleave.
+func requestRand(seed, salt, seq uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(splitmix(seed+salt*0x9e3779b97f4a7c15), splitmix(seq)))
+}
+
+// splitmix scatters neighbouring inputs (request numbers) across the 64-bit space
+// (SplitMix64's finaliser).
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
 // client drives Pulse's HTTP API.
 type client struct {
 	http    *http.Client
@@ -96,7 +113,8 @@ func (c *client) call(ctx context.Context, method, url string, body any, into an
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			panic(fmt.Sprintf("encoding a request body: %v", err)) // our own types: cannot fail
+			// Not with the body types below; were it to happen, it shows as transport errors.
+			return outcome{class: classTransport, end: time.Now()}
 		}
 		rd = bytes.NewReader(b)
 	}
@@ -209,7 +227,7 @@ func (g gen) status(rng *rand.Rand) string {
 	return "online"
 }
 
-func (g gen) users_(rng *rand.Rand, n int) []string {
+func (g gen) userList(rng *rand.Rand, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = g.user(rng)
@@ -265,7 +283,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "batch-read", endpoint: "POST /statuses", rate: cfg.batchReadRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: g.users_(rng, cfg.readBatchSize)}, nil)
+				return c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: g.userList(rng, cfg.readBatchSize)}, nil)
 			}},
 		{name: "detail", endpoint: "GET /v1/users/{id}/status", rate: cfg.detailRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
@@ -277,7 +295,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "filter", endpoint: "POST /v1/online/filter", rate: cfg.filterRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodPost, c.query+"/v1/online/filter", userIDsBody{UserIDs: g.users_(rng, cfg.readBatchSize)}, nil)
+				return c.call(ctx, http.MethodPost, c.query+"/v1/online/filter", userIDsBody{UserIDs: g.userList(rng, cfg.readBatchSize)}, nil)
 			}},
 	}
 	if cfg.freshRate > 0 {
@@ -468,8 +486,8 @@ func parseMix(s string) (mix, error) {
 	var m mix
 	seen := map[string]bool{}
 	total := 0
-	for part := range splitComma(s) {
-		kind, w, ok := cut(part, '=')
+	for part := range strings.SplitSeq(s, ",") {
+		kind, w, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
 			return nil, fmt.Errorf("%q: want kind=weight", part)
 		}

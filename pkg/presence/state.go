@@ -7,6 +7,10 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 
+// AllDevices is the device of an idle timeout, which idles every online device of
+// the user at once.
+const AllDevices = "*"
+
 // MaxDevices bounds the devices kept per user; past it the device seen longest ago
 // among the offline ones is forgotten, so a user who logs in from a new browser every
 // day cannot grow their state without bound.
@@ -69,9 +73,12 @@ func (u *User) device(id string) (int, bool) {
 }
 
 // Apply folds e, the next event of this user in log order, into u (DESIGN.md
-// guarantees 1, 3 and 4). Duplicates are the caller's business: Apply sees each
+// guarantees 1, 3, 4 and 5). Duplicates are the caller's business: Apply sees each
 // event once.
 func (u *User) Apply(e *Event) Outcome {
+	if e.Source == SourceTimeout {
+		return u.applyTimeout(e)
+	}
 	t := e.Time()
 	i, found := u.device(e.DeviceID)
 	if found && t.Before(u.Devices[i].LastSeen) {
@@ -110,7 +117,39 @@ func (u *User) Apply(e *Event) Outcome {
 	}
 	u.LastSeen = later(u.LastSeen, t)
 	u.evictDevices()
+	return u.settle(t)
+}
 
+// applyTimeout applies a timeout the aggregator decided and wrote to the log. It takes
+// effect only if nothing newer came first: a device timeout only if the device was last
+// seen exactly when the decision was made (e.LastSeen), an idle timeout only if the user
+// was last active then. A timeout is not activity: no last-seen or last-active moves.
+func (u *User) applyTimeout(e *Event) Outcome {
+	noChange := Outcome{Stale: true, Previous: u.Status, Current: u.Status}
+	switch {
+	case e.Kind == KindStatus && e.Status == Offline:
+		i, found := u.device(e.DeviceID)
+		if !found || u.Devices[i].Status == Offline || u.Devices[i].LastSeen.After(e.LastSeen) {
+			return noChange
+		}
+		u.Devices[i].Status = Offline
+	case e.Kind == KindStatus && e.Status == Idle && e.DeviceID == AllDevices:
+		if u.Status != Online || u.LastActive.After(e.LastSeen) {
+			return noChange
+		}
+		for i := range u.Devices {
+			if u.Devices[i].Status == Online {
+				u.Devices[i].Status = Idle
+			}
+		}
+	default:
+		return noChange
+	}
+	return u.settle(e.Time())
+}
+
+// settle recomputes the effective status after an event of time t.
+func (u *User) settle(t time.Time) Outcome {
 	prev := u.Status
 	u.Status = u.effective()
 	if u.Status == prev {

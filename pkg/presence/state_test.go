@@ -348,7 +348,6 @@ func TestApplyKeepsLiveDevicesPastTheLimit(t *testing.T) {
 // carries the last-seen it was decided on, and must not apply when the device was
 // seen after that (a heartbeat raced the timeout into the log and won).
 func TestApplyTimeoutLosesToNewerHeartbeat(t *testing.T) {
-	t.Skip("known bug, reported: User.Apply ignores Event.LastSeen of timeout events")
 	u := NewUser(0)
 	u.Apply(heartbeatEv("phone", at(0)))
 	u.Apply(heartbeatEv("phone", at(59)))

@@ -27,6 +27,10 @@ type Config struct {
 	MaxWindowRecords int
 	// DedupeHorizon is how long an event id is remembered (DESIGN.md guarantee 2).
 	DedupeHorizon time.Duration
+	// OfflineAfter turns a device offline when it sent nothing for this long.
+	OfflineAfter time.Duration
+	// IdleAfter turns an online user idle after this long without activity.
+	IdleAfter time.Duration
 	// OpTimeout bounds each Redis or Kafka operation of a window; failed ones are retried.
 	OpTimeout time.Duration
 }
@@ -42,6 +46,8 @@ func loadConfig(env *config.Env) (Config, error) {
 		MaxWindowRecords: env.Int("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000),
 		DedupeHorizon:    env.Duration("PULSE_DEDUPE_HORIZON", 10*time.Minute),
 		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
+		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
+		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
 	}
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
@@ -63,6 +69,12 @@ func (c Config) Validate() error {
 	}
 	if c.DedupeHorizon < time.Second {
 		errs = append(errs, fmt.Errorf("PULSE_DEDUPE_HORIZON=%v: want at least 1s", c.DedupeHorizon))
+	}
+	if c.OfflineAfter < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("PULSE_OFFLINE_AFTER=%v: want at least 100ms", c.OfflineAfter))
+	}
+	if c.IdleAfter < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("PULSE_IDLE_AFTER=%v: want at least 100ms", c.IdleAfter))
 	}
 	if c.OpTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))

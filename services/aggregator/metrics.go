@@ -7,6 +7,7 @@ type metrics struct {
 	records      *prometheus.CounterVec
 	undecodable  prometheus.Counter
 	changes      prometheus.Counter
+	timeouts     prometheus.Counter
 	windowSize   prometheus.Histogram
 	flushSeconds prometheus.Histogram
 	retries      *prometheus.CounterVec
@@ -26,6 +27,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pulse_aggregator_changes_total",
 			Help: "Effective status changes produced to presence.changes.",
 		}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_timeouts_decided_total",
+			Help: "Timeout events (device offline, user idle) written to presence.events.",
+		}),
 		windowSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pulse_aggregator_window_events",
 			Help:    "Events per window and partition.",
@@ -41,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.records, m.undecodable, m.changes, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 

@@ -27,7 +27,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
 		"group", cfg.Group, "events", cfg.Kafka.EventsTopic, "changes", cfg.Kafka.ChangesTopic,
-		"redis", cfg.Redis, "window", cfg.Window, "dedupe_horizon", cfg.DedupeHorizon)
+		"redis", cfg.Redis, "window", cfg.Window, "dedupe_horizon", cfg.DedupeHorizon,
+		"offline_after", cfg.OfflineAfter, "idle_after", cfg.IdleAfter)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -41,6 +42,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
 			logger: logger.With("partition", partition),
 			st:     shardState{partition: partition},
+			now:    time.Now,
 		}
 	}
 	cons, err = consume.New(cfg.Kafka, consume.Config{

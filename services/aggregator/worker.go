@@ -17,6 +17,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/pkg/timeouts"
 )
 
 // worker owns one partition of presence.events, and so one shard of state, while the
@@ -30,9 +31,12 @@ type worker struct {
 	logger  *slog.Logger
 	metrics *metrics
 
-	st      shardState
-	dedupe  *recent.Window
-	pending []*kgo.Record
+	st       shardState
+	dedupe   *recent.Window
+	timeouts *timeouts.Tracker
+	pending  []*kgo.Record
+	// now is the clock deadlines are decided by.
+	now func() time.Time
 }
 
 func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
@@ -44,6 +48,16 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	deadline := time.NewTimer(time.Hour)
+	defer deadline.Stop()
+	arm := func() {
+		if next, ok := w.timeouts.Next(); ok {
+			deadline.Reset(max(next.Sub(w.now()), 0))
+		} else {
+			deadline.Stop()
+		}
+	}
+	arm()
 	for {
 		select {
 		case batch, ok := <-recs:
@@ -55,6 +69,14 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				}
 				return err
 			}
+			if w.dedupe == nil && len(batch) > 0 {
+				if err := w.rebuildDedupe(ctx, batch[0]); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+			}
 			if len(w.pending) == 0 {
 				timer.Reset(w.cfg.Window)
 			}
@@ -64,11 +86,18 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
+				arm()
 			}
 		case <-timer.C:
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
+			arm()
+		case <-deadline.C:
+			if err := w.decideTimeouts(ctx); err != nil {
+				return err
+			}
+			arm()
 		case <-ctx.Done():
 			// Lost: another member may own the partition already; commit nothing.
 			return nil
@@ -111,21 +140,51 @@ func (w *worker) start(ctx context.Context) error {
 		committed = loaded.Offset + 1
 	}
 
-	w.dedupe = recent.New(w.cfg.DedupeHorizon)
-	since := time.Now().Add(-w.cfg.DedupeHorizon)
+	// Deadlines come from the state, before any new event is applied: users who went
+	// silent while no aggregator owned the shard still time out, at once if overdue.
+	w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
+	if err := w.retryWithin(ctx, "rebuilding deadlines", 2*time.Minute, func(ctx context.Context) error {
+		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
+		return w.store.LiveUsers(ctx, int(p), loaded.Bitmaps[:], w.timeouts.Update)
+	}); err != nil {
+		return err
+	}
+
+	w.logger.Info("partition assigned", "partition", p, "state_offset", loaded.Offset,
+		"committed", committed, "registered", loaded.Next, "deadlines", w.timeouts.Len())
+	return nil
+}
+
+// rebuildDedupe remembers the event ids of the horizon before first, the first record
+// the group hands this worker, so duplicates stay exact across restarts and
+// rebalances. The horizon is measured from first's log time, not from now: after an
+// outage longer than the horizon the backlog's own recent past is what matters.
+func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
+	from := first.Timestamp
+	if now := w.now(); from.IsZero() || from.After(now) {
+		from = now
+	}
+	// Record timestamps are the broker's append time or the producer's clock; a minute
+	// of slack covers the difference to events' received-at.
+	since := from.Add(-w.cfg.DedupeHorizon - time.Minute)
+	var win *recent.Window
 	n := 0
-	err = kafkax.ReadRange(ctx, w.cfg.Kafka, w.logger, w.topic, p, since, committed, func(r *kgo.Record) error {
-		if e, err := decode(r); err == nil {
-			w.dedupe.Duplicate(e.ID, e.ReceivedAt)
-			n++
-		}
-		return nil
+	// Reading a horizon of a busy partition takes far longer than one Redis write.
+	err := w.retryWithin(ctx, "rebuilding the duplicate horizon", 2*time.Minute, func(ctx context.Context) error {
+		win, n = recent.New(w.cfg.DedupeHorizon), 0
+		return kafkax.ReadRange(ctx, w.cfg.Kafka, w.logger, w.topic, w.st.partition, since, first.Offset, func(r *kgo.Record) error {
+			if e, err := decode(r); err == nil {
+				win.Duplicate(e.ID, e.ReceivedAt)
+				n++
+			}
+			return nil
+		})
 	})
 	if err != nil {
-		return fmt.Errorf("rebuilding the duplicate horizon: %w", err)
+		return err
 	}
-	w.logger.Info("partition assigned", "partition", p, "state_offset", loaded.Offset,
-		"committed", committed, "registered", loaded.Next, "horizon_events", n)
+	w.dedupe = win
+	w.logger.Info("duplicate horizon rebuilt", "partition", w.st.partition, "first_offset", first.Offset, "events", n)
 	return nil
 }
 
@@ -198,6 +257,9 @@ func (w *worker) flush(ctx context.Context) error {
 			return err
 		}
 		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+		for id, u := range win.Users {
+			w.timeouts.Update(id, u)
+		}
 		w.metrics.observeWindow(len(recs), stats, len(win.Outbox.Changes))
 		if err := w.produce(ctx, win.Outbox.Changes); err != nil {
 			return err
@@ -209,6 +271,39 @@ func (w *worker) flush(ctx context.Context) error {
 	}
 	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// decideTimeouts writes every deadline that passed to presence.events as a timeout
+// event. The events come back through the log like any other and are applied only if
+// nothing newer for the device (or, for idle, no activity) came first.
+func (w *worker) decideTimeouts(ctx context.Context) error {
+	now := w.now()
+	due := w.timeouts.Due(now)
+	if len(due) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, len(due))
+	for i, d := range due {
+		e := d.Event(now)
+		b, err := proto.Marshal(e.ToPB())
+		if err != nil {
+			return fmt.Errorf("encoding timeout: %w", err)
+		}
+		// Keyed by user id like every event, so it lands in this partition.
+		recs[i] = &kgo.Record{
+			Topic:   w.topic,
+			Key:     []byte(e.UserID),
+			Value:   b,
+			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}},
+		}
+	}
+	err := w.retry(ctx, "producing timeouts", func(ctx context.Context) error {
+		return w.cl.ProduceSync(ctx, recs...).FirstErr()
+	})
+	if err == nil {
+		w.metrics.timeouts.Add(float64(len(recs)))
+	}
+	return err
 }
 
 // produce writes changes to presence.changes and waits for every ack.
@@ -251,9 +346,14 @@ func (w *worker) commit(ctx context.Context, offset int64) error {
 // retry runs op, each try under the dependency deadline, until it succeeds or ctx
 // ends: a Redis or Kafka outage stalls the partition instead of losing a window.
 func (w *worker) retry(ctx context.Context, what string, op func(context.Context) error) error {
+	return w.retryWithin(ctx, what, w.cfg.OpTimeout, op)
+}
+
+// retryWithin is retry with each try bounded by timeout instead of OpTimeout.
+func (w *worker) retryWithin(ctx context.Context, what string, timeout time.Duration, op func(context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		octx, cancel := context.WithTimeout(ctx, timeout)
 		err := op(octx)
 		cancel()
 		if err == nil {

@@ -108,7 +108,9 @@ func orUnset(s string) any {
 }
 
 // addEvent plans the writes of event e found at partition/offset. A stale event is
-// recorded in user_activity only; a fresh one also advances user_status.
+// recorded in user_activity only; a fresh one also advances user_status, unless it is
+// a timeout: a timeout is not a sign of life, and its change reaches user_status
+// through presence.changes.
 func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, offset int64) {
 	t := e.Time()
 	bucket := bucketOf(t)
@@ -121,7 +123,7 @@ func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, off
 		e.Kind.String(), orUnset(status), e.DeviceID, e.Source.String(), e.ReceivedAt, stale, partition, offset,
 		presence.Micros(e.ReceivedAt),
 	}})
-	if stale {
+	if stale || e.Source == presence.SourceTimeout {
 		return
 	}
 	if e.Kind == presence.KindStatus || e.Kind == presence.KindActivity {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
 )
 
@@ -90,7 +91,7 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			}
 			if !started {
 				started = true
-				if false && w.events {
+				if w.events {
 					if err := w.rebuild(ctx, batch[0]); err != nil {
 						return nil // only ctx ends a rebuild: the partition is lost
 					}
@@ -145,11 +146,34 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 		w.h.m.skipped.WithLabelValues(skipDuplicate).Inc()
 		return
 	}
-	stale := w.window.Stale(e.UserID, e.DeviceID, e.Time(), e.ReceivedAt)
+	stale := observe(w.window, &e)
 	if stale {
 		w.h.m.stale.Inc()
 	}
 	plan.addEvent(&e, stale, r.Partition, r.Offset)
+}
+
+// activityDevice is the pseudo-device under which the window remembers a user's newest
+// activity (status and activity events), which idle timeouts are decided against.
+const activityDevice = "\x00activity"
+
+// observe records e in the window and reports whether the aggregator found it stale,
+// by the same rules (pkg/presence): per device for events; for a timeout, whether
+// something newer than its basis came first — a newer event of the device for an
+// offline timeout, newer activity of the user for an idle timeout.
+func observe(win *recent.Window, e *presence.Event) bool {
+	if e.Source == presence.SourceTimeout {
+		device := e.DeviceID
+		if e.DeviceID == presence.AllDevices {
+			device = activityDevice
+		}
+		return win.Stale(e.UserID, device, e.LastSeen, e.ReceivedAt)
+	}
+	stale := win.Stale(e.UserID, e.DeviceID, e.Time(), e.ReceivedAt)
+	if !stale && (e.Kind == presence.KindStatus || e.Kind == presence.KindActivity) {
+		win.Stale(e.UserID, activityDevice, e.Time(), e.ReceivedAt)
+	}
+	return stale
 }
 
 func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
@@ -213,7 +237,7 @@ func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 		err := w.h.readRange(rctx, w.topic, w.partition, since, first.Offset, func(r *kgo.Record) error {
 			n++
 			if e, err := decodeEvent(r); err == nil && !w.window.Duplicate(e.ID, e.ReceivedAt) {
-				w.window.Stale(e.UserID, e.DeviceID, e.Time(), e.ReceivedAt)
+				observe(w.window, &e)
 			}
 			return nil
 		})

@@ -1,0 +1,379 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// stats collects one workload's outcomes. Only requests intended to start inside the
+// measured window [from, …) count in the report; done and failed count every request
+// for the progress line, warm-up included.
+type stats struct {
+	from time.Time
+
+	done   atomic.Uint64 // requests that ended, any class but dropped
+	failed atomic.Uint64 // 4xx, 5xx, transport and dropped
+
+	mu        sync.Mutex
+	scheduled uint64 // intended starts: sent or dropped
+	ok        uint64
+	c4xx      uint64
+	c5xx      uint64
+	transport uint64
+	dropped   uint64
+	aborted   uint64
+	events    uint64
+	codes     map[int]uint64 // status codes of the non-2xx answers
+	lat       histogram      // 2xx latencies from the intended start
+
+	probes, seen, timeouts, probeAborted, polls, pollErrors uint64
+	fresh                                                   histogram
+}
+
+func newStats(from time.Time) *stats { return &stats{from: from, codes: map[int]uint64{}} }
+
+// record adds the outcome of the request intended to start at intended.
+func (s *stats) record(intended time.Time, o outcome) {
+	switch o.class {
+	case classDropped:
+		s.failed.Add(1)
+	case class4xx, class5xx, classTransport:
+		s.failed.Add(1)
+		s.done.Add(1)
+	default:
+		s.done.Add(1)
+	}
+	if intended.Before(s.from) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scheduled++
+	switch o.class {
+	case classOK:
+		s.ok++
+		s.events += uint64(o.events)
+		s.lat.record(o.end.Sub(intended))
+	case class4xx:
+		s.c4xx++
+	case class5xx:
+		s.c5xx++
+	case classTransport:
+		s.transport++
+	case classDropped:
+		s.dropped++
+	case classAborted:
+		s.aborted++
+	}
+	if o.class != classOK && o.code != 0 {
+		s.codes[o.code]++
+	}
+	if r := o.fresh; r != nil {
+		s.probes++
+		s.polls += uint64(r.polls)
+		s.pollErrors += uint64(r.pollErrors)
+		switch {
+		case r.seen:
+			s.seen++
+			s.fresh.record(r.after)
+		case r.timedOut:
+			s.timeouts++
+		case r.aborted:
+			s.probeAborted++
+		}
+	}
+}
+
+// snapshot returns the p99 latency and p99 freshness so far, with their counts.
+func (s *stats) snapshot() (p99 time.Duration, n uint64, fresh99 time.Duration, fn uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lat.quantile(0.99), s.lat.count(), s.fresh.quantile(0.99), s.fresh.count()
+}
+
+// Report is the document -json writes: the numbers of the table, with field names
+// that stay stable so bench scripts can step rates and compare runs. Latencies and
+// freshness are in milliseconds; rates per second of the measured window.
+//
+//	version               1 for this layout; a breaking change bumps it
+//	startedAt             when the warm-up began (RFC 3339)
+//	warmupSeconds         length of the warm-up, excluded from every number below
+//	measuredSeconds       length of the measured window (shorter after a Ctrl-C)
+//	interrupted           true when a Ctrl-C ended the run early
+//	seed                  the -seed, for a reproducible rerun
+//	config                every flag's value, by flag name
+//	acceptedEvents        events in 2xx answers of all ingest workloads
+//	acceptedEventsPerSec  acceptedEvents / measuredSeconds: the headline number
+//	workloads[]           one per workload whose rate is not 0:
+//	  name, endpoint      e.g. "batch", "POST /v1/events"
+//	  targetRate          requests/s asked for
+//	  achievedRate        requests/s that got an answer or a transport error (not dropped)
+//	  targetEventsPerSec  targetRate × events per request (ingest workloads, else 0)
+//	  eventsPerSec        accepted events/s (ingest workloads, else 0)
+//	  scheduled           intended starts in the window = ok + errors + aborted
+//	  ok                  2xx answers
+//	  errors              {"4xx","5xx","transport","dropped"}: dropped = due while every
+//	                      worker was busy (or the probe user was), so never sent
+//	  aborted             cut off by the shutdown after a Ctrl-C; not an error
+//	  statusCodes         non-2xx answers by status code, e.g. {"503": 2}
+//	  events              accepted events (ingest workloads)
+//	  latencyMs           2xx latency from the intended start:
+//	                      {"count","mean","p50","p90","p99","p999","max"}
+//	freshness             present when -fresh-rate > 0: from a status write's 2xx to
+//	                      the end of the first read showing it
+//	  probes              probes whose write got a 2xx (the rest are the "fresh"
+//	                      workload's errors)
+//	  seen, timeouts, aborted
+//	  polls, pollErrors   status reads made while waiting, and how many failed
+//	  ms                  {"count","mean","p50","p90","p99","p999","max"} of seen probes
+type Report struct {
+	Version              int               `json:"version"`
+	StartedAt            time.Time         `json:"startedAt"`
+	WarmupSeconds        float64           `json:"warmupSeconds"`
+	MeasuredSeconds      float64           `json:"measuredSeconds"`
+	Interrupted          bool              `json:"interrupted"`
+	Seed                 uint64            `json:"seed"`
+	Config               map[string]string `json:"config"`
+	AcceptedEvents       uint64            `json:"acceptedEvents"`
+	AcceptedEventsPerSec float64           `json:"acceptedEventsPerSec"`
+	Workloads            []WorkloadReport  `json:"workloads"`
+	Freshness            *FreshnessReport  `json:"freshness,omitempty"`
+}
+
+// WorkloadReport is one workload's line of the report.
+type WorkloadReport struct {
+	Name               string            `json:"name"`
+	Endpoint           string            `json:"endpoint"`
+	TargetRate         float64           `json:"targetRate"`
+	AchievedRate       float64           `json:"achievedRate"`
+	TargetEventsPerSec float64           `json:"targetEventsPerSec"`
+	EventsPerSec       float64           `json:"eventsPerSec"`
+	Scheduled          uint64            `json:"scheduled"`
+	OK                 uint64            `json:"ok"`
+	Errors             ErrorCounts       `json:"errors"`
+	Aborted            uint64            `json:"aborted"`
+	StatusCodes        map[string]uint64 `json:"statusCodes"`
+	Events             uint64            `json:"events"`
+	LatencyMs          Quantiles         `json:"latencyMs"`
+}
+
+// ErrorCounts are a workload's failed requests by class.
+type ErrorCounts struct {
+	C4xx      uint64 `json:"4xx"`
+	C5xx      uint64 `json:"5xx"`
+	Transport uint64 `json:"transport"`
+	Dropped   uint64 `json:"dropped"`
+}
+
+// Quantiles summarise a histogram, in milliseconds.
+type Quantiles struct {
+	Count uint64  `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+}
+
+// FreshnessReport is what the freshness probes measured.
+type FreshnessReport struct {
+	Probes     uint64    `json:"probes"`
+	Seen       uint64    `json:"seen"`
+	Timeouts   uint64    `json:"timeouts"`
+	Aborted    uint64    `json:"aborted"`
+	Polls      uint64    `json:"polls"`
+	PollErrors uint64    `json:"pollErrors"`
+	Ms         Quantiles `json:"ms"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func quantiles(h *histogram) Quantiles {
+	return Quantiles{
+		Count: h.count(), Mean: ms(h.mean()),
+		P50: ms(h.quantile(0.5)), P90: ms(h.quantile(0.9)), P99: ms(h.quantile(0.99)),
+		P999: ms(h.quantile(0.999)), Max: ms(h.quantile(1)),
+	}
+}
+
+// buildReport turns the workloads' stats into the report.
+func buildReport(cfg config, wls []*workload, st []*stats, started time.Time, measured time.Duration, interrupted bool) Report {
+	secs := measured.Seconds()
+	per := func(n float64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return n / secs
+	}
+	r := Report{
+		Version: 1, StartedAt: started.UTC(), WarmupSeconds: cfg.warmup.Seconds(),
+		MeasuredSeconds: secs, Interrupted: interrupted, Seed: cfg.seed, Config: cfg.flags,
+		Workloads: []WorkloadReport{},
+	}
+	for i, w := range wls {
+		s := st[i]
+		s.mu.Lock()
+		codes := map[string]uint64{}
+		for c, n := range s.codes {
+			codes[strconv.Itoa(c)] = n
+		}
+		wr := WorkloadReport{
+			Name: w.name, Endpoint: w.endpoint, TargetRate: w.rate,
+			AchievedRate:       per(float64(s.ok + s.c4xx + s.c5xx + s.transport)),
+			TargetEventsPerSec: w.rate * float64(w.perReq),
+			EventsPerSec:       per(float64(s.events)),
+			Scheduled:          s.scheduled, OK: s.ok,
+			Errors:      ErrorCounts{C4xx: s.c4xx, C5xx: s.c5xx, Transport: s.transport, Dropped: s.dropped},
+			Aborted:     s.aborted,
+			StatusCodes: codes,
+			Events:      s.events,
+			LatencyMs:   quantiles(&s.lat),
+		}
+		if w.name == "fresh" {
+			r.Freshness = &FreshnessReport{
+				Probes: s.probes, Seen: s.seen, Timeouts: s.timeouts, Aborted: s.probeAborted,
+				Polls: s.polls, PollErrors: s.pollErrors, Ms: quantiles(&s.fresh),
+			}
+		}
+		s.mu.Unlock()
+		r.AcceptedEvents += wr.Events
+		r.Workloads = append(r.Workloads, wr)
+	}
+	r.AcceptedEventsPerSec = per(float64(r.AcceptedEvents))
+	return r
+}
+
+// writeTable prints the report for people.
+func writeTable(w io.Writer, r Report) error {
+	var b strings.Builder
+	state := ""
+	if r.Interrupted {
+		state = ", interrupted"
+	}
+	fmt.Fprintf(&b, "pulse loadgen: %.1f s measured after %.1f s warm-up (seed %d%s)\n",
+		r.MeasuredSeconds, r.WarmupSeconds, r.Seed, state)
+	fmt.Fprintf(&b, "accepted events/s: %.1f (%d events)\n\n", r.AcceptedEventsPerSec, r.AcceptedEvents)
+
+	// Right-aligned numbers; names padded to one width so they read left-aligned.
+	width := len("workload")
+	for _, x := range r.Workloads {
+		width = max(width, len(x.Name))
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\t", width, "workload")
+	fmt.Fprintln(tw, "target/s\tachieved/s\tevents/s\tok\t4xx\t5xx\ttransport\tdropped\tp50\tp90\tp99\tp99.9\tmax\t")
+	for _, x := range r.Workloads {
+		ev := "-"
+		if x.TargetEventsPerSec > 0 {
+			ev = fmt.Sprintf("%.0f", x.EventsPerSec)
+		}
+		l := x.LatencyMs
+		fmt.Fprintf(tw, "%-*s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
+			width, x.Name, x.TargetRate, x.AchievedRate, ev, x.OK,
+			x.Errors.C4xx, x.Errors.C5xx, x.Errors.Transport, x.Errors.Dropped,
+			fmtMs(l.P50, l.Count), fmtMs(l.P90, l.Count), fmtMs(l.P99, l.Count), fmtMs(l.P999, l.Count), fmtMs(l.Max, l.Count))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, x := range r.Workloads {
+		if len(x.StatusCodes) == 0 && x.Aborted == 0 {
+			continue
+		}
+		codes := slices.Sorted(maps.Keys(x.StatusCodes))
+		var parts []string
+		for _, c := range codes {
+			parts = append(parts, fmt.Sprintf("HTTP %s ×%d", c, x.StatusCodes[c]))
+		}
+		if x.Aborted > 0 {
+			parts = append(parts, fmt.Sprintf("aborted at shutdown ×%d", x.Aborted))
+		}
+		fmt.Fprintf(&b, "%s: %s\n", x.Name, strings.Join(parts, ", "))
+	}
+	if f := r.Freshness; f != nil {
+		q := f.Ms
+		fmt.Fprintf(&b, "\nfreshness (write 2xx → first read showing it): probes %d, seen %d, timeouts %d, aborted %d; polls %d (%d failed)\n",
+			f.Probes, f.Seen, f.Timeouts, f.Aborted, f.Polls, f.PollErrors)
+		fmt.Fprintf(&b, "  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n",
+			fmtMs(q.P50, q.Count), fmtMs(q.P90, q.Count), fmtMs(q.P99, q.Count), fmtMs(q.P999, q.Count), fmtMs(q.Max, q.Count))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fmtMs prints a latency in milliseconds with about three significant digits.
+func fmtMs(v float64, n uint64) string {
+	switch {
+	case n == 0:
+		return "-"
+	case v < 1:
+		return fmt.Sprintf("%.0fµs", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2fms", v)
+	case v < 1000:
+		return fmt.Sprintf("%.1fms", v)
+	}
+	return fmt.Sprintf("%.2fs", v/1000)
+}
+
+// writeJSON writes the report to path.
+func writeJSON(path string, r Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}
+
+// progress prints one line a second to w until stop is closed: per workload the
+// rate of the last second and the p99 so far (measured window only), then the
+// errors so far (warm-up included) and the freshness p99.
+func progress(w io.Writer, stop <-chan struct{}, start, from time.Time, wls []*workload, st []*stats) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := make([]uint64, len(st))
+	lastAt := start
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			var b strings.Builder
+			phase := "run"
+			if now.Before(from) {
+				phase = "warm-up"
+			}
+			fmt.Fprintf(&b, "[%5.1fs %s]", now.Sub(start).Seconds(), phase)
+			var failed uint64
+			fresh := ""
+			for i, w := range wls {
+				done := st[i].done.Load()
+				rate := float64(done-last[i]) / now.Sub(lastAt).Seconds()
+				last[i] = done
+				failed += st[i].failed.Load()
+				p99, n, f99, fn := st[i].snapshot()
+				fmt.Fprintf(&b, " %s %.0f/s p99 %s |", w.name, rate, fmtMs(ms(p99), n))
+				if w.name == "fresh" {
+					fresh = " fresh p99 " + fmtMs(ms(f99), fn)
+				}
+			}
+			lastAt = now
+			fmt.Fprintf(&b, " errors %d%s\n", failed, fresh)
+			io.WriteString(w, b.String())
+		}
+	}
+}

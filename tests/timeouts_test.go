@@ -1,0 +1,313 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+)
+
+const (
+	testOfflineAfter = 4 * time.Second
+	testIdleAfter    = 8 * time.Second
+)
+
+func newTimeoutPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	return newPipeline(t, 4, map[string]string{
+		"PULSE_OFFLINE_AFTER": testOfflineAfter.String(),
+		"PULSE_IDLE_AFTER":    testIdleAfter.String(),
+	})
+}
+
+// send posts one event now and returns when ingest acknowledged it.
+func (p *pipeline) send(t *testing.T, user, kind, status, device string) time.Time {
+	t.Helper()
+	e := wireEvent{UserID: user, Kind: kind, Status: status, DeviceID: device}
+	code, body := postJSON(t, p.svc["ingest"].url+"/v1/events", map[string]any{"events": []wireEvent{e}})
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/events = %d %s", code, body)
+	}
+	return time.Now()
+}
+
+func (p *pipeline) status(t *testing.T, user string) string {
+	t.Helper()
+	code, body := get(t, p.svc["query"].url+"/status/"+user)
+	var v seedView
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+		t.Fatalf("GET /status/%s = %d %s", user, code, body)
+	}
+	return v.Status
+}
+
+// waitStatus waits until the user reads status.
+func (p *pipeline) waitStatus(t *testing.T, user, status string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() string {
+		if s := p.status(t, user); s != status {
+			return user + " reads " + s + ", want " + status + "; aggregator output:\n" + p.svc["aggregator"].out.String()
+		}
+		return ""
+	})
+}
+
+// watchStatus polls a user's public status every 20ms until stop is closed and
+// returns each distinct status seen with the time it was first seen.
+func (p *pipeline) watchStatus(t *testing.T, user string, stop <-chan struct{}) func() []statusAt {
+	var mu sync.Mutex
+	var seen []statusAt
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			s := p.status(t, user)
+			mu.Lock()
+			if len(seen) == 0 || seen[len(seen)-1].status != s {
+				seen = append(seen, statusAt{s, time.Now()})
+			}
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() []statusAt {
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+}
+
+type statusAt struct {
+	status string
+	at     time.Time
+}
+
+// changesOf reads the user's effective changes from presence.changes, deduplicated.
+func (p *pipeline) changesOf(t *testing.T, user string) []*pulsev1.Change {
+	t.Helper()
+	var out []*pulsev1.Change
+	seen := map[int64]bool{}
+	for _, recs := range readTopic(t, p.changes) {
+		for _, r := range recs {
+			var c pulsev1.Change
+			if err := proto.Unmarshal(r.Value, &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.UserId == user && !seen[c.SourceOffset] {
+				seen[c.SourceOffset] = true
+				out = append(out, &c)
+			}
+		}
+	}
+	return out
+}
+
+// A user who stops heartbeating is offline within offline_after plus one window (and
+// the time to write the decision through the log), never before offline_after, in
+// Redis, in the online count, in presence.changes and in Cassandra.
+func TestSilentUserGoesOfflineOnTime(t *testing.T) {
+	p := newTimeoutPipeline(t)
+	user := "silent-" + p.run
+	stop := make(chan struct{})
+	acked := p.send(t, user, "heartbeat", "", "phone")
+	p.waitStatus(t, user, "online")
+	seen := p.watchStatus(t, user, stop)
+	eventually(t, 10*time.Second, func() string {
+		if s := p.status(t, user); s != "offline" {
+			return "status " + s + ", want offline"
+		}
+		return ""
+	})
+	close(stop)
+	trace := seen()
+	if len(trace) != 2 || trace[0].status != "online" || trace[1].status != "offline" {
+		t.Fatalf("statuses seen = %+v, want online then offline", trace)
+	}
+	// The deadline is the heartbeat's received-at + offline_after; received-at is
+	// before the 2xx, so "never early" means not before acked + offline_after - the
+	// request's own duration. A generous bound on the late side absorbs a busy machine.
+	wentOffline := trace[1].at.Sub(acked)
+	if wentOffline < testOfflineAfter-200*time.Millisecond {
+		t.Errorf("offline %v after the heartbeat's 2xx: earlier than offline_after %v", wentOffline, testOfflineAfter)
+	}
+	if wentOffline > testOfflineAfter+time.Second {
+		t.Errorf("offline %v after the heartbeat's 2xx, want within offline_after (%v) + one window + log round trip", wentOffline, testOfflineAfter)
+	}
+	t.Logf("offline %v after the last heartbeat's 2xx (offline_after %v)", wentOffline.Round(time.Millisecond), testOfflineAfter)
+
+	changes := p.changesOf(t, user)
+	if len(changes) != 2 || changes[1].Cause != pulsev1.Cause_CAUSE_TIMEOUT || changes[1].Current != pulsev1.Status_STATUS_OFFLINE ||
+		changes[1].DeviceId != "phone" {
+		t.Fatalf("changes = %v, want online by event then offline by timeout", changes)
+	}
+	session := cassandraSession(t)
+	eventually(t, 30*time.Second, func() string {
+		var status string
+		var rows []string
+		if err := session.Query(`SELECT status FROM user_status WHERE user_id = ?`, user).Scan(&status); err != nil {
+			return err.Error()
+		}
+		iter := session.Query(`SELECT cause FROM user_activity WHERE user_id = ? AND bucket IN ? AND entry_type = 'change' ALLOW FILTERING`,
+			user, dayBuckets()).Iter()
+		var cause string
+		for iter.Scan(&cause) {
+			rows = append(rows, cause)
+		}
+		if err := iter.Close(); err != nil {
+			return err.Error()
+		}
+		if status != "offline" || len(rows) != 2 || rows[0] != "timeout" {
+			return "user_status " + status + ", change causes " + jsonList(rows)
+		}
+		return ""
+	})
+}
+
+func jsonList(s []string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// A user who keeps sending activity never flaps; one who only heartbeats goes idle
+// after idle_after but never offline; a user online on two devices stays online when
+// one of them goes silent, and that device reads offline.
+func TestLiveUsersNeverFlap(t *testing.T) {
+	p := newTimeoutPipeline(t)
+	active, beating, twoDevices := "active-"+p.run, "beating-"+p.run, "two-"+p.run
+	stop := make(chan struct{})
+	p.send(t, twoDevices, "heartbeat", "", "laptop") // the laptop then goes silent
+	traces := map[string]func() []statusAt{}
+	for _, u := range []string{active, beating, twoDevices} {
+		p.send(t, u, "heartbeat", "", "phone")
+	}
+	for _, u := range []string{active, beating, twoDevices} {
+		p.waitStatus(t, u, "online")
+		traces[u] = p.watchStatus(t, u, stop)
+	}
+	// Each user sends every 500ms from its own goroutine, so one slow request on a busy
+	// machine cannot open a gap anywhere near offline_after.
+	deadline := time.Now().Add(testIdleAfter + 3*time.Second)
+	var wg sync.WaitGroup
+	for _, s := range []struct{ user, kind string }{{active, "activity"}, {beating, "heartbeat"}, {twoDevices, "activity"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := time.Now()
+			for time.Now().Before(deadline) {
+				acked := p.send(t, s.user, s.kind, "", "phone")
+				if gap := acked.Sub(last); gap > testOfflineAfter/2 {
+					t.Errorf("%s: %v between two acknowledged events: the machine is too slow for this test's timing", s.user, gap)
+				}
+				last = acked
+				time.Sleep(500 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	for _, u := range []string{active, twoDevices} {
+		if tr := traces[u](); len(tr) != 1 || tr[0].status != "online" {
+			t.Errorf("%s: statuses seen = %+v, want online throughout", u, tr)
+		}
+		if ch := p.changesOf(t, u); len(ch) != 1 {
+			t.Errorf("%s: %d changes, want 1 (offline -> online)", u, len(ch))
+		}
+	}
+	if tr := traces[beating](); len(tr) != 2 || tr[0].status != "online" || tr[1].status != "idle" {
+		t.Errorf("heartbeats only: statuses seen = %+v, want online then idle, never offline", tr)
+	}
+	ch := p.changesOf(t, beating)
+	if len(ch) != 2 || ch[1].Current != pulsev1.Status_STATUS_IDLE || ch[1].Cause != pulsev1.Cause_CAUSE_TIMEOUT {
+		t.Errorf("heartbeats only: changes = %v, want online, then idle by timeout", ch)
+	}
+
+	code, body := get(t, p.svc["query"].url+"/v1/users/"+twoDevices+"/status")
+	var v struct {
+		Status  string `json:"status"`
+		Devices []struct {
+			DeviceID string `json:"deviceId"`
+			Status   string `json:"status"`
+		} `json:"devices"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || v.Status != "online" || len(v.Devices) != 2 ||
+		v.Devices[0].DeviceID != "laptop" || v.Devices[0].Status != "offline" || v.Devices[1].Status != "online" {
+		t.Errorf("two devices: GET /v1/users/{id}/status = %d %s, want online with the laptop offline", code, body)
+	}
+}
+
+// Users who go silent while no aggregator runs still time out once one starts again:
+// the new owner rebuilds its deadlines from Redis before applying new events.
+func TestTimeoutsSurviveAnAggregatorOutage(t *testing.T) {
+	p := newTimeoutPipeline(t)
+	users := []string{"outage-a-" + p.run, "outage-b-" + p.run}
+	for _, u := range users {
+		p.send(t, u, "heartbeat", "", "phone")
+	}
+	for _, u := range users {
+		p.waitStatus(t, u, "online")
+	}
+	p.svc["aggregator"].stop(t)
+	time.Sleep(testOfflineAfter + time.Second)
+	for _, u := range users {
+		if s := p.status(t, u); s != "online" {
+			t.Fatalf("%s is %s with no aggregator running, want still online (nobody decides)", u, s)
+		}
+	}
+	p.start(t, "aggregator")
+	eventually(t, 15*time.Second, func() string {
+		for _, u := range users {
+			if s := p.status(t, u); s != "offline" {
+				return u + " is " + s + " after the aggregator restarted, want offline"
+			}
+		}
+		return ""
+	})
+}
+
+// An invisible user is offline to readers and in counts, while connected.
+func TestInvisibleUserReadsOffline(t *testing.T) {
+	p := newTimeoutPipeline(t)
+	ghost, visible := "ghost-"+p.run, "visible-"+p.run
+	p.send(t, ghost, "status", "invisible", "phone")
+	p.send(t, visible, "status", "online", "phone")
+	eventually(t, 10*time.Second, func() string {
+		if s := p.status(t, visible); s != "online" {
+			return "visible user is " + s
+		}
+		return ""
+	})
+	if s := p.status(t, ghost); s != "offline" {
+		t.Errorf("invisible user reads %s, want offline", s)
+	}
+	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	var c struct {
+		Total    uint64            `json:"total"`
+		ByStatus map[string]uint64 `json:"byStatus"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &c) != nil || c.Total != 1 || c.ByStatus["online"] != 1 || c.ByStatus["offline"] != 1 {
+		t.Errorf("GET /v1/online/count = %s, want 1 online and the invisible user counted offline", body)
+	}
+	// Back to online: to others the change is offline -> online.
+	p.send(t, ghost, "status", "online", "phone")
+	eventually(t, 10*time.Second, func() string {
+		if s := p.status(t, ghost); s != "online" {
+			return "after going visible the user reads " + s
+		}
+		return ""
+	})
+	ch := p.changesOf(t, ghost)
+	if len(ch) != 2 || ch[0].Current != pulsev1.Status_STATUS_INVISIBLE || ch[1].Previous != pulsev1.Status_STATUS_INVISIBLE ||
+		ch[1].Current != pulsev1.Status_STATUS_ONLINE {
+		t.Errorf("changes = %v, want offline->invisible, invisible->online", ch)
+	}
+}
