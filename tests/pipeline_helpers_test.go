@@ -33,7 +33,7 @@ type pipeline struct {
 	svc        map[string]*service
 }
 
-func randomID(t *testing.T) string {
+func randomID(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {

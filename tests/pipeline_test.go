@@ -432,7 +432,7 @@ func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []s
 		var status *string
 		var updated, active, seenAt time.Time
 		err := s.Query(`SELECT status, last_updated, last_active, last_seen FROM user_status WHERE user_id = ?`, id).
-			WithContext(ctx).Scan(&status, &updated, &active, &seenAt)
+			ScanContext(ctx, &status, &updated, &active, &seenAt)
 		if err != nil {
 			return fmt.Sprintf("user_status %s: %v", id, err)
 		}
@@ -451,7 +451,7 @@ func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []s
 		}
 		var rows int
 		iter := s.Query(`SELECT entry_id FROM user_activity WHERE user_id = ? AND bucket IN ?`, id, dayBuckets()).
-			WithContext(ctx).Iter()
+			IterContext(ctx)
 		var entry string
 		for iter.Scan(&entry) {
 			rows++

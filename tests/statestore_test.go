@@ -17,7 +17,7 @@ import (
 )
 
 // stateRDB is a client of the Redis at addr, closed when the test ends.
-func stateRDB(t *testing.T, addr string) *redis.Client {
+func stateRDB(t testing.TB, addr string) *redis.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
@@ -27,7 +27,7 @@ func stateRDB(t *testing.T, addr string) *redis.Client {
 	return rdb
 }
 
-func stateStore(t *testing.T) (*statestore.Store, *redis.Client) {
+func stateStore(t testing.TB) (*statestore.Store, *redis.Client) {
 	t.Helper()
 	rdb := stateRDB(t, redisAddr())
 	prefix := "it-" + randomID(t)

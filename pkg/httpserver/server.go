@@ -33,6 +33,8 @@ type Config struct {
 	IdleTimeout       time.Duration
 	// CheckTimeout bounds each dependency check of /readyz.
 	CheckTimeout time.Duration
+	// PProf serves Go's profiles under /debug/pprof/ (off by default: they expose internals).
+	PProf bool
 }
 
 // ConfigFromEnv reads PULSE_HTTP_* variables; defAddr is the service's own port.
@@ -45,6 +47,7 @@ func ConfigFromEnv(e *config.Env, defAddr string) Config {
 		WriteTimeout:      e.Duration("PULSE_HTTP_WRITE_TIMEOUT", 30*time.Second),
 		IdleTimeout:       e.Duration("PULSE_HTTP_IDLE_TIMEOUT", 120*time.Second),
 		CheckTimeout:      e.Duration("PULSE_READY_CHECK_TIMEOUT", 2*time.Second),
+		PProf:             e.Bool("PULSE_PPROF", false),
 	}
 }
 
@@ -109,6 +112,9 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
+	if cfg.PProf {
+		e.GET("/debug/pprof/*", echo.WrapHandler(http.HandlerFunc(servePProf)))
+	}
 
 	s.srv = &http.Server{
 		Handler:           e,

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+var base = time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+
+func rec(off int64, id, user string, kind presence.Kind, st presence.Status, device string, sec int) record {
+	return record{offset: off, event: presence.Event{ID: id, UserID: user, Kind: kind, Status: st, DeviceID: device,
+		OccurredAt: base.Add(time.Duration(sec) * time.Second), ReceivedAt: base, Source: presence.SourceAPI}}
+}
+
+func newShard() *shardState {
+	s := &shardState{partition: 3, offset: 9}
+	for i := range s.bitmaps {
+		s.bitmaps[i] = roaring.New()
+	}
+	return s
+}
+
+// One window: new users get consecutive indexes, duplicates and stale events change
+// nothing, each effective change moves the user between bitmaps and is in the outbox.
+func TestFoldWindow(t *testing.T) {
+	st := newShard()
+	recs := []record{
+		rec(10, "a1", "alice", presence.KindStatus, presence.Online, "phone", 1),
+		rec(11, "b1", "bob", presence.KindHeartbeat, 0, "laptop", 1),
+		rec(12, "a1", "alice", presence.KindStatus, presence.Online, "phone", 1), // duplicate id
+		rec(13, "a2", "alice", presence.KindStatus, presence.Idle, "phone", 0),   // stale: older
+		rec(14, "b2", "bob", presence.KindStatus, presence.Invisible, "laptop", 2),
+		rec(15, "a3", "alice", presence.KindStatus, presence.Idle, "phone", 3),
+	}
+	seen := map[string]bool{}
+	w, stats := fold(st, recs, map[string]*presence.User{}, func(e *presence.Event) bool {
+		dup := seen[e.ID]
+		seen[e.ID] = true
+		return dup
+	})
+	if stats != (foldStats{applied: 4, stale: 1, duplicates: 1}) {
+		t.Errorf("stats = %+v, want 4 applied, 1 stale, 1 duplicate", stats)
+	}
+	if w.LastOffset != 15 || w.Next != 2 || len(w.NewIDs) != 2 ||
+		w.NewIDs[0] != (statestore.NewID{UserID: "alice", Index: 0}) || w.NewIDs[1] != (statestore.NewID{UserID: "bob", Index: 1}) {
+		t.Errorf("window = offset %d next %d new %v", w.LastOffset, w.Next, w.NewIDs)
+	}
+	online, idle, invisible := w.Bitmaps[0], w.Bitmaps[1], w.Bitmaps[2]
+	if online.GetCardinality() != 0 || !idle.Contains(0) || idle.GetCardinality() != 1 || !invisible.Contains(1) || invisible.GetCardinality() != 1 {
+		t.Errorf("bitmaps online=%v idle=%v invisible=%v, want alice idle, bob invisible", online, idle, invisible)
+	}
+	if w.Dirty != [3]bool{true, true, true} {
+		t.Errorf("dirty = %v", w.Dirty)
+	}
+	if st.bitmaps[0].GetCardinality() != 0 || st.bitmaps[1].GetCardinality() != 0 {
+		t.Error("fold changed the worker's bitmaps before the write succeeded")
+	}
+	want := []string{
+		"alice a1 offline->online @10",
+		"bob b1 offline->online @11",
+		"bob b2 online->invisible @14",
+		"alice a3 online->idle @15",
+	}
+	got := make([]string, len(w.Outbox.Changes))
+	for i, c := range w.Outbox.Changes {
+		got[i] = fmt.Sprintf("%s %s %s->%s @%d", c.UserId, c.EventId, presence.StatusFromPB(c.Previous), presence.StatusFromPB(c.Current), c.SourceOffset)
+		if c.SourcePartition != 3 || c.Cause != pulsev1.Cause_CAUSE_EVENT {
+			t.Errorf("change %d: partition %d cause %v", i, c.SourcePartition, c.Cause)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("changes = %q, want %q", got, want)
+	}
+	if w.Outbox.FirstOffset != 10 || w.Outbox.LastOffset != 15 {
+		t.Errorf("outbox offsets %d..%d, want 10..15", w.Outbox.FirstOffset, w.Outbox.LastOffset)
+	}
+	if u := w.Users["alice"]; u.Offset != 15 || u.Status != presence.Idle {
+		t.Errorf("alice = %+v, want idle at offset 15", u)
+	}
+}
+
+// BenchmarkFoldWindow folds one window of 2,000 events over 1,000 users of a shard
+// holding 100,000: the aggregator's per-window CPU work apart from Redis and Kafka.
+func BenchmarkFoldWindow(b *testing.B) {
+	st := newShard()
+	for i := range uint32(100_000) {
+		st.bitmaps[i%3].Add(i)
+	}
+	st.next = 100_000
+	recs := make([]record, 2000)
+	kinds := []presence.Kind{presence.KindHeartbeat, presence.KindActivity, presence.KindStatus}
+	for i := range recs {
+		recs[i] = rec(int64(i), fmt.Sprintf("e%d", i), fmt.Sprintf("user-%d", i%1000), kinds[i%3], 0, "phone", i)
+		if recs[i].event.Kind == presence.KindStatus {
+			recs[i].event.Status = []presence.Status{presence.Online, presence.Idle, presence.Offline}[i%3]
+		}
+	}
+	stored := make(map[string]*presence.User, 1000)
+	for i := range 1000 {
+		stored[fmt.Sprintf("user-%d", i)] = presence.NewUser(uint32(i * 100))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		users := make(map[string]*presence.User, len(stored))
+		for id, u := range stored {
+			c := *u
+			users[id] = &c
+		}
+		fold(st, recs, users, func(*presence.Event) bool { return false })
+	}
+	b.ReportMetric(float64(len(recs))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkBitmapCount is a shard's online count straight from its bitmap.
+func BenchmarkBitmapCount(b *testing.B) {
+	bm := roaring.New()
+	for i := uint32(0); i < 625_000; i += 3 {
+		bm.Add(i)
+	}
+	bm.RunOptimize()
+	for b.Loop() {
+		_ = bm.GetCardinality()
+	}
+}
+
+// BenchmarkBitmapSerialize is the encoding of one shard's bitmap for the window write.
+func BenchmarkBitmapSerialize(b *testing.B) {
+	bm := roaring.New()
+	for i := uint32(0); i < 625_000; i += 3 {
+		bm.Add(i)
+	}
+	bm.RunOptimize()
+	var n int
+	for b.Loop() {
+		buf, _ := bm.ToBytes()
+		n = len(buf)
+	}
+	b.ReportMetric(float64(n), "bytes")
+}
