@@ -83,6 +83,19 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, p.events, p.changes)
 	})
+	// A new topic reaches the broker's metadata a moment after it is created.
+	eventually(t, 30*time.Second, func() string {
+		d, err := adm.ListTopics(ctx, p.events, p.changes)
+		if err != nil {
+			return err.Error()
+		}
+		for _, name := range []string{p.events, p.changes} {
+			if td := d[name]; td.Err != nil || len(td.Partitions) != partitions {
+				return fmt.Sprintf("topic %s: %d partitions, %v", name, len(td.Partitions), td.Err)
+			}
+		}
+		return ""
+	})
 	p.env = stackEnv()
 	for k, v := range map[string]string{
 		"PULSE_TOPIC_EVENTS":     p.events,

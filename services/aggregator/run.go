@@ -60,7 +60,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 
 	// Shards are partitions: record their number so readers can find users.
-	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic); err != nil {
+	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic, logger); err != nil {
 		return err
 	}
 
@@ -76,16 +76,29 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	return g.Wait()
 }
 
-func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// registerShards records the partition count of the events topic as the shard count.
+// A topic created moments ago may not be in every broker's metadata yet, so a missing
+// topic is retried for a minute before the aggregator gives up.
+func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
-	if err != nil {
-		return fmt.Errorf("describing %s: %w", topic, err)
+	adm := kadm.NewClient(cl)
+	for attempt := 1; ; attempt++ {
+		topics, err := adm.ListTopics(ctx, topic)
+		d := topics[topic]
+		switch {
+		case err == nil && d.Err == nil && len(d.Partitions) > 0:
+			return store.RegisterShards(ctx, len(d.Partitions))
+		case err == nil:
+			err = d.Err
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			logger.Warn("waiting for the events topic", "topic", topic, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	d, ok := topics[topic]
-	if !ok || d.Err != nil {
-		return fmt.Errorf("topic %s: missing (run pulsectl topics): %v", topic, d.Err)
-	}
-	return store.RegisterShards(ctx, len(d.Partitions))
 }
