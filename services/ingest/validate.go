@@ -150,7 +150,40 @@ func (r rules) occurredAt(s string) (time.Time, error) {
 
 // decodeBatch decodes and checks a POST /v1/events body. Every event is checked
 // before any is returned: a batch is accepted whole or not at all.
+//
+// A valid batch is decoded in one pass. Only a batch that fails takes the second,
+// event-by-event pass, which can name the index of the event at fault (encoding/json
+// reports a field's path without array indexes).
 func decodeBatch(body []byte, r rules, maxBatch int) ([]presence.Event, error) {
+	if events, ok := decodeBatchFast(body, r, maxBatch); ok {
+		return events, nil
+	}
+	return decodeBatchExact(body, r, maxBatch)
+}
+
+func decodeBatchFast(body []byte, r rules, maxBatch int) ([]presence.Event, bool) {
+	var in struct {
+		Events []*eventJSON `json:"events"`
+	}
+	if httpserver.DecodeObject(body, &in, "") != nil || len(in.Events) == 0 || len(in.Events) > maxBatch {
+		return nil, false
+	}
+	events := make([]presence.Event, len(in.Events))
+	for i, ej := range in.Events {
+		if ej == nil {
+			return nil, false
+		}
+		e, err := r.event(*ej, "")
+		if err != nil {
+			return nil, false
+		}
+		events[i] = e
+	}
+	return events, true
+}
+
+// decodeBatchExact is the event-by-event pass that names the field at fault.
+func decodeBatchExact(body []byte, r rules, maxBatch int) ([]presence.Event, error) {
 	var in batchJSON
 	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
 		return nil, err
