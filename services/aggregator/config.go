@@ -27,6 +27,11 @@ type Config struct {
 	MaxWindowRecords int
 	// DedupeHorizon is how long an event id is remembered (DESIGN.md guarantee 2).
 	DedupeHorizon time.Duration
+	// CommitInterval is how often a partition's offset is committed (and always on
+	// revoke and shutdown); Redis's offset guard makes replays of the rest harmless.
+	CommitInterval time.Duration
+	// QueueBatches bounds each partition's queue of polled batches.
+	QueueBatches int
 	// OfflineAfter turns a device offline when it sent nothing for this long.
 	OfflineAfter time.Duration
 	// IdleAfter turns an online user idle after this long without activity.
@@ -46,6 +51,8 @@ func loadConfig(env *config.Env) (Config, error) {
 		MaxWindowRecords: env.Int("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000),
 		DedupeHorizon:    env.Duration("PULSE_DEDUPE_HORIZON", 10*time.Minute),
 		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
+		CommitInterval:   env.Duration("PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second),
+		QueueBatches:     env.Int("PULSE_AGGREGATOR_QUEUE_BATCHES", 32),
 		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
 		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
 	}
@@ -75,6 +82,12 @@ func (c Config) Validate() error {
 	}
 	if c.IdleAfter < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("PULSE_IDLE_AFTER=%v: want at least 100ms", c.IdleAfter))
+	}
+	if c.CommitInterval < 0 {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_COMMIT_INTERVAL=%v: must not be negative", c.CommitInterval))
+	}
+	if c.QueueBatches < 1 {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_QUEUE_BATCHES=%d: must be positive", c.QueueBatches))
 	}
 	if c.OpTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))

@@ -49,7 +49,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		Group:          cfg.Group,
 		Topics:         []string{cfg.Kafka.EventsTopic},
 		MaxPollRecords: cfg.MaxWindowRecords,
-		QueueBatches:   4,
+		QueueBatches:   cfg.QueueBatches,
 		RevokeTimeout:  30 * time.Second,
 	}, newWorker, logger, reg,
 		// Changes are produced with the consuming client: acks=all, idempotent.

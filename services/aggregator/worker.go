@@ -35,6 +35,9 @@ type worker struct {
 	dedupe   *recent.Window
 	timeouts *timeouts.Tracker
 	pending  []*kgo.Record
+	// committedAt is when the offset was last committed; committedOff is that offset.
+	committedAt  time.Time
+	committedOff int64
 	// now is the clock deadlines are decided by.
 	now func() time.Time
 }
@@ -64,6 +67,9 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			if !ok {
 				// Revoked or shutting down: the open window is flushed and committed.
 				err := w.flush(ctx)
+				if err == nil {
+					err = w.commitNow(ctx)
+				}
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -139,6 +145,7 @@ func (w *worker) start(ctx context.Context) error {
 		}
 		committed = loaded.Offset + 1
 	}
+	w.committedOff, w.committedAt = committed, w.now()
 
 	// Deadlines come from the state, before any new event is applied: users who went
 	// silent while no aggregator owned the shard still time out, at once if overdue.
@@ -266,10 +273,25 @@ func (w *worker) flush(ctx context.Context) error {
 		}
 	}
 	w.st.offset = last
-	if err := w.commit(ctx, last); err != nil {
+	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
+		return w.commitNow(ctx)
+	}
+	return nil
+}
+
+// commitNow commits the last folded offset if it is not committed yet. Offsets need
+// not be committed every window: a restart skips records Redis already holds (their
+// offsets are at most the shard's), and only the last window's changes can be
+// unproduced, which its outbox covers.
+func (w *worker) commitNow(ctx context.Context) error {
+	if w.st.offset < 0 || w.st.offset < w.committedOff {
+		return nil
+	}
+	if err := w.commit(ctx, w.st.offset); err != nil {
 		return err
 	}
-	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	w.committedOff, w.committedAt = w.st.offset+1, w.now()
 	return nil
 }
 
