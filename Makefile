@@ -42,6 +42,11 @@ logs: ## Follow the logs of the stack and services (make logs S=kafka for one)
 run: ## Start the stack and the four services, print their URLs; Ctrl-C stops all
 	@$(STACK) run
 
+.PHONY: bench
+bench: ## Benchmark the pipeline on the stack into bench-results/<time>/ (BENCH_FLAGS=-quick: ~3 min)
+	@$(STACK) up
+	go run $(MODULE)/cmd/bench $(BENCH_FLAGS)
+
 build: ## Build the four services and pulsectl into bin/
 	@mkdir -p bin
 	go build -o bin/ $(MODULE)/services/ingest $(MODULE)/services/aggregator \

@@ -106,6 +106,9 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		// Timeouts are tested on their own; elsewhere they would race the model.
 		"PULSE_OFFLINE_AFTER": "24h",
 		"PULSE_IDLE_AFTER":    "24h",
+		// A killed member holds its partitions until its session times out.
+		"PULSE_AGGREGATOR_SESSION_TIMEOUT": "6s",
+		"PULSE_HISTORY_SESSION_TIMEOUT":    "6s",
 	} {
 		p.env[k] = v
 	}
@@ -259,6 +262,15 @@ func (m *model) sortedUsers() []string {
 func firstLines(lines []string, n int) string {
 	if len(lines) > n {
 		return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// lastLines is the end of a service's output, for failure messages.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
 }

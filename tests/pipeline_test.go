@@ -216,7 +216,12 @@ func TestPipelineSurvivesCrashes(t *testing.T) {
 func (p *pipeline) verify(t *testing.T, m *model) {
 	t.Helper()
 	users := m.sortedUsers()
-	eventually(t, 90*time.Second, func() string { return firstLines(p.diffStatuses(t, m, users), 5) })
+	eventually(t, 90*time.Second, func() string {
+		if d := p.diffStatuses(t, m, users); len(d) > 0 {
+			return firstLines(d, 5) + "\nquery output:\n" + lastLines(p.svc["query"].out.String(), 5) + "\naggregator output:\n" + lastLines(p.svc["aggregator"].out.String(), 15)
+		}
+		return ""
+	})
 	if d := p.diffSingle(t, m, users); len(d) > 0 {
 		t.Errorf("GET /status/{id} differs from the model:\n%s", firstLines(d, 10))
 	}

@@ -32,6 +32,12 @@ type Config struct {
 	CommitInterval time.Duration
 	// QueueBatches bounds each partition's queue of polled batches.
 	QueueBatches int
+	// SessionTimeout is how long the group waits for a member that stopped answering
+	// (a crashed aggregator) before its partitions move to the others.
+	SessionTimeout time.Duration
+	// InstanceID, when set, makes the member static (KIP-345): a restarted aggregator
+	// with the same id (a pod name) takes its partitions back without a rebalance.
+	InstanceID string
 	// OfflineAfter turns a device offline when it sent nothing for this long.
 	OfflineAfter time.Duration
 	// IdleAfter turns an online user idle after this long without activity.
@@ -53,6 +59,8 @@ func loadConfig(env *config.Env) (Config, error) {
 		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
 		CommitInterval:   env.Duration("PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second),
 		QueueBatches:     env.Int("PULSE_AGGREGATOR_QUEUE_BATCHES", 32),
+		SessionTimeout:   env.Duration("PULSE_AGGREGATOR_SESSION_TIMEOUT", 45*time.Second),
+		InstanceID:       env.String("PULSE_AGGREGATOR_INSTANCE_ID", ""),
 		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
 		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
 	}
@@ -88,6 +96,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueueBatches < 1 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_QUEUE_BATCHES=%d: must be positive", c.QueueBatches))
+	}
+	if c.SessionTimeout < 6*time.Second {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_SESSION_TIMEOUT=%v: Kafka's brokers refuse less than 6s", c.SessionTimeout))
 	}
 	if c.OpTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))

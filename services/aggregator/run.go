@@ -45,16 +45,21 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 			now:    time.Now,
 		}
 	}
+	opts := []kgo.Opt{
+		// Changes are produced with the consuming client: acks=all, idempotent.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,
 		Topics:         []string{cfg.Kafka.EventsTopic},
 		MaxPollRecords: cfg.MaxWindowRecords,
 		QueueBatches:   cfg.QueueBatches,
 		RevokeTimeout:  30 * time.Second,
-	}, newWorker, logger, reg,
-		// Changes are produced with the consuming client: acks=all, idempotent.
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-	)
+	}, newWorker, logger, reg, opts...)
 	if err != nil {
 		return err
 	}

@@ -229,10 +229,15 @@ func (w *worker) flush(ctx context.Context) error {
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]struct{}, len(batch))
 	for _, r := range batch {
-		if r.Offset <= w.st.offset {
-			continue // already folded into Redis before a restart
-		}
 		e, err := decode(r)
+		if r.Offset <= w.st.offset {
+			// Already folded into Redis before a restart; its id still counts for
+			// duplicates of it that come later.
+			if err == nil {
+				w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+			}
+			continue
+		}
 		if err != nil {
 			w.metrics.undecodable.Inc()
 			w.logger.Warn("skipping undecodable record", "partition", r.Partition, "offset", r.Offset, "err", err)

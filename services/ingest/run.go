@@ -13,6 +13,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/openapi"
 )
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
@@ -55,5 +56,6 @@ func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client
 	})
 	h := newHandler(cfg, newProducer(client, cfg.Kafka.EventsTopic, cfg.AckTimeout, reg), reg)
 	h.register(srv.Echo)
+	openapi.Register(srv.Echo)
 	return srv, h
 }

@@ -22,6 +22,8 @@ type api struct {
 	maxBatch int
 	maxBody  int64
 	logger   *slog.Logger
+	// feed serves the live change feed (watch.go); nil: no feed routes.
+	feed *watcher
 }
 
 func (a *api) routes(e *echo.Echo) {
@@ -41,17 +43,27 @@ type seedStatus struct {
 	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
-func toSeed(id string, u *presence.User) seedStatus {
+// toSeedView is a user's seed status in the reader's view: operators see invisible
+// users as invisible, everyone else as offline.
+func toSeedView(id string, u *presence.User, operator bool) seedStatus {
 	s := seedStatus{UserID: id, Status: presence.Offline.String()}
 	if u == nil {
 		return s
 	}
-	s.Status = u.Status.Public().String()
+	s.Status = viewStatus(u.Status, operator)
 	if !u.LastUpdated.IsZero() {
 		t := u.LastUpdated
 		s.LastUpdated = &t
 	}
 	return s
+}
+
+// viewStatus is st as the reader may see it: operators see every status as it is.
+func viewStatus(st presence.Status, operator bool) string {
+	if operator && st != presence.StatusUnknown {
+		return st.String()
+	}
+	return st.Public().String()
 }
 
 func userIDParam(c echo.Context) (string, error) {
@@ -83,7 +95,7 @@ func (a *api) getStatus(c echo.Context) error {
 	if err != nil {
 		return a.readErr(err)
 	}
-	return c.JSON(http.StatusOK, toSeed(id, u))
+	return c.JSON(http.StatusOK, toSeedView(id, u, httpserver.OperatorView(c)))
 }
 
 type statusesRequest struct {
@@ -116,9 +128,10 @@ func (a *api) postStatuses(c echo.Context) error {
 	if err != nil {
 		return a.readErr(err)
 	}
+	operator := httpserver.OperatorView(c)
 	out := make([]seedStatus, len(req.UserIDs))
 	for i, id := range req.UserIDs {
-		out[i] = toSeed(id, users[i])
+		out[i] = toSeedView(id, users[i], operator)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"statuses": out})
 }
@@ -156,15 +169,16 @@ func (a *api) getUserStatus(c echo.Context) error {
 	if err != nil {
 		return a.readErr(err)
 	}
+	operator := httpserver.OperatorView(c)
 	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
-	if u != nil && u.Status == presence.Invisible {
+	if u != nil && u.Status == presence.Invisible && !operator {
 		// Invisible reads as a user who is offline and shows no device, so nothing
 		// tells a reader they are connected.
 		v.LastUpdated = timePtr(u.LastUpdated)
 		return c.JSON(http.StatusOK, v)
 	}
 	if u != nil {
-		v.Status = u.Status.Public().String()
+		v.Status = viewStatus(u.Status, operator)
 		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(u.LastUpdated), timePtr(u.LastActive), timePtr(u.LastSeen)
 		for _, d := range u.Devices {
 			v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
@@ -174,7 +188,8 @@ func (a *api) getUserStatus(c echo.Context) error {
 }
 
 type countView struct {
-	// Total is everyone a reader may see as present: online or idle.
+	// Total is everyone the reader may see as present: online or idle, and for an
+	// operator invisible too.
 	Total      uint64            `json:"total"`
 	ByStatus   map[string]uint64 `json:"byStatus"`
 	Registered uint64            `json:"registered"`
@@ -186,6 +201,18 @@ func (a *api) getOnlineCount(c echo.Context) error {
 	n, err := a.store.Counts(ctx)
 	if err != nil {
 		return a.readErr(err)
+	}
+	if httpserver.OperatorView(c) {
+		return c.JSON(http.StatusOK, countView{
+			Total: n.Online + n.Idle + n.Invisible,
+			ByStatus: map[string]uint64{
+				"online":    n.Online,
+				"idle":      n.Idle,
+				"invisible": n.Invisible,
+				"offline":   n.Offline(),
+			},
+			Registered: n.Registered,
+		})
 	}
 	// Invisible users count as offline to readers.
 	return c.JSON(http.StatusOK, countView{

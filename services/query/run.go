@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/openapi"
 	"github.com/pulse-presence/pulse/pkg/redisx"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
@@ -18,7 +21,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix)
+	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
+		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -28,7 +32,27 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		Name: "redis",
 		Func: func(ctx context.Context) error { return redisx.Ping(ctx, rdb) },
 	})
-	a := &api{store: statestore.New(rdb, cfg.RedisPrefix), timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
+	store := statestore.New(rdb, cfg.RedisPrefix)
+	// The change feed tails presence.changes on its own; while Kafka is unreachable
+	// its routes answer 503 and every other read keeps working, so Kafka is not a
+	// /readyz dependency of this service.
+	hub, err := feed.NewHub(cfg.hub(), store, logger, reg)
+	if err != nil {
+		return fmt.Errorf("change feed: %w", err)
+	}
+	a := &api{store: store, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
+		feed: &watcher{hub: hub, cfg: cfg.Feed, logger: logger}}
 	a.routes(srv.Echo)
-	return srv.Run(ctx)
+	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
+	openapi.Register(srv.Echo)
+
+	// On shutdown the hub closes every feed connection (going away) while the server
+	// drains, so the server's wait for SSE streams ends as soon as they have said so.
+	hctx, stopHub := context.WithCancel(ctx)
+	defer stopHub()
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- hub.Run(hctx) }()
+	err = srv.Run(ctx)
+	stopHub()
+	return errors.Join(err, <-hubDone)
 }

@@ -1,6 +1,421 @@
 package main
 
-import "github.com/labstack/echo/v4"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+
+	"github.com/pulse-presence/pulse/pkg/feed"
+	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// The live change feed: GET /v1/watch (WebSocket) and GET /v1/watch/sse
+// (server-sent events) carry the same messages, from a feed.Session; docs/feed.md
+// is the protocol.
+
+// watcher serves the change feed over both transports.
+type watcher struct {
+	hub    *feed.Hub
+	cfg    FeedConfig
+	logger *slog.Logger
+}
 
 // watchRoutes registers the live change feed.
-func (a *api) watchRoutes(e *echo.Echo) {}
+func (a *api) watchRoutes(e *echo.Echo) {
+	serve := func(h func(*watcher, echo.Context) error) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if a.feed == nil {
+				return httpserver.Unavailable("this instance serves no change feed", 5*time.Second)
+			}
+			return h(a.feed, c)
+		}
+	}
+	e.GET("/v1/watch", serve((*watcher).websocket))
+	e.GET("/v1/watch/sse", serve((*watcher).sse))
+}
+
+// Close reasons and codes of a connection the server ends. WebSocket clients read
+// them from the close frame, SSE clients from a last `event: error`.
+type ending struct {
+	status websocket.StatusCode
+	code   string // the SSE error message's code
+	reason string
+}
+
+var (
+	endSlow       = ending{websocket.StatusPolicyViolation, "slow_consumer", "slow consumer"}
+	endGoingAway  = ending{websocket.StatusGoingAway, "going_away", "going away"}
+	endBacklog    = ending{websocket.StatusPolicyViolation, "too_many_commands", "too many pending commands"}
+	endBadMessage = ending{websocket.StatusUnsupportedData, "invalid_command", "commands are JSON text messages"}
+	endUnavail    = ending{websocket.StatusTryAgainLater, "unavailable", "presence state or change log unavailable, reconnect with the cursor"}
+	endInternal   = ending{websocket.StatusInternalError, "internal", "internal error"}
+	endClient     = ending{websocket.StatusNormalClosure, "", ""}
+)
+
+// endingFor is how the connection ends after err: the client leaving (ctx
+// cancelled) needs nothing said.
+func endingFor(err error) ending {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return endClient
+	case errors.Is(err, feed.ErrSlowConsumer):
+		return endSlow
+	case errors.Is(err, feed.ErrGoingAway):
+		return endGoingAway
+	case errors.Is(err, feed.ErrCommandBacklog):
+		return endBacklog
+	case errors.Is(err, errBinaryMessage):
+		return endBadMessage
+	case errors.Is(err, feed.ErrUnavailable):
+		return endUnavail
+	}
+	return endInternal
+}
+
+// end is endingFor, logging the unexpected (an outage is many clients' business and
+// shows in /readyz and the dependency metrics; a bug is not).
+func (w *watcher) end(err error) ending {
+	e := endingFor(err)
+	if e == endInternal {
+		w.logger.Warn("change feed connection failed", "err", err)
+	}
+	return e
+}
+
+var errBinaryMessage = errors.New("binary message")
+
+// options reads and checks a watch request. Everything wrong is a 400 (403 for a
+// firehose without the operator token) before any upgrade.
+func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
+	q := c.QueryParams()
+	var o feed.Options
+	switch v := q.Get("firehose"); v {
+	case "", "false":
+	case "true":
+		o.Firehose = true
+	default:
+		return o, httpserver.BadRequest("firehose", fmt.Sprintf("must be true or false, got %q", v))
+	}
+	ids, err := watchIDs(q["userIds"], w.cfg.MaxUsers)
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case o.Firehose && len(ids) > 0:
+		return o, httpserver.BadRequest("userIds", "must be absent with firehose=true: the firehose watches every user")
+	case o.Firehose && !httpserver.IsOperator(c):
+		return o, &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
+			Message: "firehose=true needs a valid operator token: Authorization: Bearer <token>"}
+	case sse && !o.Firehose && len(ids) == 0:
+		return o, httpserver.BadRequest("userIds", "is required: a comma-separated list of user ids")
+	}
+	o.UserIDs = ids
+	o.Operator = httpserver.OperatorView(c)
+
+	raw, field := q.Get("cursor"), "cursor"
+	if raw == "" && sse {
+		raw, field = c.Request().Header.Get("Last-Event-ID"), "Last-Event-ID"
+	}
+	if raw != "" {
+		cur, err := feed.DecodeCursor(raw)
+		if err != nil {
+			return o, httpserver.BadRequest(field, err.Error()+": send the cursor of the last message received, or none")
+		}
+		o.Cursor = &cur
+	}
+	return o, nil
+}
+
+// watchIDs reads ?userIds=a,b&userIds=c: comma-separated, repeatable. Ids that
+// contain a comma can only be subscribed with a WebSocket command.
+func watchIDs(values []string, maxUsers int) ([]string, error) {
+	var ids []string
+	for _, v := range values {
+		for _, id := range strings.Split(v, ",") {
+			if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+				return nil, httpserver.BadRequest(fmt.Sprintf("userIds[%d]", len(ids)), err.Error())
+			}
+			ids = append(ids, id)
+			if len(ids) > maxUsers {
+				return nil, httpserver.BadRequest("userIds", fmt.Sprintf("at most %d user ids per connection", maxUsers))
+			}
+		}
+	}
+	return ids, nil
+}
+
+// open starts the session, or says why not as an HTTP error.
+func (w *watcher) open(o feed.Options) (*feed.Session, error) {
+	s, err := w.hub.Open(o)
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, feed.ErrNotReady), errors.Is(err, feed.ErrGoingAway):
+		return nil, httpserver.Unavailable("the change feed is not available on this instance right now", time.Second)
+	case errors.Is(err, feed.ErrInvalid):
+		return nil, httpserver.BadRequest("userIds", err.Error())
+	}
+	return nil, fmt.Errorf("opening a feed session: %w", err)
+}
+
+// clearDeadlines lifts the server's read and write timeouts, which bound ordinary
+// requests, off a connection that lives for hours; each write sets its own.
+func clearDeadlines(w http.ResponseWriter) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+}
+
+func isWebSocket(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		if strings.EqualFold(strings.TrimSpace(v), "websocket") {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *watcher) websocket(c echo.Context) error {
+	if !isWebSocket(c.Request()) {
+		return &httpserver.Error{Status: http.StatusUpgradeRequired, Code: "upgrade_required",
+			Message: "GET /v1/watch is a WebSocket endpoint; without WebSocket use GET /v1/watch/sse"}
+	}
+	o, err := w.options(c, false)
+	if err != nil {
+		return err
+	}
+	sess, err := w.open(o)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	clearDeadlines(c.Response())
+	conn, err := websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{OriginPatterns: w.cfg.Origins})
+	if err != nil {
+		return nil // Accept answered the request
+	}
+	defer conn.CloseNow()
+	// The largest command is a subscribe of MaxUsers ids of the longest kind.
+	conn.SetReadLimit(int64(64 + w.cfg.MaxUsers*(presence.MaxUserIDLen+3)))
+
+	ctx, cancel := context.WithCancelCause(c.Request().Context())
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess) })
+	wg.Go(func() { w.ping(ctx, cancel, conn) })
+
+	end := w.writeMessages(ctx, conn, sess)
+	if end != endClient {
+		_ = conn.Close(end.status, end.reason)
+	}
+	cancel(nil)
+	_ = conn.CloseNow()
+	wg.Wait()
+	return nil
+}
+
+// writeMessages writes the session's messages until it or the connection ends.
+func (w *watcher) writeMessages(ctx context.Context, conn *websocket.Conn, sess *feed.Session) ending {
+	for {
+		m, err := sess.Next(ctx)
+		if err != nil {
+			if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
+				err = cause
+			}
+			return w.end(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, w.cfg.WriteTimeout)
+		err = conn.Write(wctx, websocket.MessageText, m.Data)
+		timedOut := wctx.Err() == context.DeadlineExceeded
+		cancel()
+		if err != nil {
+			if timedOut {
+				sess.WriteTimedOut()
+			}
+			return endClient // the connection is gone; nothing more can be written
+		}
+		sess.Sent(m)
+	}
+}
+
+// readCommands hands the client's commands to the session. A command that cannot
+// be decoded is answered with an invalid_command error message; the connection ends
+// on a binary message, a command flood, or when the client goes.
+func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session) {
+	for {
+		typ, b, err := conn.Read(ctx)
+		if err != nil {
+			cancel(nil)
+			return
+		}
+		if typ != websocket.MessageText {
+			cancel(errBinaryMessage)
+			return
+		}
+		cmd, err := feed.DecodeCommand(b, w.cfg.MaxUsers)
+		if err != nil {
+			err = sess.Reject(feed.CodeInvalidCommand, err.Error())
+		} else {
+			err = sess.Handle(cmd)
+		}
+		if err != nil {
+			cancel(err)
+			return
+		}
+	}
+}
+
+// ping sends a WebSocket ping every interval; a peer that does not answer within
+// the interval (at least the write timeout) is gone.
+func (w *watcher) ping(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn) {
+	t := time.NewTicker(w.cfg.PingInterval)
+	defer t.Stop()
+	wait := max(w.cfg.PingInterval, w.cfg.WriteTimeout)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, pcancel := context.WithTimeout(ctx, wait)
+			err := conn.Ping(pctx)
+			pcancel()
+			if err != nil {
+				cancel(nil)
+				return
+			}
+		}
+	}
+}
+
+// sse serves the feed as server-sent events named by the message type (snapshot,
+// change, error); a snapshot's or change's id is its cursor, so EventSource resumes
+// with Last-Event-ID by itself; a comment line `: ping` keeps proxies from timing out.
+func (w *watcher) sse(c echo.Context) error {
+	o, err := w.options(c, true)
+	if err != nil {
+		return err
+	}
+	sess, err := w.open(o)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	res := c.Response()
+	clearDeadlines(res)
+	h := res.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream; charset=utf-8")
+	if h.Get(echo.HeaderCacheControl) == "" {
+		h.Set(echo.HeaderCacheControl, "no-cache")
+	}
+	h.Set("X-Accel-Buffering", "no") // nginx would buffer the stream otherwise
+	if origin := c.Request().Header.Get("Origin"); origin != "" && w.originAllowed(origin) {
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+	}
+	res.WriteHeader(http.StatusOK)
+
+	rc := http.NewResponseController(res)
+	var mu sync.Mutex
+	write := func(b []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = rc.SetWriteDeadline(time.Now().Add(w.cfg.WriteTimeout))
+		_, err := res.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		_ = rc.SetWriteDeadline(time.Time{})
+		return err
+	}
+	if err := write([]byte("retry: 1000\n\n")); err != nil {
+		return nil
+	}
+
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.PingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if write([]byte(": ping\n\n")) != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+
+	for {
+		m, err := sess.Next(ctx)
+		if err != nil {
+			if end := w.end(err); end != endClient {
+				m := feed.ErrorMessage(end.code, end.reason)
+				_ = write(sseEvent(m.Type, "", m.Data))
+			}
+			return nil
+		}
+		start := time.Now()
+		if err := write(sseEvent(m.Type, m.Cursor, m.Data)); err != nil {
+			if time.Since(start) >= w.cfg.WriteTimeout {
+				sess.WriteTimedOut()
+			}
+			return nil
+		}
+		sess.Sent(m)
+	}
+}
+
+func sseEvent(event, id string, data []byte) []byte {
+	b := make([]byte, 0, len(data)+len(id)+32)
+	if event != "" {
+		b = append(b, "event: "...)
+		b = append(b, event...)
+		b = append(b, '\n')
+	}
+	if id != "" {
+		b = append(b, "id: "...)
+		b = append(b, id...)
+		b = append(b, '\n')
+	}
+	b = append(b, "data: "...)
+	b = append(b, data...)
+	return append(b, '\n', '\n')
+}
+
+// originAllowed applies PULSE_FEED_ORIGINS to an SSE request's Origin, as the
+// WebSocket handshake does.
+func (w *watcher) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	for _, p := range w.cfg.Origins {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is the parsed command line.
+type config struct {
+	root   string // the repository's top folder
+	home   string // PULSE_HOME: the stack's pid files, logs and binaries
+	outDir string // results go to outDir/<UTC time>/
+	quick  bool
+	phases map[string]bool
+
+	ports    ports
+	keyspace string
+	prefix   string // Pulse's Redis prefix, for the services bench starts
+	aggGroup string
+	histGrp  string
+	events   string // topics
+	changes  string
+
+	users       int // loadgen's user population
+	batchSize   int
+	batchRates  []float64 // events/s
+	singleRates []float64
+	stepTime    time.Duration
+	singleTime  time.Duration
+	warmup      time.Duration
+	settle      time.Duration
+	idleWait    time.Duration
+	warmupRun   time.Duration
+	lagEvery    time.Duration
+	stepReads   float64
+	freshRate   float64
+	freshPoll   time.Duration
+	crit        criteria
+
+	halfTime       time.Duration
+	halfReads      float64
+	halfBatchReads float64
+	halfCounts     float64
+	halfFresh      float64
+	readBatch      int
+
+	historyAt float64 // events/s at which history is judged
+
+	scaleUsers   int
+	scaleOnline  float64
+	scaleCalls   int
+	scaleWindow  int
+	scaleWorkers int
+	scaleShards  int
+
+	profile     bool
+	profileTime time.Duration
+
+	keepServices bool
+	flags        map[string]string // every flag's final value, for results.json
+}
+
+// ports of the stack and the services; the defaults are stack.sh's, and the same
+// PULSE_*_PORT variables move them.
+type ports struct {
+	ingest, query, aggregator, history int
+	kafka, redis, cassandra            int
+}
+
+func (p ports) service(name string) int {
+	switch name {
+	case "ingest":
+		return p.ingest
+	case "query":
+		return p.query
+	case "aggregator":
+		return p.aggregator
+	case "history":
+		return p.history
+	}
+	return 0
+}
+
+// allPhases in the order they run.
+var allPhases = []string{"batch", "single", "half", "scale"}
+
+// rates is a flag holding a comma-separated list of rates.
+type rates []float64
+
+func (r *rates) String() string {
+	parts := make([]string, len(*r))
+	for i, v := range *r {
+		parts[i] = strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r *rates) Set(s string) error {
+	var out []float64
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%q: want a rate above 0", part)
+		}
+		out = append(out, v)
+	}
+	if !slices.IsSorted(out) {
+		return errors.New("rates must be in increasing order")
+	}
+	*r = out
+	return nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// quickValues are the defaults -quick changes, by flag name: a run of about three
+// minutes that exercises every phase with fewer, shorter steps and 1M users.
+var quickValues = map[string]string{
+	"batch-rates":   "5000,10000,20000,35000,50000",
+	"single-rates":  "1000,2000,5000,10000",
+	"step":          "8s",
+	"single-step":   "6s",
+	"warmup":        "2s",
+	"settle":        "10s",
+	"idle-wait":     "60s",
+	"warmup-run":    "5s",
+	"half":          "10s",
+	"scale-users":   "1000000",
+	"scale-calls":   "2000",
+	"profile-time":  "5s",
+	"lag-interval":  "1s",
+	"fresh-rate":    "20",
+	"half-fresh":    "40",
+	"half-count":    "20",
+	"half-statuses": "50",
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	cfg := config{
+		batchRates:  rates{5000, 10000, 20000, 35000, 50000, 75000, 100000, 125000},
+		singleRates: rates{1000, 2000, 5000, 10000, 15000, 20000, 25000},
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: bench [flags]\n\nMeasures Pulse on the local stack; see `go doc ./cmd/bench` and docs/performance.md.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.root, "root", ".", "the repository's top `folder`")
+	fs.StringVar(&cfg.home, "pulse-home", os.Getenv("PULSE_HOME"), "the stack's `folder` (default <root>/.pulse, or $PULSE_HOME)")
+	fs.StringVar(&cfg.outDir, "out", "bench-results", "results go to `folder`/<UTC time>/")
+	fs.BoolVar(&cfg.quick, "quick", false, "a ~3 minute run: fewer and shorter steps, 1M users at scale (flags given explicitly still win)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
+
+	cfg.ports = ports{
+		ingest: envInt("PULSE_INGEST_PORT", 18080), query: envInt("PULSE_QUERY_PORT", 18081),
+		aggregator: envInt("PULSE_AGGREGATOR_PORT", 18082), history: envInt("PULSE_HISTORY_PORT", 18083),
+		kafka: envInt("PULSE_KAFKA_PORT", 19092), redis: envInt("PULSE_REDIS_PORT", 16379),
+		cassandra: envInt("PULSE_CASSANDRA_PORT", 19042),
+	}
+	fs.StringVar(&cfg.keyspace, "keyspace", envString("PULSE_KEYSPACE", "pulse"), "Cassandra keyspace of the services bench starts")
+	fs.StringVar(&cfg.prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")
+	fs.StringVar(&cfg.aggGroup, "aggregator-group", "pulse-aggregator", "the aggregator's consumer group")
+	fs.StringVar(&cfg.histGrp, "history-group", "pulse-history", "the history writer's consumer group")
+	fs.StringVar(&cfg.events, "events-topic", "presence.events", "the events topic")
+	fs.StringVar(&cfg.changes, "changes-topic", "presence.changes", "the changes topic")
+
+	fs.IntVar(&cfg.users, "users", 100000, "`number` of users the load is spread over (loadgen -users)")
+	fs.IntVar(&cfg.batchSize, "batch-size", 200, "events per batched POST (100…500 is typical)")
+	fs.Var((*rates)(&cfg.batchRates), "batch-rates", "batched steps, offered `events/s`, increasing")
+	fs.Var((*rates)(&cfg.singleRates), "single-rates", "single-event steps, offered `events/s`, increasing")
+	fs.DurationVar(&cfg.stepTime, "step", 20*time.Second, "measured length of a batched step")
+	fs.DurationVar(&cfg.singleTime, "single-step", 15*time.Second, "measured length of a single-event step")
+	fs.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "load before each measured window, excluded from latency numbers")
+	fs.DurationVar(&cfg.settle, "settle", 30*time.Second, "longest wait after a step for the aggregator to catch up")
+	fs.DurationVar(&cfg.warmupRun, "warmup-run", 10*time.Second, "an unmeasured load at half the first batched rate before the first step (0: none)")
+	fs.DurationVar(&cfg.idleWait, "idle-wait", 2*time.Minute, "longest wait before the first step for both consumer groups to catch up")
+	fs.DurationVar(&cfg.lagEvery, "lag-interval", 2*time.Second, "how often consumer lag is sampled during a step")
+	fs.Float64Var(&cfg.stepReads, "step-reads", 200, "GET /status/s during steps")
+	fs.Float64Var(&cfg.freshRate, "fresh-rate", 20, "freshness probes/s during steps")
+	fs.DurationVar(&cfg.freshPoll, "fresh-poll", 5*time.Millisecond, "interval of a probe's status reads (finer adds read load on 2 cores)")
+	fs.Float64Var(&cfg.crit.MinAccepted, "min-accepted", 0.95, "a step keeps up only if ingest accepted this fraction of the offered events")
+	fs.Float64Var(&cfg.crit.MaxFailed, "max-failed", 0.01, "… and at most this fraction of its requests failed or were dropped")
+	fs.DurationVar(&cfg.crit.MaxFreshP99, "max-fresh-p99", time.Second, "… and the freshness p99 stayed at most this")
+	fs.DurationVar(&cfg.crit.LagGrowth, "max-lag-growth", time.Second, "… and the aggregator's lag grew by at most this much of offered events")
+
+	fs.DurationVar(&cfg.halfTime, "half", 30*time.Second, "measured length of the half-max phase")
+	fs.Float64Var(&cfg.halfReads, "half-reads", 5000, "GET /status/s in the half-max phase")
+	fs.Float64Var(&cfg.halfBatchReads, "half-statuses", 100, "POST /statuses/s in the half-max phase")
+	fs.Float64Var(&cfg.halfCounts, "half-count", 50, "GET /v1/online/count/s in the half-max phase")
+	fs.Float64Var(&cfg.halfFresh, "half-fresh", 50, "freshness probes/s in the half-max phase")
+	fs.IntVar(&cfg.readBatch, "read-batch", 100, "ids per POST /statuses")
+
+	fs.Float64Var(&cfg.historyAt, "history-at", 50000, "history is judged at the batched step closest to this `events/s`")
+
+	fs.IntVar(&cfg.scaleUsers, "scale-users", 10_000_000, "registered users bulk-loaded for counts and memory")
+	fs.Float64Var(&cfg.scaleOnline, "scale-online", 0.3, "fraction of them online")
+	fs.IntVar(&cfg.scaleCalls, "scale-calls", 2000, "counts calls timed per layout")
+	fs.IntVar(&cfg.scaleWindow, "scale-window", 5000, "users per bulk-load write (one WriteWindow, or one pipeline of the baseline)")
+	fs.IntVar(&cfg.scaleWorkers, "scale-workers", 4, "concurrent bulk-load writers")
+	fs.IntVar(&cfg.scaleShards, "scale-shards", 0, "shards of the bulk-loaded layout (0: presence.events' partition count)")
+
+	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator and ingest during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
+	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
+	fs.BoolVar(&cfg.keepServices, "keep-services", false, "leave the services bench started running at the end")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range quickValues {
+			if set[name] {
+				continue
+			}
+			if err := fs.Set(name, v); err != nil {
+				return cfg, fmt.Errorf("-quick's -%s=%s: %w", name, v, err)
+			}
+		}
+	}
+	cfg.phases = map[string]bool{}
+	for p := range strings.SplitSeq(*phases, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allPhases, p) {
+			return cfg, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ","))
+		}
+		cfg.phases[p] = true
+	}
+	root, err := filepath.Abs(cfg.root)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.root = root
+	if cfg.home == "" {
+		cfg.home = filepath.Join(root, ".pulse")
+	}
+	if !filepath.IsAbs(cfg.outDir) {
+		cfg.outDir = filepath.Join(root, cfg.outDir)
+	}
+	cfg.flags = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
+	return cfg, cfg.validate()
+}
+
+// validate names every bad flag at once.
+func (c config) validate() error {
+	var errs []error
+	bad := func(cond bool, format string, a ...any) {
+		if cond {
+			errs = append(errs, fmt.Errorf(format, a...))
+		}
+	}
+	bad(c.users < 1, "-users must be at least 1")
+	bad(c.batchSize < 1 || c.batchSize > 1000, "-batch-size must be 1…1000")
+	bad(c.readBatch < 1 || c.readBatch > 1000, "-read-batch must be 1…1000")
+	bad(len(c.singleRates) == 0 && c.phases["single"], "-single-rates: at least one rate")
+	for name, d := range map[string]time.Duration{"-step": c.stepTime, "-single-step": c.singleTime, "-half": c.halfTime,
+		"-lag-interval": c.lagEvery, "-fresh-poll": c.freshPoll, "-profile-time": c.profileTime} {
+		bad(d <= 0, "%s must be above 0", name)
+	}
+	bad(c.warmup < 0 || c.settle < 0 || c.idleWait < 0 || c.warmupRun < 0, "-warmup, -warmup-run, -settle and -idle-wait must not be negative")
+	bad(len(c.batchRates) == 0, "-batch-rates: at least one rate (the warm-up and the half-max phase use the first)")
+	bad(c.crit.MinAccepted <= 0 || c.crit.MinAccepted > 1, "-min-accepted must be in (0, 1]")
+	bad(c.crit.MaxFailed < 0 || c.crit.MaxFailed >= 1, "-max-failed must be in [0, 1)")
+	bad(c.crit.MaxFreshP99 <= 0 || c.crit.LagGrowth <= 0, "-max-fresh-p99 and -max-lag-growth must be above 0")
+	for name, r := range map[string]float64{"-step-reads": c.stepReads, "-fresh-rate": c.freshRate, "-half-reads": c.halfReads,
+		"-half-statuses": c.halfBatchReads, "-half-count": c.halfCounts, "-half-fresh": c.halfFresh} {
+		bad(!(r >= 0) || math.IsInf(r, 0), "%s must be a number ≥ 0", name)
+	}
+	bad(c.scaleUsers < 1 || c.scaleUsers > 1<<31, "-scale-users must be 1…2^31")
+	bad(!(c.scaleOnline > 0 && c.scaleOnline <= 1), "-scale-online must be in (0, 1]")
+	bad(c.scaleCalls < 1, "-scale-calls must be at least 1")
+	bad(c.scaleWindow < 1 || c.scaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
+	bad(c.scaleShards < 0, "-scale-shards must not be negative")
+	return errors.Join(errs...)
+}

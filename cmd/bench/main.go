@@ -1,0 +1,60 @@
+// Command bench measures Pulse end to end on the local stack and writes what it found
+// into a folder of its own: results.json (every number, stable names), results.md (the
+// tables, with each target met or not and by how much) and latency.png.
+//
+// It runs in phases, each of which can be turned off with -phases:
+//
+//	batch   stepped ingest with batched POST /v1/events at increasing rates, with
+//	        freshness probes and readers at a modest rate, until a step falls behind
+//	single  the same with one event per POST /status
+//	half    at half the highest batched rate that kept up: freshness, and reads
+//	        (GET /status at 5,000/s, POST /statuses, counts) under that ingest
+//	scale   counts and memory with -scale-users registered users bulk-loaded into
+//	        Redis in Pulse's layout, then in the seed's direct layout (a sorted set of
+//	        online users and a hash per user) as the baseline, on the same Redis
+//
+// A step falls behind when ingest accepted less than 95% of the offered events, more
+// than 1% of its requests failed or were dropped, the aggregator's consumer lag grew
+// by more than a second of offered events over the step, or the freshness p99 passed
+// 1 s. Stepping stops after the first step that fell behind; the highest rate is the
+// last step that kept up.
+//
+// Load comes from cmd/loadgen, run once per step; bench samples around each run the
+// CPU time of every process of the stack (/proc/<pid>/stat), the consumer lag of the
+// aggregator's and history's groups (Kafka's admin API), and the services' /metrics.
+//
+// bench uses the services of a running `make run` when they answer, and otherwise
+// builds and starts them itself, as deploy/local/stack.sh does, stopping them at the
+// end. The stack's servers must be up (`make bench` runs `stack.sh up` first).
+//
+// Usage:
+//
+//	go run ./cmd/bench [-quick] [flags]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal the default action returns, so a second one exits.
+		<-ctx.Done()
+		stop()
+	}()
+	err := run(ctx, os.Args[1:])
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,485 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/shard"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// Prefixes of the bulk-loaded layouts: apart from any deployment's, and fixed, so a
+// run that died before cleaning up is cleaned up by the next. Both are as long as
+// Pulse's default prefix "pulse", since key lengths weigh in the memory per user.
+const (
+	scalePulsePrefix    = "bpuls"
+	scaleBaselinePrefix = "bseed"
+)
+
+// scaleUserID is the id of bulk-loaded user i, the same in both layouts.
+func scaleUserID(i int) string { return "u" + strconv.Itoa(i) }
+
+// scaleOnline says whether bulk-loaded user i is online: a hash of i, so the online
+// users are spread over the index space as real ones are (not one dense run, which
+// roaring would store as a handful of bytes).
+func scaleOnline(i int, fraction float64) bool {
+	return float64(splitmix(uint64(i))%1_000_000) < fraction*1_000_000
+}
+
+// splitmix scatters neighbouring integers across 64 bits (SplitMix64's finaliser).
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// scale measures counts and memory with cfg.scaleUsers users in Pulse's layout, then
+// in the baseline's, one after the other on the same Redis, deleting each afterwards.
+func (b *bench) scale(ctx context.Context) (*ScaleResult, error) {
+	rdb := redis.NewClient(&redis.Options{
+		Addr: fmt.Sprintf("127.0.0.1:%d", b.cfg.ports.redis), PoolSize: 2 * b.cfg.scaleWorkers,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute,
+	})
+	defer rdb.Close()
+	shards := b.cfg.scaleShards
+	if shards == 0 {
+		n, err := b.lag.partitions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		shards = n
+	}
+	res := &ScaleResult{Users: b.cfg.scaleUsers, OnlineFraction: b.cfg.scaleOnline, Shards: shards}
+	for i := range b.cfg.scaleUsers {
+		if scaleOnline(i, b.cfg.scaleOnline) {
+			res.Online++
+		}
+	}
+	// Whatever happens, the bulk-loaded keys go: they are gigabytes of a shared Redis.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+		defer cancel()
+		for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
+			if n, err := deletePrefix(cctx, rdb, p); err != nil {
+				b.note("deleting the bulk-loaded keys under %s: %v (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, err, p)
+			} else if n > 0 {
+				fmt.Fprintf(b.out, "    deleted %d keys under %s:\n", n, p)
+			}
+		}
+	}()
+	for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
+		if n, err := deletePrefix(ctx, rdb, p); err != nil {
+			return nil, err
+		} else if n > 0 {
+			fmt.Fprintf(b.out, "    deleted %d keys left under %s: by an earlier run\n", n, p)
+		}
+	}
+
+	var err error
+	fmt.Fprintf(b.out, "    Pulse's layout: %d users (%d online) in %d shards under %s:\n", res.Users, res.Online, shards, scalePulsePrefix)
+	if res.Pulse, err = b.scalePulse(ctx, rdb, shards, res.Online); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(b.out, "      loaded in %.1fs; %.1f B/registered user, %.3f B/online user (bitmaps); counts p50 %s p99 %s\n",
+		res.Pulse.LoadSeconds, res.Pulse.BytesPerRegisteredUser, res.Pulse.BytesPerOnlineUser,
+		fmtMs(res.Pulse.CountsMs.P50, 1), fmtMs(res.Pulse.CountsMs.P99, 1))
+	if _, err := deletePrefix(ctx, rdb, scalePulsePrefix); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(b.out, "    baseline (seed) layout under %s:\n", scaleBaselinePrefix)
+	if res.Baseline, err = b.scaleBaseline(ctx, rdb, res.Online); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(b.out, "      loaded in %.1fs; %.1f B/registered user, %.1f B/online user (sorted set); counts p50 %s p99 %s\n",
+		res.Baseline.LoadSeconds, res.Baseline.BytesPerRegisteredUser, res.Baseline.BytesPerOnlineUser,
+		fmtMs(res.Baseline.CountsMs.P50, 1), fmtMs(res.Baseline.CountsMs.P99, 1))
+
+	res.CountsP50Speedup = ratio(res.Baseline.CountsMs.P50, res.Pulse.CountsMs.P50)
+	res.CountsP99Speedup = ratio(res.Baseline.CountsMs.P99, res.Pulse.CountsMs.P99)
+	res.OnlineMemoryRatio = ratio(res.Baseline.BytesPerOnlineUser, res.Pulse.BytesPerOnlineUser)
+	res.RegisteredMemoryRatio = ratio(res.Baseline.BytesPerRegisteredUser, res.Pulse.BytesPerRegisteredUser)
+	return res, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// scalePulse bulk-loads Pulse's layout through statestore, as the aggregator writes
+// it (one WriteWindow per shard and window), then measures memory and Counts.
+func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, online int) (Layout, error) {
+	l := Layout{Prefix: scalePulsePrefix, Parts: map[string]int64{},
+		CountsCall: fmt.Sprintf("statestore.Store.Counts: one pipeline of HMGET cnt + HGET meta next per shard (%d shards)", shards)}
+	store := statestore.New(rdb, scalePulsePrefix)
+	mem0, err := quietMemory(ctx, rdb)
+	if err != nil {
+		return l, err
+	}
+	start := time.Now()
+	if err := store.RegisterShards(ctx, shards); err != nil {
+		return l, err
+	}
+	if err := b.loadPulse(ctx, store, shards); err != nil {
+		return l, err
+	}
+	l.LoadSeconds = time.Since(start).Seconds()
+	mem1, err := quietMemory(ctx, rdb)
+	if err != nil {
+		return l, err
+	}
+	l.UsedMemoryBytes = mem1 - mem0
+	l.BytesPerRegisteredUser = float64(l.UsedMemoryBytes) / float64(b.cfg.scaleUsers)
+
+	keys := store.Keys()
+	family := func(name string, key func(int) string) error {
+		var sum int64
+		for sh := range shards {
+			n, err := rdb.MemoryUsage(ctx, key(sh), 0).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("MEMORY USAGE %s: %w", key(sh), err)
+			}
+			sum += n
+		}
+		l.Parts[name] = sum
+		return nil
+	}
+	if err := family("onlineBitmaps", func(sh int) string { return keys.Bitmap(sh, presence.Online) }); err != nil {
+		return l, err
+	}
+	if err := family("idsHashes", keys.IDs); err != nil {
+		return l, err
+	}
+	if err := family("revHashes", keys.Rev); err != nil {
+		return l, err
+	}
+	var strlen int64
+	for sh := range shards {
+		n, err := rdb.StrLen(ctx, keys.Bitmap(sh, presence.Online)).Result()
+		if err != nil {
+			return l, err
+		}
+		strlen += n
+	}
+	l.Parts["onlineBitmapsPayload"] = strlen
+	l.Parts["userStatesAndRest"] = l.UsedMemoryBytes - l.Parts["onlineBitmaps"] - l.Parts["idsHashes"] - l.Parts["revHashes"]
+	l.OnlineStructureBytes = l.Parts["onlineBitmaps"]
+	l.BytesPerOnlineUser = float64(l.OnlineStructureBytes) / float64(online)
+
+	c, err := store.Counts(ctx)
+	if err != nil {
+		return l, err
+	}
+	if c.Registered != uint64(b.cfg.scaleUsers) || c.Online != uint64(online) {
+		return l, fmt.Errorf("counts after the bulk load: %d registered, %d online; loaded %d and %d", c.Registered, c.Online, b.cfg.scaleUsers, online)
+	}
+	l.CountsOnline = c.Online
+	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error { _, err := store.Counts(ctx); return err })
+	return l, err
+}
+
+// loadPulse writes every user through statestore.WriteWindow: users are dealt to their
+// shards (the partition Kafka would give them), and each shard's windows are written
+// in order by one writer, with the shard's cumulative online bitmap, as the
+// aggregator does. States are minimal: index, status, times and offset.
+func (b *bench) loadPulse(ctx context.Context, store *statestore.Store, shards int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	workers := min(b.cfg.scaleWorkers, shards)
+	type job struct {
+		shard int
+		users []int
+	}
+	jobs := make([]chan job, workers)
+	for i := range jobs {
+		jobs[i] = make(chan job, 4)
+	}
+	now := time.Now()
+	type shardState struct {
+		next   uint32
+		window int64
+		online *roaring.Bitmap
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			states := map[int]*shardState{}
+			for j := range jobs[w] {
+				if ctx.Err() != nil {
+					continue
+				}
+				sh, users := j.shard, j.users
+				s := states[sh]
+				if s == nil {
+					s = &shardState{online: roaring.New()}
+					states[sh] = s
+				}
+				win := &statestore.Window{Shard: sh, LastOffset: s.window, Users: make(map[string]*presence.User, len(users))}
+				win.Bitmaps = [3]*roaring.Bitmap{s.online, roaring.New(), roaring.New()}
+				win.Dirty[0] = true
+				for _, i := range users {
+					id := scaleUserID(i)
+					u := &presence.User{Index: s.next, Status: presence.Offline, Offset: s.window}
+					if scaleOnline(i, b.cfg.scaleOnline) {
+						u.Status = presence.Online
+						u.LastSeen = now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
+						u.LastUpdated, u.LastActive = u.LastSeen, u.LastSeen
+						s.online.Add(s.next)
+					} else {
+						u.LastUpdated = now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
+						u.LastSeen, u.LastActive = u.LastUpdated, u.LastUpdated
+					}
+					win.NewIDs = append(win.NewIDs, statestore.NewID{UserID: id, Index: s.next})
+					win.Users[id] = u
+					s.next++
+				}
+				win.Next = s.next
+				s.window++
+				if _, err := store.WriteWindow(ctx, win); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+	pending := make([][]int, shards)
+	send := func(sh int) {
+		select {
+		case jobs[sh%workers] <- job{sh, pending[sh]}:
+		case <-ctx.Done():
+		}
+		pending[sh] = nil
+	}
+	for i := range b.cfg.scaleUsers {
+		sh := shard.For(scaleUserID(i), shards)
+		pending[sh] = append(pending[sh], i)
+		if len(pending[sh]) >= b.cfg.scaleWindow {
+			send(sh)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for sh := range pending {
+		if len(pending[sh]) > 0 {
+			send(sh)
+		}
+	}
+	for _, ch := range jobs {
+		close(ch)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("bulk-loading Pulse's layout: %w", err)
+	}
+	return ctx.Err()
+}
+
+// scaleBaseline bulk-loads the seed's direct layout — per user HSET <p>:user:<id>
+// status … lastUpdated …, and for online users ZADD <p>:online <lastSeen ms> <id> —
+// then measures memory and its online count, one ZCOUNT of the last minute.
+func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int) (Layout, error) {
+	zkey := scaleBaselinePrefix + ":online"
+	l := Layout{Prefix: scaleBaselinePrefix, Parts: map[string]int64{},
+		CountsCall: "ZCOUNT " + zkey + " <now−60 s> +inf: users seen within the offline timeout"}
+	mem0, err := quietMemory(ctx, rdb)
+	if err != nil {
+		return l, err
+	}
+	start := time.Now()
+	now := time.Now()
+	jobs := make(chan [2]int)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for range b.cfg.scaleWorkers {
+		wg.Go(func() {
+			for r := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				pipe := rdb.Pipeline()
+				for i := r[0]; i < r[1]; i++ {
+					id := scaleUserID(i)
+					if scaleOnline(i, b.cfg.scaleOnline) {
+						seen := now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
+						pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", "online", "lastUpdated", seen.UTC().Format(seedTime))
+						pipe.ZAdd(ctx, zkey, redis.Z{Score: float64(seen.UnixMilli()), Member: id})
+					} else {
+						upd := now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
+						pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", "offline", "lastUpdated", upd.UTC().Format(seedTime))
+					}
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					cancel(fmt.Errorf("bulk-loading the baseline: %w", err))
+				}
+			}
+		})
+	}
+	for lo := 0; lo < b.cfg.scaleUsers && ctx.Err() == nil; lo += b.cfg.scaleWindow {
+		select {
+		case jobs <- [2]int{lo, min(lo+b.cfg.scaleWindow, b.cfg.scaleUsers)}:
+		case <-ctx.Done():
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return l, err
+	}
+	l.LoadSeconds = time.Since(start).Seconds()
+	mem1, err := quietMemory(ctx, rdb)
+	if err != nil {
+		return l, err
+	}
+	l.UsedMemoryBytes = mem1 - mem0
+	l.BytesPerRegisteredUser = float64(l.UsedMemoryBytes) / float64(b.cfg.scaleUsers)
+	z, err := rdb.MemoryUsage(ctx, zkey, 0).Result()
+	if err != nil {
+		return l, fmt.Errorf("MEMORY USAGE %s: %w", zkey, err)
+	}
+	l.Parts["onlineSortedSet"] = z
+	l.Parts["userHashesAndRest"] = l.UsedMemoryBytes - z
+	l.OnlineStructureBytes = z
+	l.BytesPerOnlineUser = float64(z) / float64(online)
+
+	count := func() (int64, error) {
+		return rdb.ZCount(ctx, zkey, strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10), "+inf").Result()
+	}
+	n, err := count()
+	if err != nil {
+		return l, err
+	}
+	if n != int64(online) {
+		return l, fmt.Errorf("baseline ZCOUNT after the bulk load: %d online, loaded %d", n, online)
+	}
+	l.CountsOnline = uint64(n)
+	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error { _, err := count(); return err })
+	return l, err
+}
+
+// seedTime is how the seed API writes lastUpdated.
+const seedTime = "2006-01-02T15:04:05.000000Z"
+
+// timeCounts times -scale-calls counts reads and what the machine did meanwhile.
+func (b *bench) timeCounts(ctx context.Context, fn func() error) (Quantiles, MachineCPU, error) {
+	before := b.st.cpu(b.ticks)
+	start := time.Now()
+	q, err := timeCalls(ctx, b.cfg.scaleCalls, fn)
+	return q, machineOver(cpuDelta(before, b.st.cpu(b.ticks)), time.Since(start).Seconds()), err
+}
+
+// timeCalls times n sequential calls of fn after a short warm-up.
+func timeCalls(ctx context.Context, n int, fn func() error) (Quantiles, error) {
+	for range min(50, n) {
+		if err := fn(); err != nil {
+			return Quantiles{}, err
+		}
+	}
+	d := make([]time.Duration, 0, n)
+	for range n {
+		if ctx.Err() != nil {
+			return Quantiles{}, ctx.Err()
+		}
+		t := time.Now()
+		if err := fn(); err != nil {
+			return Quantiles{}, err
+		}
+		d = append(d, time.Since(t))
+	}
+	return quantilesOf(d), nil
+}
+
+// quantilesOf summarises durations exactly (nearest rank), in milliseconds.
+func quantilesOf(d []time.Duration) Quantiles {
+	if len(d) == 0 {
+		return Quantiles{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, v := range s {
+		sum += v
+	}
+	at := func(q float64) float64 {
+		i := int(q*float64(len(s))+0.999999999) - 1
+		i = min(max(i, 0), len(s)-1)
+		return ms(s[i])
+	}
+	return Quantiles{Count: uint64(len(s)), Mean: ms(sum / time.Duration(len(s))),
+		P50: at(0.5), P90: at(0.9), P99: at(0.99), P999: at(0.999), Max: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quietMemory waits until Redis has freed what UNLINK handed to its background
+// thread and no AOF rewrite or snapshot is forking, then reads used_memory.
+func quietMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		info, err := rdb.Info(ctx, "memory", "persistence").Result()
+		if err != nil {
+			return 0, fmt.Errorf("INFO memory: %w", err)
+		}
+		f := infoFields(info)
+		busy := f["lazyfree_pending_objects"] != "0" || f["aof_rewrite_in_progress"] == "1" ||
+			f["aof_rewrite_scheduled"] == "1" || f["rdb_bgsave_in_progress"] == "1"
+		if !busy || time.Now().After(deadline) {
+			n, err := strconv.ParseInt(f["used_memory"], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO memory: used_memory %q: %w", f["used_memory"], err)
+			}
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// infoFields reads INFO's "name:value" lines.
+func infoFields(info string) map[string]string {
+	f := map[string]string{}
+	for line := range strings.SplitSeq(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			f[k] = v
+		}
+	}
+	return f
+}
+
+// deletePrefix unlinks every key under prefix:, found by SCAN, in batches.
+func deletePrefix(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
+	var cursor uint64
+	n := 0
+	for {
+		// A modest COUNT keeps each SCAN, which blocks Redis, to about a millisecond.
+		keys, next, err := rdb.Scan(ctx, cursor, prefix+":*", 1000).Result()
+		if err != nil {
+			return n, fmt.Errorf("SCAN %s:*: %w", prefix, err)
+		}
+		if len(keys) > 0 {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return n, fmt.Errorf("UNLINK under %s: %w", prefix, err)
+			}
+			n += len(keys)
+		}
+		if cursor = next; cursor == 0 {
+			return n, nil
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"math"
+)
+
+// historyCheck picks the batched step closest to rate and reads history's numbers
+// from it. The lag in seconds is the commit-lag histogram's p99 over the step when
+// the history writer exported it, else the records behind over the accepted rate.
+func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
+	if m == nil {
+		return nil
+	}
+	i := closestStep(m.Steps, rate)
+	if i < 0 {
+		return nil
+	}
+	s := m.Steps[i]
+	h := &HistoryCheck{AtOfferedEventsPerSec: s.OfferedEventsPerSec, AcceptedEventsPerSec: s.AcceptedEventsPerSec,
+		RowsPerSec: s.History.RowsPerSec, LagRecords: s.History.LagRecords}
+	h.LagKnown = true
+	switch {
+	case s.History.CommitLagKnown:
+		h.LagSeconds, h.LagSource = s.History.CommitLagP99Seconds, "p99 of pulse_history_commit_lag_seconds over the step"
+	case s.AcceptedEventsPerSec > 0:
+		h.LagSeconds, h.LagSource = float64(s.History.LagRecords)/s.AcceptedEventsPerSec, "records behind at the step's end ÷ accepted events/s"
+	default:
+		h.LagKnown, h.LagSource = false, "not measured"
+	}
+	return h
+}
+
+// evaluate judges every target of the issue on r; a target whose phase did not run
+// is listed as not measured.
+func evaluate(r *Results, scaleGoal int) []Target {
+	nan := math.NaN()
+	var ts []Target
+	add := func(t Target, v float64, note string) {
+		t = t.judge(v)
+		t.Note = note
+		ts = append(ts, t)
+	}
+
+	batched, single := nan, nan
+	var bNote, sNote string
+	if m := r.Batched; m != nil {
+		batched, bNote = m.MaxAcceptedEventsPerSec, modeNote(m)
+	}
+	if m := r.Single; m != nil {
+		single, sNote = m.MaxAcceptedEventsPerSec, modeNote(m)
+	}
+	add(Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}, batched, bNote)
+	add(Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}, single, sNote)
+
+	f50, f99, read99 := nan, nan, nan
+	var hNote, readNote string
+	if h := r.Half; h != nil {
+		hNote = fmt.Sprintf("at %s events/s (half the max batched rate)", num(h.OfferedEventsPerSec))
+		if h.Freshness.Seen > 0 {
+			f50, f99 = h.Freshness.Ms.P50, h.Freshness.Ms.P99
+		}
+		for _, rd := range h.Reads {
+			if rd.Name == "read" && rd.Ms.Count > 0 {
+				read99 = rd.Ms.P99
+				readNote = fmt.Sprintf("%s reads/s achieved of %s, %s", num(rd.AchievedRate), num(rd.TargetRate), hNote)
+			}
+		}
+	}
+	add(Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}, f50, hNote)
+	add(Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}, f99, hNote)
+	add(Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}, read99, readNote)
+
+	c99, speed, online, registered := nan, nan, nan, nan
+	var scNote, speedNote string
+	if s := r.Scale; s != nil {
+		scNote = fmt.Sprintf("%s registered users, %s online", num(float64(s.Users)), num(float64(s.Online)))
+		if s.Users < scaleGoal {
+			scNote += fmt.Sprintf(" (the target is stated at %s)", num(float64(scaleGoal)))
+		}
+		if s.Pulse.CountsMs.Count > 0 {
+			c99 = s.Pulse.CountsMs.P99
+		}
+		if s.Pulse.CountsMs.Count > 0 && s.Baseline.CountsMs.Count > 0 {
+			speed = s.CountsP50Speedup
+			speedNote = fmt.Sprintf("p50 %s vs baseline %s (p99 ratio %s×); %s", fmtMs(s.Pulse.CountsMs.P50, 1),
+				fmtMs(s.Baseline.CountsMs.P50, 1), sig(s.CountsP99Speedup), scNote)
+		}
+		if s.Pulse.BytesPerOnlineUser > 0 && s.Baseline.BytesPerOnlineUser > 0 {
+			online = s.OnlineMemoryRatio
+		}
+		if s.Pulse.BytesPerRegisteredUser > 0 && s.Baseline.BytesPerRegisteredUser > 0 {
+			registered = s.RegisteredMemoryRatio
+		}
+	}
+	add(Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}, c99, scNote)
+	add(Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}, speed, speedNote)
+	add(Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}, online, scNote)
+	add(Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}, registered, scNote)
+
+	rows, lag := nan, nan
+	var histNote string
+	if h := r.History; h != nil {
+		rows = h.RowsPerSec
+		if h.LagKnown {
+			lag = h.LagSeconds
+		}
+		histNote = fmt.Sprintf("batched step at %s events/s (%s accepted); lag: %s", num(h.AtOfferedEventsPerSec), num(h.AcceptedEventsPerSec), h.LagSource)
+	}
+	add(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote)
+	add(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote)
+	return ts
+}
+
+func modeNote(m *ModeResult) string {
+	if len(m.Steps) == 0 {
+		return "no step ran"
+	}
+	last := m.Steps[len(m.Steps)-1]
+	if last.KeptUp {
+		return fmt.Sprintf("every step kept up: %s events/s is a floor", num(last.OfferedEventsPerSec))
+	}
+	if m.MaxOfferedEventsPerSec == 0 {
+		return fmt.Sprintf("the first step (%s events/s) already fell behind", num(last.OfferedEventsPerSec))
+	}
+	return fmt.Sprintf("last step that kept up: %s offered; fell behind at %s", num(m.MaxOfferedEventsPerSec), num(last.OfferedEventsPerSec))
+}
