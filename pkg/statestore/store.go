@@ -332,22 +332,15 @@ func (s *Store) Counts(ctx context.Context) (Counts, error) {
 	if err != nil || n == 0 {
 		return c, err
 	}
-	pipe := s.rdb.Pipeline()
-	cnts := make([]*redis.SliceCmd, n)
-	nexts := make([]*redis.StringCmd, n)
-	for sh := range n {
-		cnts[sh] = pipe.HMGet(ctx, s.keys.Counts(sh), "online", "idle", "invisible")
-		nexts[sh] = pipe.HGet(ctx, s.keys.Meta(sh), "next")
+	shards, err := s.ShardCounts(ctx, n)
+	if err != nil {
+		return c, err
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return c, fmt.Errorf("reading counts: %w", err)
-	}
-	for sh := range n {
-		vals := cnts[sh].Val()
-		c.Online += parseCount(vals[0])
-		c.Idle += parseCount(vals[1])
-		c.Invisible += parseCount(vals[2])
-		c.Registered += parseCount(nexts[sh].Val())
+	for _, sc := range shards {
+		c.Registered += sc.Registered
+		c.Online += sc.Online
+		c.Idle += sc.Idle
+		c.Invisible += sc.Invisible
 	}
 	return c, nil
 }
