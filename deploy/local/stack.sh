@@ -353,10 +353,12 @@ cmd_run() {
 
 Pulse is running:
   ingest      http://127.0.0.1:$INGEST_PORT     (POST /status, /v1/events, /v1/heartbeat)
-  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status, /v1/online/count)
+  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
+                                            /v1/online, /v1/online/count, POST /v1/online/filter,
+                                            /v1/watch (WebSocket), /v1/watch/sse)
   aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)
   history     http://127.0.0.1:$HISTORY_PORT     (health and metrics)
-  Every service serves /healthz, /readyz and /metrics.
+  Every service serves /healthz, /readyz and /metrics; ingest and query /openapi.json.
 
   kafka       127.0.0.1:$KAFKA_PORT   cassandra 127.0.0.1:$CASSANDRA_PORT   redis 127.0.0.1:$REDIS_PORT
   logs        $logs   (make logs)
