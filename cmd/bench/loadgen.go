@@ -10,64 +10,15 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
-// lgReport is the part of cmd/loadgen's -json report bench reads (its Report, version 1).
-type lgReport struct {
-	Version              int          `json:"version"`
-	MeasuredSeconds      float64      `json:"measuredSeconds"`
-	Interrupted          bool         `json:"interrupted"`
-	AcceptedEventsPerSec float64      `json:"acceptedEventsPerSec"`
-	Workloads            []lgWorkload `json:"workloads"`
-	Freshness            *struct {
-		Probes   uint64    `json:"probes"`
-		Seen     uint64    `json:"seen"`
-		Timeouts uint64    `json:"timeouts"`
-		Ms       Quantiles `json:"ms"`
-	} `json:"freshness"`
-}
-
-type lgWorkload struct {
-	Name               string  `json:"name"`
-	Endpoint           string  `json:"endpoint"`
-	TargetRate         float64 `json:"targetRate"`
-	AchievedRate       float64 `json:"achievedRate"`
-	TargetEventsPerSec float64 `json:"targetEventsPerSec"`
-	EventsPerSec       float64 `json:"eventsPerSec"`
-	Scheduled          uint64  `json:"scheduled"`
-	OK                 uint64  `json:"ok"`
-	Errors             struct {
-		C4xx      uint64 `json:"4xx"`
-		C5xx      uint64 `json:"5xx"`
-		Transport uint64 `json:"transport"`
-		Dropped   uint64 `json:"dropped"`
-	} `json:"errors"`
-	LatencyMs Quantiles `json:"latencyMs"`
-}
-
-func (w lgWorkload) failed() uint64 {
-	return w.Errors.C4xx + w.Errors.C5xx + w.Errors.Transport + w.Errors.Dropped
-}
-
-// Quantiles summarise latencies in milliseconds (loadgen's shape).
-type Quantiles struct {
-	Count uint64  `json:"count"`
-	Mean  float64 `json:"mean"`
-	P50   float64 `json:"p50"`
-	P90   float64 `json:"p90"`
-	P99   float64 `json:"p99"`
-	P999  float64 `json:"p999"`
-	Max   float64 `json:"max"`
-}
-
-func (r lgReport) workload(name string) (lgWorkload, bool) {
-	for _, w := range r.Workloads {
-		if w.Name == name {
-			return w, true
-		}
-	}
-	return lgWorkload{}, false
-}
+// Steps read cmd/loadgen's -json report.
+type (
+	lgReport  = loadreport.Report
+	Quantiles = loadreport.Quantiles
+)
 
 // load is one loadgen run.
 type load struct {

@@ -120,9 +120,9 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 
 	rep := lr.report
 	r.MeasuredSeconds = rep.MeasuredSeconds
-	if w, ok := rep.workload(sp.workload); ok {
+	if w, ok := rep.Workload(sp.workload); ok {
 		r.AcceptedEventsPerSec = w.EventsPerSec
-		r.Requests, r.FailedRequests = w.Scheduled, w.failed()
+		r.Requests, r.FailedRequests = w.Scheduled, w.Failed()
 		if w.Scheduled > 0 {
 			r.FailedFraction = float64(r.FailedRequests) / float64(w.Scheduled)
 		}
@@ -135,7 +135,7 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 		switch w.Name {
 		case "read", "batch-read", "count", "detail", "filter":
 			r.Reads = append(r.Reads, ReadResult{Name: w.Name, Endpoint: w.Endpoint, TargetRate: w.TargetRate,
-				AchievedRate: w.AchievedRate, OK: w.OK, Failed: w.failed(), Ms: w.LatencyMs})
+				AchievedRate: w.AchievedRate, OK: w.OK, Failed: w.Failed(), Ms: w.LatencyMs})
 		}
 	}
 

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
 // stats collects one workload's outcomes. Only requests intended to start inside the
@@ -101,101 +103,14 @@ func (s *stats) snapshot() (p99 time.Duration, n uint64, fresh99 time.Duration, 
 	return s.lat.quantile(0.99), s.lat.count(), s.fresh.quantile(0.99), s.fresh.count()
 }
 
-// Report is the document -json writes: the numbers of the table, with field names
-// that stay stable so bench scripts can step rates and compare runs. Latencies and
-// freshness are in milliseconds; rates per second of the measured window.
-//
-//	version               1 for this layout; a breaking change bumps it
-//	startedAt             when the warm-up began (RFC 3339)
-//	warmupSeconds         length of the warm-up, excluded from every number below
-//	measuredSeconds       length of the measured window (shorter after a Ctrl-C)
-//	interrupted           true when a Ctrl-C ended the run early
-//	seed                  the -seed, for a reproducible rerun
-//	config                every flag's value, by flag name
-//	acceptedEvents        events in 2xx answers of all ingest workloads
-//	acceptedEventsPerSec  acceptedEvents / measuredSeconds: the headline number
-//	workloads[]           one per workload whose rate is not 0:
-//	  name, endpoint      e.g. "batch", "POST /v1/events"
-//	  targetRate          requests/s asked for
-//	  achievedRate        requests/s that got an answer or a transport error (not dropped)
-//	  targetEventsPerSec  targetRate × events per request (ingest workloads, else 0)
-//	  eventsPerSec        accepted events/s (ingest workloads, else 0)
-//	  scheduled           intended starts in the window = ok + errors + aborted
-//	  ok                  2xx answers
-//	  errors              {"4xx","5xx","transport","dropped"}: dropped = due while every
-//	                      worker was busy (or the probe user was), so never sent
-//	  aborted             cut off by the shutdown after a Ctrl-C; not an error
-//	  statusCodes         non-2xx answers by status code, e.g. {"503": 2}
-//	  events              accepted events (ingest workloads)
-//	  latencyMs           2xx latency from the intended start:
-//	                      {"count","mean","p50","p90","p99","p999","max"}
-//	freshness             present when -fresh-rate > 0: from a status write's 2xx to
-//	                      the end of the first read showing it
-//	  probes              probes whose write got a 2xx (the rest are the "fresh"
-//	                      workload's errors)
-//	  seen, timeouts, aborted
-//	  polls, pollErrors   status reads made while waiting, and how many failed
-//	  ms                  {"count","mean","p50","p90","p99","p999","max"} of seen probes
-type Report struct {
-	Version              int               `json:"version"`
-	StartedAt            time.Time         `json:"startedAt"`
-	WarmupSeconds        float64           `json:"warmupSeconds"`
-	MeasuredSeconds      float64           `json:"measuredSeconds"`
-	Interrupted          bool              `json:"interrupted"`
-	Seed                 uint64            `json:"seed"`
-	Config               map[string]string `json:"config"`
-	AcceptedEvents       uint64            `json:"acceptedEvents"`
-	AcceptedEventsPerSec float64           `json:"acceptedEventsPerSec"`
-	Workloads            []WorkloadReport  `json:"workloads"`
-	Freshness            *FreshnessReport  `json:"freshness,omitempty"`
-}
-
-// WorkloadReport is one workload's line of the report.
-type WorkloadReport struct {
-	Name               string            `json:"name"`
-	Endpoint           string            `json:"endpoint"`
-	TargetRate         float64           `json:"targetRate"`
-	AchievedRate       float64           `json:"achievedRate"`
-	TargetEventsPerSec float64           `json:"targetEventsPerSec"`
-	EventsPerSec       float64           `json:"eventsPerSec"`
-	Scheduled          uint64            `json:"scheduled"`
-	OK                 uint64            `json:"ok"`
-	Errors             ErrorCounts       `json:"errors"`
-	Aborted            uint64            `json:"aborted"`
-	StatusCodes        map[string]uint64 `json:"statusCodes"`
-	Events             uint64            `json:"events"`
-	LatencyMs          Quantiles         `json:"latencyMs"`
-}
-
-// ErrorCounts are a workload's failed requests by class.
-type ErrorCounts struct {
-	C4xx      uint64 `json:"4xx"`
-	C5xx      uint64 `json:"5xx"`
-	Transport uint64 `json:"transport"`
-	Dropped   uint64 `json:"dropped"`
-}
-
-// Quantiles summarise a histogram, in milliseconds.
-type Quantiles struct {
-	Count uint64  `json:"count"`
-	Mean  float64 `json:"mean"`
-	P50   float64 `json:"p50"`
-	P90   float64 `json:"p90"`
-	P99   float64 `json:"p99"`
-	P999  float64 `json:"p999"`
-	Max   float64 `json:"max"`
-}
-
-// FreshnessReport is what the freshness probes measured.
-type FreshnessReport struct {
-	Probes     uint64    `json:"probes"`
-	Seen       uint64    `json:"seen"`
-	Timeouts   uint64    `json:"timeouts"`
-	Aborted    uint64    `json:"aborted"`
-	Polls      uint64    `json:"polls"`
-	PollErrors uint64    `json:"pollErrors"`
-	Ms         Quantiles `json:"ms"`
-}
+// The report's types live in cmd/internal/loadreport, which cmd/bench reads too.
+type (
+	Report          = loadreport.Report
+	WorkloadReport  = loadreport.WorkloadReport
+	ErrorCounts     = loadreport.ErrorCounts
+	Quantiles       = loadreport.Quantiles
+	FreshnessReport = loadreport.FreshnessReport
+)
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
