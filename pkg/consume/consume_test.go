@@ -102,6 +102,11 @@ func (w *testWorker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			}
 			if err := w.client().CommitRecords(ctx, batch[len(batch)-1]); err != nil {
 				if ctx.Err() != nil {
+					// Cancelled while committing: on a busy machine the revoke
+					// timeout can end a slow commit, which counts as cancelled too.
+					w.r.mu.Lock()
+					w.r.cancelled = append(w.r.cancelled, w.id)
+					w.r.mu.Unlock()
 					return ctx.Err()
 				}
 				return fmt.Errorf("committing: %w", err)
