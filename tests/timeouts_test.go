@@ -46,6 +46,22 @@ func (p *pipeline) status(t *testing.T, user string) string {
 	return v.Status
 }
 
+type countView struct {
+	Total    uint64            `json:"total"`
+	ByStatus map[string]uint64 `json:"byStatus"`
+}
+
+// count reads GET /v1/online/count.
+func (p *pipeline) count(t *testing.T) countView {
+	t.Helper()
+	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	var c countView
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &c) != nil {
+		t.Fatalf("GET /v1/online/count = %d %s", code, body)
+	}
+	return c
+}
+
 // waitStatus waits until the user reads status.
 func (p *pipeline) waitStatus(t *testing.T, user, status string) {
 	t.Helper()
@@ -121,6 +137,9 @@ func TestSilentUserGoesOfflineOnTime(t *testing.T) {
 	stop := make(chan struct{})
 	acked := p.send(t, user, "heartbeat", "", "phone")
 	p.waitStatus(t, user, "online")
+	if c := p.count(t); c.Total != 1 || c.ByStatus["online"] != 1 {
+		t.Fatalf("online count while the user heartbeats = %+v, want 1 online", c)
+	}
 	seen := p.watchStatus(t, user, stop)
 	eventually(t, 10*time.Second, func() string {
 		if s := p.status(t, user); s != "offline" {
@@ -145,6 +164,9 @@ func TestSilentUserGoesOfflineOnTime(t *testing.T) {
 	}
 	t.Logf("offline %v after the last heartbeat's 2xx (offline_after %v)", wentOffline.Round(time.Millisecond), testOfflineAfter)
 
+	if c := p.count(t); c.Total != 0 || c.ByStatus["offline"] != 1 {
+		t.Errorf("online count after the timeout = %+v, want 0 online, 1 offline", c)
+	}
 	changes := p.changesOf(t, user)
 	if len(changes) != 2 || changes[1].Cause != pulsev1.Cause_CAUSE_TIMEOUT || changes[1].Current != pulsev1.Status_STATUS_OFFLINE ||
 		changes[1].DeviceId != "phone" {
