@@ -12,6 +12,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 // entry is one decoded change of presence.changes. The hub makes one per record and
@@ -46,17 +47,8 @@ func (e *entry) publicNoop() bool {
 // decodeChange reads a presence.changes record; a record without Pulse's schema
 // header, or whose value is not a valid change, is an error.
 func decodeChange(r *kgo.Record) (*entry, error) {
-	ok := false
-	for _, h := range r.Headers {
-		if h.Key == pulsev1.SchemaHeader {
-			if string(h.Value) != pulsev1.SchemaChange {
-				return nil, fmt.Errorf("schema %q, want %q", h.Value, pulsev1.SchemaChange)
-			}
-			ok = true
-		}
-	}
-	if !ok {
-		return nil, errors.New("no " + pulsev1.SchemaHeader + " header")
+	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
+		return nil, err
 	}
 	var c pulsev1.Change
 	if err := proto.Unmarshal(r.Value, &c); err != nil {

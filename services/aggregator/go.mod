@@ -9,7 +9,6 @@ require (
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	golang.org/x/sync v0.23.0
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -38,6 +37,7 @@ require (
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/pulse-presence/pulse/pkg => ../../pkg

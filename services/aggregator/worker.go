@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -10,12 +9,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
+	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 	"github.com/pulse-presence/pulse/pkg/timeouts"
 )
@@ -180,7 +179,7 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 	err := w.retryWithin(ctx, "rebuilding the duplicate horizon", 2*time.Minute, func(ctx context.Context) error {
 		win, n = recent.New(w.cfg.DedupeHorizon), 0
 		return kafkax.ReadRange(ctx, w.cfg.Kafka, w.logger, w.topic, w.st.partition, since, first.Offset, func(r *kgo.Record) error {
-			if e, err := decode(r); err == nil {
+			if e, err := records.DecodeEvent(r); err == nil {
 				win.Duplicate(e.ID, e.ReceivedAt)
 				n++
 			}
@@ -229,7 +228,7 @@ func (w *worker) flush(ctx context.Context) error {
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]struct{}, len(batch))
 	for _, r := range batch {
-		e, err := decode(r)
+		e, err := records.DecodeEvent(r)
 		if r.Offset <= w.st.offset {
 			// Already folded into Redis before a restart; its id still counts for
 			// duplicates of it that come later.
@@ -312,17 +311,12 @@ func (w *worker) decideTimeouts(ctx context.Context) error {
 	recs := make([]*kgo.Record, len(due))
 	for i, d := range due {
 		e := d.Event(now)
-		b, err := proto.Marshal(e.ToPB())
-		if err != nil {
-			return fmt.Errorf("encoding timeout: %w", err)
-		}
 		// Keyed by user id like every event, so it lands in this partition.
-		recs[i] = &kgo.Record{
-			Topic:   w.topic,
-			Key:     []byte(e.UserID),
-			Value:   b,
-			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}},
+		r, err := records.Event(w.topic, &e)
+		if err != nil {
+			return err
 		}
+		recs[i] = r
 	}
 	err := w.retry(ctx, "producing timeouts", func(ctx context.Context) error {
 		return w.cl.ProduceSync(ctx, recs...).FirstErr()
@@ -340,16 +334,11 @@ func (w *worker) produce(ctx context.Context, changes []*pulsev1.Change) error {
 	}
 	recs := make([]*kgo.Record, len(changes))
 	for i, c := range changes {
-		b, err := proto.Marshal(c)
+		r, err := records.Change(w.cfg.Kafka.ChangesTopic, c)
 		if err != nil {
-			return fmt.Errorf("encoding change: %w", err)
+			return err
 		}
-		recs[i] = &kgo.Record{
-			Topic:   w.cfg.Kafka.ChangesTopic,
-			Key:     []byte(c.UserId),
-			Value:   b,
-			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaChange)}},
-		}
+		recs[i] = r
 	}
 	err := w.retry(ctx, "producing changes", func(ctx context.Context) error {
 		return w.cl.ProduceSync(ctx, recs...).FirstErr()
@@ -401,32 +390,4 @@ func (w *worker) retryWithin(ctx context.Context, what string, timeout time.Dura
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
-}
-
-// decode reads an events record; a record without Pulse's schema header is refused.
-func decode(r *kgo.Record) (presence.Event, error) {
-	ok := false
-	for _, h := range r.Headers {
-		if h.Key == pulsev1.SchemaHeader {
-			if string(h.Value) != pulsev1.SchemaEvent {
-				return presence.Event{}, fmt.Errorf("schema %q, want %q", h.Value, pulsev1.SchemaEvent)
-			}
-			ok = true
-		}
-	}
-	if !ok {
-		return presence.Event{}, errors.New("no " + pulsev1.SchemaHeader + " header")
-	}
-	var p pulsev1.Event
-	if err := proto.Unmarshal(r.Value, &p); err != nil {
-		return presence.Event{}, fmt.Errorf("decoding event: %w", err)
-	}
-	e, err := presence.EventFromPB(&p)
-	if err != nil {
-		return presence.Event{}, fmt.Errorf("invalid event: %w", err)
-	}
-	if e.UserID != string(r.Key) {
-		return presence.Event{}, fmt.Errorf("record key %q differs from user id %q", r.Key, e.UserID)
-	}
-	return e, nil
 }

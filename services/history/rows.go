@@ -11,6 +11,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 // The statements history writes. Every one carries USING TIMESTAMP from the log, so
@@ -162,45 +163,9 @@ type change struct {
 	SourceOffset    int64
 }
 
-// checkSchema refuses a record whose schema header is missing or names another message.
-func checkSchema(r *kgo.Record, want string) error {
-	found := false
-	for _, h := range r.Headers {
-		if h.Key == pulsev1.SchemaHeader {
-			if string(h.Value) != want {
-				return fmt.Errorf("schema %q, want %q", h.Value, want)
-			}
-			found = true
-		}
-	}
-	if !found {
-		return errors.New("no " + pulsev1.SchemaHeader + " header")
-	}
-	return nil
-}
-
-// decodeEvent reads a presence.events record; any flaw is an error, never a half-read event.
-func decodeEvent(r *kgo.Record) (presence.Event, error) {
-	if err := checkSchema(r, pulsev1.SchemaEvent); err != nil {
-		return presence.Event{}, err
-	}
-	var p pulsev1.Event
-	if err := proto.Unmarshal(r.Value, &p); err != nil {
-		return presence.Event{}, fmt.Errorf("decoding event: %w", err)
-	}
-	e, err := presence.EventFromPB(&p)
-	if err != nil {
-		return presence.Event{}, fmt.Errorf("invalid event: %w", err)
-	}
-	if e.UserID != string(r.Key) {
-		return presence.Event{}, fmt.Errorf("record key %q differs from user id %q", r.Key, e.UserID)
-	}
-	return e, nil
-}
-
 // decodeChange reads a presence.changes record.
 func decodeChange(r *kgo.Record) (change, error) {
-	if err := checkSchema(r, pulsev1.SchemaChange); err != nil {
+	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
 		return change{}, err
 	}
 	var p pulsev1.Change

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 var base = time.Date(2026, 3, 1, 23, 59, 59, 0, time.UTC)
@@ -75,7 +76,7 @@ func TestDecodeEvent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, err := decodeEvent(tt.record())
+			e, err := records.DecodeEvent(tt.record())
 			if tt.err == "" {
 				if err != nil || !reflect.DeepEqual(e, good) {
 					t.Fatalf("decodeEvent = %+v, %v; want %+v", e, err, good)
@@ -236,7 +237,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte("u1"), []byte{0x0a, 0x02, 'e', '1'})
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		r := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}}
-		e, err := decodeEvent(r)
+		e, err := records.DecodeEvent(r)
 		if err != nil {
 			return
 		}

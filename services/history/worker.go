@@ -11,6 +11,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 // rebuildSlack widens the horizon re-read on assignment. Record timestamps are stamped
@@ -137,7 +138,7 @@ func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
 }
 
 func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
-	e, err := decodeEvent(r)
+	e, err := records.DecodeEvent(r)
 	if err != nil {
 		w.poison(r, err)
 		return
@@ -236,7 +237,7 @@ func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 		rctx, cancel := context.WithTimeout(ctx, w.h.cfg.RebuildTimeout)
 		err := w.h.readRange(rctx, w.topic, w.partition, since, first.Offset, func(r *kgo.Record) error {
 			n++
-			if e, err := decodeEvent(r); err == nil && !w.window.Duplicate(e.ID, e.ReceivedAt) {
+			if e, err := records.DecodeEvent(r); err == nil && !w.window.Duplicate(e.ID, e.ReceivedAt) {
 				observe(w.window, &e)
 			}
 			return nil

@@ -7,10 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 // producer appends events to presence.events and waits for Kafka's acknowledgement.
@@ -36,21 +35,9 @@ func newProducer(client *kgo.Client, topic string, ackTimeout time.Duration, reg
 	return p
 }
 
-var schemaEvent = []byte(pulsev1.SchemaEvent)
-
-// record is e as it goes on the log: keyed by user id so a user's events stay in
-// order in one partition, with the schema header consumers check before decoding.
+// record is e as it goes on the log (pkg/records defines the wire form).
 func (p *producer) record(e *presence.Event) (*kgo.Record, error) {
-	value, err := proto.Marshal(e.ToPB())
-	if err != nil {
-		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
-	}
-	return &kgo.Record{
-		Topic:   p.topic,
-		Key:     []byte(e.UserID),
-		Value:   value,
-		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: schemaEvent}},
-	}, nil
+	return records.Event(p.topic, e)
 }
 
 // produce appends events and returns nil only once Kafka acknowledged every one of

@@ -1,0 +1,82 @@
+// Package records is the Kafka wire form of Pulse's log: how events and changes become
+// records (keyed by user id, with the schema header) and how consumers read them back.
+// Every producer and consumer of presence.events and presence.changes goes through it,
+// so the wire form is defined once.
+package records
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// Event is e as it goes on topic: keyed by user id, so a user's events stay in order
+// in one partition, with the schema header consumers check before decoding.
+func Event(topic string, e *presence.Event) (*kgo.Record, error) {
+	value, err := proto.Marshal(e.ToPB())
+	if err != nil {
+		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
+	}
+	return record(topic, e.UserID, value, pulsev1.SchemaEvent), nil
+}
+
+// Change is c as it goes on topic, keyed by user id like the events it comes from.
+func Change(topic string, c *pulsev1.Change) (*kgo.Record, error) {
+	value, err := proto.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encoding change of %s: %w", c.UserId, err)
+	}
+	return record(topic, c.UserId, value, pulsev1.SchemaChange), nil
+}
+
+func record(topic, user string, value []byte, schema string) *kgo.Record {
+	return &kgo.Record{
+		Topic:   topic,
+		Key:     []byte(user),
+		Value:   value,
+		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(schema)}},
+	}
+}
+
+// CheckSchema refuses a record whose schema header is missing or names another
+// message: a stray producer's bytes must never be misread as Pulse's.
+func CheckSchema(r *kgo.Record, want string) error {
+	found := false
+	for _, h := range r.Headers {
+		if h.Key == pulsev1.SchemaHeader {
+			if string(h.Value) != want {
+				return fmt.Errorf("schema %q, want %q", h.Value, want)
+			}
+			found = true
+		}
+	}
+	if !found {
+		return errors.New("no " + pulsev1.SchemaHeader + " header")
+	}
+	return nil
+}
+
+// DecodeEvent reads a presence.events record; any flaw is an error, never a
+// half-read event.
+func DecodeEvent(r *kgo.Record) (presence.Event, error) {
+	if err := CheckSchema(r, pulsev1.SchemaEvent); err != nil {
+		return presence.Event{}, err
+	}
+	var p pulsev1.Event
+	if err := proto.Unmarshal(r.Value, &p); err != nil {
+		return presence.Event{}, fmt.Errorf("decoding event: %w", err)
+	}
+	e, err := presence.EventFromPB(&p)
+	if err != nil {
+		return presence.Event{}, fmt.Errorf("invalid event: %w", err)
+	}
+	if e.UserID != string(r.Key) {
+		return presence.Event{}, fmt.Errorf("record key %q differs from user id %q", r.Key, e.UserID)
+	}
+	return e, nil
+}
