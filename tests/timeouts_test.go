@@ -90,6 +90,13 @@ func (p *pipeline) watchStatus(t *testing.T, user string, stop <-chan struct{}) 
 			mu.Unlock()
 			select {
 			case <-stop:
+				// One last read: the caller stopped after seeing a status this
+				// watcher may not have polled yet.
+				if s := p.status(t, user); s != seen[len(seen)-1].status {
+					mu.Lock()
+					seen = append(seen, statusAt{s, time.Now()})
+					mu.Unlock()
+				}
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
