@@ -30,6 +30,13 @@ type Config struct {
 	// MaxBatchStatements splits the statements of one partition key into batches of at
 	// most this many.
 	MaxBatchStatements int
+	// BatchPartitions is how many partition keys one request may carry. 1 sends every
+	// partition key as its own single-partition batch, which token-aware routing takes
+	// straight to a replica: right for rings larger than the replication factor. When
+	// every node holds every partition (a single node, or as many nodes as replicas)
+	// the coordinator is always a replica, and packing many keys into one unlogged batch
+	// saves most of Cassandra's per-request work.
+	BatchPartitions int
 	// MaxPollRecords bounds one poll; QueueBatches is each partition's queue in batches.
 	MaxPollRecords int
 	QueueBatches   int
@@ -66,6 +73,7 @@ func loadConfig(env *config.Env) (Config, error) {
 		MaxSkew:            env.Duration("PULSE_INGEST_MAX_SKEW", 5*time.Minute),
 		WriteConcurrency:   env.Int("PULSE_HISTORY_WRITE_CONCURRENCY", 64),
 		MaxBatchStatements: env.Int("PULSE_HISTORY_MAX_BATCH_STATEMENTS", 100),
+		BatchPartitions:    env.Int("PULSE_HISTORY_BATCH_PARTITIONS", 1),
 		MaxPollRecords:     env.Int("PULSE_HISTORY_MAX_POLL_RECORDS", 5000),
 		QueueBatches:       env.Int("PULSE_HISTORY_QUEUE_BATCHES", 4),
 		CommitInterval:     env.Duration("PULSE_HISTORY_COMMIT_INTERVAL", time.Second),
@@ -97,6 +105,7 @@ func (c Config) Validate() error {
 	for name, n := range map[string]int{
 		"PULSE_HISTORY_WRITE_CONCURRENCY":    c.WriteConcurrency,
 		"PULSE_HISTORY_MAX_BATCH_STATEMENTS": c.MaxBatchStatements,
+		"PULSE_HISTORY_BATCH_PARTITIONS":     c.BatchPartitions,
 		"PULSE_HISTORY_MAX_POLL_RECORDS":     c.MaxPollRecords,
 		"PULSE_HISTORY_QUEUE_BATCHES":        c.QueueBatches,
 	} {

@@ -47,18 +47,54 @@ type stmt struct {
 	args  []any
 }
 
-// group is the statements of one Cassandra partition key, written as one unlogged
-// batch: a single-partition batch is applied as one mutation, atomically, and costs
-// one round trip.
+// group is the statements written in one request, as one unlogged batch. A group of
+// one partition key is applied by Cassandra as a single mutation, atomically; a group of
+// several keys (see batchPlan.requests) is still atomic per key and costs one round trip
+// and one request's overhead on the server instead of one per key.
 type group struct {
+	keys  int // partition keys in the group
+	stmts []stmt
+}
+
+// batchPlan collects the statements of one batch of records: user_activity rows by
+// partition key, in first-seen key order, and user_status updates coalesced per user.
+type batchPlan struct {
+	activity []*keyStmts
+	index    map[string]int
+	status   map[string]*statusRow
+	users    []string // first-seen order of status
+}
+
+// keyStmts are the statements of one partition key.
+type keyStmts struct {
 	key   string
 	stmts []stmt
 }
 
-// batchPlan collects statements by partition key, keeping first-seen key order.
-type batchPlan struct {
-	groups []*group
-	index  map[string]int
+// cellWrite is the newest write planned for a set of user_status cells: its write
+// timestamp (micros) and the value that breaks a tie. Cassandra resolves cells of equal
+// timestamps by the greater value, so the plan keeps the write Cassandra would keep.
+type cellWrite struct {
+	set bool
+	us  int64
+	at  time.Time
+	tie string // event id (seen, active) or status (status)
+}
+
+func (c *cellWrite) offer(us int64, at time.Time, tie string) {
+	if !c.set || us > c.us || (us == c.us && tie > c.tie) {
+		*c = cellWrite{set: true, us: us, at: at, tie: tie}
+	}
+}
+
+// statusRow is what a batch writes to one user's user_status row. Only the newest write
+// of each kind matters: every write carries USING TIMESTAMP from the log, so the older
+// ones of the batch would lose to it anyway. A heartbeat-heavy batch thus costs one
+// user_status write per user instead of one per event.
+type statusRow struct {
+	seen   cellWrite // last_seen, last_event_id: newest fresh event of any kind
+	active cellWrite // last_seen, last_active, last_event_id: newest status or activity event
+	status cellWrite // status, last_updated: newest change
 }
 
 func (b *batchPlan) add(key string, s stmt) {
@@ -67,22 +103,71 @@ func (b *batchPlan) add(key string, s stmt) {
 	}
 	i, ok := b.index[key]
 	if !ok {
-		i = len(b.groups)
+		i = len(b.activity)
 		b.index[key] = i
-		b.groups = append(b.groups, &group{key: key})
+		b.activity = append(b.activity, &keyStmts{key: key})
 	}
-	b.groups[i].stmts = append(b.groups[i].stmts, s)
+	b.activity[i].stmts = append(b.activity[i].stmts, s)
 }
 
-// split returns the groups with none longer than max statements.
-func (b *batchPlan) split(max int) []*group {
-	var out []*group
-	for _, g := range b.groups {
-		for len(g.stmts) > max {
-			out = append(out, &group{key: g.key, stmts: g.stmts[:max:max]})
-			g = &group{key: g.key, stmts: g.stmts[max:]}
+func (b *batchPlan) statusOf(user string) *statusRow {
+	if b.status == nil {
+		b.status = make(map[string]*statusRow)
+	}
+	r, ok := b.status[user]
+	if !ok {
+		r = &statusRow{}
+		b.status[user] = r
+		b.users = append(b.users, user)
+	}
+	return r
+}
+
+// keys returns every partition key's statements: user_activity keys first, then one
+// user_status key per user with the coalesced updates.
+func (b *batchPlan) keys() []*keyStmts {
+	out := make([]*keyStmts, 0, len(b.activity)+len(b.users))
+	out = append(out, b.activity...)
+	for _, user := range b.users {
+		r := b.status[user]
+		ks := &keyStmts{key: statusKey(user)}
+		// An active write sets last_seen too; a separate seen write is needed only when a
+		// newer event than the newest active one came (a heartbeat after it).
+		if r.active.set {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateActiveCQL, []any{r.active.us, r.active.at, r.active.at, r.active.tie, user}})
 		}
-		out = append(out, g)
+		if r.seen.set && (r.seen.us != r.active.us || r.seen.tie != r.active.tie) {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateSeenCQL, []any{r.seen.us, r.seen.at, r.seen.tie, user}})
+		}
+		if r.status.set {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateStatusCQL, []any{r.status.us, r.status.tie, r.status.at, user}})
+		}
+		out = append(out, ks)
+	}
+	return out
+}
+
+// requests packs the plan into requests of at most maxStmts statements and maxKeys
+// partition keys each. A key's statements stay together unless they alone exceed
+// maxStmts; with maxKeys 1 every request is a single-partition batch.
+func (b *batchPlan) requests(maxStmts, maxKeys int) []*group {
+	var out []*group
+	var cur *group
+	for _, ks := range b.keys() {
+		stmts := ks.stmts
+		for len(stmts) > maxStmts {
+			out = append(out, &group{keys: 1, stmts: stmts[:maxStmts:maxStmts]})
+			stmts = stmts[maxStmts:]
+		}
+		if len(stmts) == 0 {
+			continue
+		}
+		if cur == nil || cur.keys >= maxKeys || len(cur.stmts)+len(stmts) > maxStmts {
+			cur = &group{}
+			out = append(out, cur)
+		}
+		cur.keys++
+		cur.stmts = append(cur.stmts, stmts...)
 	}
 	return out
 }
@@ -127,10 +212,11 @@ func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, off
 	if stale || e.Source == presence.SourceTimeout {
 		return
 	}
+	us := presence.Micros(t)
+	r := b.statusOf(e.UserID)
+	r.seen.offer(us, t, e.ID)
 	if e.Kind == presence.KindStatus || e.Kind == presence.KindActivity {
-		b.add(statusKey(e.UserID), stmt{tableStatus, updateActiveCQL, []any{presence.Micros(t), t, t, e.ID, e.UserID}})
-	} else {
-		b.add(statusKey(e.UserID), stmt{tableStatus, updateSeenCQL, []any{presence.Micros(t), t, e.ID, e.UserID}})
+		r.active.offer(us, t, e.ID)
 	}
 }
 
@@ -147,7 +233,7 @@ func (b *batchPlan) addChange(c *change) {
 		c.Current.String(), orUnset(prev), orUnset(c.Cause), orUnset(c.DeviceID), c.SourcePartition, c.SourceOffset,
 		us,
 	}})
-	b.add(statusKey(c.UserID), stmt{tableStatus, updateStatusCQL, []any{us, c.Current.String(), c.At, c.UserID}})
+	b.statusOf(c.UserID).status.offer(us, c.At, c.Current.String())
 }
 
 // change is a decoded, validated presence.changes record.

@@ -170,11 +170,11 @@ func describe(s stmt) string {
 	return "unknown statement " + s.cql
 }
 
-func describeGroups(gs []*group) []string {
+func describeKeys(ks []*keyStmts) []string {
 	var out []string
-	for _, g := range gs {
-		for _, s := range g.stmts {
-			out = append(out, strings.ReplaceAll(g.key, "\x00", "|")+": "+describe(s))
+	for _, k := range ks {
+		for _, s := range k.stmts {
+			out = append(out, strings.ReplaceAll(k.key, "\x00", "|")+": "+describe(s))
 		}
 	}
 	return out
@@ -197,37 +197,97 @@ func TestPlan(t *testing.T) {
 	want := []string{
 		"user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=2026-03-01T23:59:59.500 id=e:e1 kind=status status=online device=phone source=api received=2026-03-02T00:00:00.500 stale=false pos=3/10 ts=" + fmt.Sprint(us(ms(1500))),
 		"user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=2026-03-01T23:59:59.100 id=e:e3 kind=activity status=unset device=laptop source=api received=2026-03-02T00:00:01.100 stale=true pos=3/12 ts=" + fmt.Sprint(us(ms(2100))),
+		"user_activity|u1|2026-03-02: event user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=e:e2 kind=heartbeat status=unset device=phone source=api received=2026-03-02T00:00:01.000 stale=false pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
+		"user_activity|u1|2026-03-02: change user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=c:e2 status=online previous=unset cause=timeout device=unset pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
 		"user_status|u1: active user=u1 ts=" + fmt.Sprint(us(ms(500))) + " last_seen=2026-03-01T23:59:59.500 last_active=2026-03-01T23:59:59.500 event=e1",
 		"user_status|u1: seen user=u1 ts=" + fmt.Sprint(us(ms(2000))) + " last_seen=2026-03-02T00:00:01.000 event=e2",
 		"user_status|u1: status user=u1 ts=" + fmt.Sprint(us(ms(2000))) + " status=online last_updated=2026-03-02T00:00:01.000",
-		"user_activity|u1|2026-03-02: event user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=e:e2 kind=heartbeat status=unset device=phone source=api received=2026-03-02T00:00:01.000 stale=false pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
-		"user_activity|u1|2026-03-02: change user=u1 bucket=2026-03-02 at=2026-03-02T00:00:01.000 id=c:e2 status=online previous=unset cause=timeout device=unset pos=3/11 ts=" + fmt.Sprint(us(ms(2000))),
 	}
-	if got := describeGroups(p.groups); !reflect.DeepEqual(got, want) {
+	if got := describeKeys(p.keys()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if len(p.groups) != 3 {
-		t.Errorf("%d groups, want 3 (one per partition key)", len(p.groups))
+	if n := len(p.keys()); n != 3 {
+		t.Errorf("%d partition keys, want 3", n)
 	}
 }
 
-func TestPlanSplit(t *testing.T) {
+// A batch writes each user's user_status row once per kind of update, with the write
+// Cassandra would have kept of the per-event ones: the newest, and on a tie of
+// timestamps the greater value.
+func TestPlanCoalescesUserStatus(t *testing.T) {
+	var p batchPlan
+	add := func(id string, kind presence.Kind, at time.Time, stale bool) {
+		e := event(id, "u1", "phone", kind, at, at)
+		p.addEvent(&e, stale, 3, 0)
+	}
+	add("a1", presence.KindStatus, ms(100), false)
+	add("h1", presence.KindHeartbeat, ms(200), false)
+	add("a2", presence.KindActivity, ms(300), false)
+	add("h2", presence.KindHeartbeat, ms(400), false)
+	add("h0", presence.KindHeartbeat, ms(50), false) // older: loses
+	add("h9", presence.KindHeartbeat, ms(400), false) // same time, greater id: wins the tie
+	add("h3", presence.KindHeartbeat, ms(900), true)  // stale: no user_status write
+	for i, st := range []presence.Status{presence.Online, presence.Idle, presence.Offline} {
+		c := change{UserID: "u1", EventID: fmt.Sprint("c", i), Current: st, At: ms(100 * (i + 1))}
+		p.addChange(&c)
+	}
+	// Only u2 is active: one write sets both last_seen and last_active.
+	e := event("x1", "u2", "phone", presence.KindStatus, ms(10), ms(10))
+	p.addEvent(&e, false, 3, 0)
+
+	us := func(t time.Time) string { return fmt.Sprint(presence.Micros(t)) }
+	var got []string
+	for _, line := range describeKeys(p.keys()) {
+		if strings.HasPrefix(line, "user_status") {
+			got = append(got, line)
+		}
+	}
+	want := []string{
+		"user_status|u1: active user=u1 ts=" + us(ms(300)) + " last_seen=2026-03-01T23:59:59.300 last_active=2026-03-01T23:59:59.300 event=a2",
+		"user_status|u1: seen user=u1 ts=" + us(ms(400)) + " last_seen=2026-03-01T23:59:59.400 event=h9",
+		"user_status|u1: status user=u1 ts=" + us(ms(300)) + " status=offline last_updated=2026-03-01T23:59:59.300",
+		"user_status|u2: active user=u2 ts=" + us(ms(10)) + " last_seen=2026-03-01T23:59:59.010 last_active=2026-03-01T23:59:59.010 event=x1",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("user_status writes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestPlanRequests(t *testing.T) {
 	var p batchPlan
 	for i := range 7 {
 		p.add("a", stmt{cql: fmt.Sprint("a", i)})
 	}
 	p.add("b", stmt{cql: "b0"})
-	var got []string
-	for _, g := range p.split(3) {
-		var s []string
-		for _, st := range g.stmts {
-			s = append(s, st.cql)
+	p.add("c", stmt{cql: "c0"})
+	p.add("c", stmt{cql: "c1"})
+	p.add("d", stmt{cql: "d0"})
+	render := func(gs []*group) []string {
+		var out []string
+		for _, g := range gs {
+			var s []string
+			for _, st := range g.stmts {
+				s = append(s, st.cql)
+			}
+			out = append(out, fmt.Sprintf("%d:%s", g.keys, strings.Join(s, ",")))
 		}
-		got = append(got, g.key+":"+strings.Join(s, ","))
+		return out
 	}
-	want := []string{"a:a0,a1,a2", "a:a3,a4,a5", "a:a6", "b:b0"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("split = %v, want %v", got, want)
+	for _, tt := range []struct {
+		maxStmts, maxKeys int
+		want              []string
+	}{
+		// One key per request: a key longer than maxStmts is split, nothing is merged.
+		{3, 1, []string{"1:a0,a1,a2", "1:a3,a4,a5", "1:a6", "1:b0", "1:c0,c1", "1:d0"}},
+		// Keys are packed while both limits allow; a key's statements are never split
+		// over two requests unless they alone exceed maxStmts.
+		{3, 2, []string{"1:a0,a1,a2", "1:a3,a4,a5", "2:a6,b0", "2:c0,c1,d0"}},
+		{4, 10, []string{"1:a0,a1,a2,a3", "2:a4,a5,a6,b0", "2:c0,c1,d0"}},
+		{100, 100, []string{"4:a0,a1,a2,a3,a4,a5,a6,b0,c0,c1,d0"}},
+	} {
+		if got := render(p.requests(tt.maxStmts, tt.maxKeys)); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("requests(%d, %d) = %v, want %v", tt.maxStmts, tt.maxKeys, got, tt.want)
+		}
 	}
 }
 

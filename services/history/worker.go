@@ -130,7 +130,7 @@ func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
 		w.h.m.windowEntries.Add(float64(n - w.windowLen))
 		w.windowLen = n
 	}
-	if err := w.h.writer.write(ctx, plan.split(w.h.cfg.MaxBatchStatements)); err != nil {
+	if err := w.h.writer.write(ctx, plan.requests(w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
 	w.pending = batch[len(batch)-1]
