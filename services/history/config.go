@@ -30,12 +30,13 @@ type Config struct {
 	// MaxBatchStatements splits the statements of one partition key into batches of at
 	// most this many.
 	MaxBatchStatements int
-	// BatchPartitions is how many partition keys one request may carry. 1 sends every
-	// partition key as its own single-partition batch, which token-aware routing takes
-	// straight to a replica: right for rings larger than the replication factor. When
-	// every node holds every partition (a single node, or as many nodes as replicas)
-	// the coordinator is always a replica, and packing many keys into one unlogged batch
-	// saves most of Cassandra's per-request work.
+	// BatchPartitions is how many partition keys one request may carry, as one unlogged
+	// batch. Where every node holds every partition (one node, or as many nodes as
+	// replicas: the usual three-node cluster with replication factor 3) the coordinator
+	// is always a replica, and packing keys saves most of Cassandra's per-request work
+	// (on the local stack 2.5× less Cassandra CPU per row than one key per request).
+	// On rings larger than the replication factor set 1: each key then goes as its own
+	// single-partition batch, which token-aware routing takes straight to a replica.
 	BatchPartitions int
 	// MaxPollRecords bounds one poll; QueueBatches is each partition's queue in batches.
 	MaxPollRecords int
@@ -73,7 +74,7 @@ func loadConfig(env *config.Env) (Config, error) {
 		MaxSkew:            env.Duration("PULSE_INGEST_MAX_SKEW", 5*time.Minute),
 		WriteConcurrency:   env.Int("PULSE_HISTORY_WRITE_CONCURRENCY", 64),
 		MaxBatchStatements: env.Int("PULSE_HISTORY_MAX_BATCH_STATEMENTS", 100),
-		BatchPartitions:    env.Int("PULSE_HISTORY_BATCH_PARTITIONS", 1),
+		BatchPartitions:    env.Int("PULSE_HISTORY_BATCH_PARTITIONS", 50),
 		MaxPollRecords:     env.Int("PULSE_HISTORY_MAX_POLL_RECORDS", 5000),
 		QueueBatches:       env.Int("PULSE_HISTORY_QUEUE_BATCHES", 4),
 		CommitInterval:     env.Duration("PULSE_HISTORY_COMMIT_INTERVAL", time.Second),
