@@ -17,6 +17,9 @@ import (
 func BenchmarkWriteWindow(b *testing.B) {
 	ctx := context.Background()
 	store, _ := stateStore(b)
+	if err := store.RegisterShards(ctx, 16, statestore.DefaultBuckets); err != nil {
+		b.Fatal(err)
+	}
 	users := make(map[string]*presence.User, 500)
 	for i := range 500 {
 		u := presence.NewUser(uint32(i))

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -48,11 +49,14 @@ func TestStateStoreWindowIsGuardedByOffset(t *testing.T) {
 	ctx := context.Background()
 	store, rdb := stateStore(t)
 	const shards = 4
-	if err := store.RegisterShards(ctx, shards); err != nil {
+	if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RegisterShards(ctx, shards+1); err == nil {
-		t.Fatal("RegisterShards accepted a different shard count")
+	if err := store.RegisterShards(ctx, shards+1, statestore.DefaultBuckets); !errors.Is(err, statestore.ErrShardCountMismatch) {
+		t.Fatalf("RegisterShards of a different shard count = %v, want %v", err, statestore.ErrShardCountMismatch)
+	}
+	if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets/2); !errors.Is(err, statestore.ErrBucketCountMismatch) {
+		t.Fatalf("RegisterShards of a different bucket count = %v, want %v", err, statestore.ErrBucketCountMismatch)
 	}
 
 	user := "alice"
@@ -120,10 +124,10 @@ func TestStateStoreWindowIsGuardedByOffset(t *testing.T) {
 	}
 	tag := fmt.Sprintf(":{%d}:", sh)
 	if len(keys) != 8 {
-		t.Errorf("window wrote %d keys, want 8 (shards, meta, ids, rev, user, online bitmap, counts, outbox): %v", len(keys), keys)
+		t.Errorf("window wrote %d keys, want 8 (shards, buckets, meta, state bucket, rev bucket, online bitmap, counts, outbox): %v", len(keys), keys)
 	}
 	for _, k := range keys {
-		if k != store.Keys().Shards() && !strings.Contains(k, tag) {
+		if k != store.Keys().Shards() && k != store.Keys().Buckets() && !strings.Contains(k, tag) {
 			t.Errorf("key %s lacks the shard's hash tag %s", k, tag)
 		}
 	}
@@ -134,7 +138,7 @@ func TestStateStoreGetManyAcrossShards(t *testing.T) {
 	ctx := context.Background()
 	store, _ := stateStore(t)
 	const shards = 8
-	if err := store.RegisterShards(ctx, shards); err != nil {
+	if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
 		t.Fatal(err)
 	}
 	ids := []string{"u-1", "u-2", "u-3", "u-4", "u-5", "u-6", "u-7", "u-8", "u-9", "u-10"}

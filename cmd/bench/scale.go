@@ -130,7 +130,7 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		return l, err
 	}
 	start := time.Now()
-	if err := store.RegisterShards(ctx, shards); err != nil {
+	if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
 		return l, err
 	}
 	if err := b.loadPulse(ctx, store, shards); err != nil {
@@ -160,10 +160,33 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 	if err := family("onlineBitmaps", func(sh int) string { return keys.Bitmap(sh, presence.Online) }); err != nil {
 		return l, err
 	}
-	if err := family("idsHashes", keys.IDs); err != nil {
+	// The bucketed families are named from the layout (buckets per shard, and one rev
+	// bucket per 128 registered users) rather than found by SCAN, which would walk every
+	// key of the shared Redis. Every key is measured, pipelined 1,000 at a time: MEMORY
+	// USAGE of a listpack-encoded hash is O(1), so 10M users (about 210,000 keys) take
+	// seconds. It counts the listpack's bytes, not the allocator's rounding of them,
+	// which stays in the rest.
+	perShard, err := store.Buckets(ctx)
+	if err != nil {
 		return l, err
 	}
-	if err := family("revHashes", keys.Rev); err != nil {
+	counts, err := store.ShardCounts(ctx, shards)
+	if err != nil {
+		return l, err
+	}
+	var stateKeys, revKeys []string
+	for sh := range shards {
+		for bk := range perShard {
+			stateKeys = append(stateKeys, keys.State(sh, bk))
+		}
+		for i := uint64(0); i < counts[sh].Registered; i += 128 {
+			revKeys = append(revKeys, keys.RevBucket(sh, uint32(i)))
+		}
+	}
+	if l.Parts["stateBuckets"], err = memoryOf(ctx, rdb, stateKeys); err != nil {
+		return l, err
+	}
+	if l.Parts["revBuckets"], err = memoryOf(ctx, rdb, revKeys); err != nil {
 		return l, err
 	}
 	var strlen int64
@@ -175,7 +198,7 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		strlen += n
 	}
 	l.Parts["onlineBitmapsPayload"] = strlen
-	l.Parts["userStatesAndRest"] = l.UsedMemoryBytes - l.Parts["onlineBitmaps"] - l.Parts["idsHashes"] - l.Parts["revHashes"]
+	l.Parts["rest"] = l.UsedMemoryBytes - l.Parts["onlineBitmaps"] - l.Parts["stateBuckets"] - l.Parts["revBuckets"]
 	l.OnlineStructureBytes = l.Parts["onlineBitmaps"]
 	l.BytesPerOnlineUser = float64(l.OnlineStructureBytes) / float64(online)
 
@@ -189,6 +212,25 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 	l.CountsOnline = c.Online
 	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error { _, err := store.Counts(ctx); return err })
 	return l, err
+}
+
+// memoryOf sums MEMORY USAGE (every element: SAMPLES 0) of keys, in pipelines of 1,000.
+func memoryOf(ctx context.Context, rdb *redis.Client, keys []string) (int64, error) {
+	var sum int64
+	for lo := 0; lo < len(keys); lo += 1000 {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, 0, 1000)
+		for _, k := range keys[lo:min(lo+1000, len(keys))] {
+			cmds = append(cmds, pipe.MemoryUsage(ctx, k, 0))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("MEMORY USAGE of %d keys: %w", len(cmds), err)
+		}
+		for _, c := range cmds {
+			sum += c.Val()
+		}
+	}
+	return sum, nil
 }
 
 // loadPulse writes every user through statestore.WriteWindow: users are dealt to their

@@ -3,7 +3,6 @@ package statestore
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -15,7 +14,8 @@ const liveChunk = 1000
 
 // LiveUsers reads the state of every user of shard sh who is in one of bitmaps (the
 // shard's online, idle and invisible users: everyone with a live device), calling fn
-// for each. It reads in chunks, two round trips each: index -> id, then the states.
+// for each. It reads in chunks, two round trips each: index -> id (one HMGET per rev
+// bucket, pipelined), then the states (one HMGET per state bucket, pipelined).
 func (s *Store) LiveUsers(ctx context.Context, sh int, bitmaps []*roaring.Bitmap, fn func(id string, u *presence.User)) error {
 	all := roaring.FastOr(bitmaps...)
 	it := all.ManyIterator()
@@ -25,17 +25,17 @@ func (s *Store) LiveUsers(ctx context.Context, sh int, bitmaps []*roaring.Bitmap
 		if n == 0 {
 			return nil
 		}
-		fields := make([]string, n)
+		refs := make([]indexRef, n)
 		for i, idx := range buf[:n] {
-			fields[i] = strconv.FormatUint(uint64(idx), 10)
+			refs[i] = indexRef{shard: sh, index: idx}
 		}
-		vals, err := s.rdb.HMGet(ctx, s.keys.Rev(sh), fields...).Result()
+		found, err := s.readIDs(ctx, refs)
 		if err != nil {
 			return fmt.Errorf("reading user ids of shard %d: %w", sh, err)
 		}
 		ids := make([]string, 0, n)
-		for _, v := range vals {
-			if id, ok := v.(string); ok {
+		for _, id := range found {
+			if id != "" {
 				ids = append(ids, id)
 			}
 		}

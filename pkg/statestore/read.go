@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
@@ -133,44 +132,39 @@ type Location struct {
 	Known bool
 }
 
-// Locate finds the shard and bitmap index of each of ids among n shards: one HMGET
-// of each involved shard's id map, pipelined in one round trip. out[i] is ids[i]'s.
+// Locate finds the shard and bitmap index of each of ids among n shards: the index
+// is in the user's state, so this is one HMGET of each state bucket involved,
+// pipelined in one round trip. out[i] is ids[i]'s.
 func (s *Store) Locate(ctx context.Context, n int, ids []string) ([]Location, error) {
 	out := make([]Location, len(ids))
 	if n <= 0 || len(ids) == 0 {
 		return out, nil
 	}
-	byShard := make(map[int][]int)
+	refs := make([]userRef, len(ids))
 	for i, id := range ids {
-		sh := shard.For(id, n)
-		out[i].Shard = sh
-		byShard[sh] = append(byShard[sh], i)
+		out[i].Shard = shard.For(id, n)
+		refs[i] = userRef{shard: out[i].Shard, id: id}
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[int]*redis.SliceCmd, len(byShard))
-	for sh, idx := range byShard {
-		fields := make([]string, len(idx))
-		for j, i := range idx {
-			fields[j] = ids[i]
-		}
-		cmds[sh] = pipe.HMGet(ctx, s.keys.IDs(sh), fields...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	l, err := s.loadLayout(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("locating %d users: %w", len(ids), err)
 	}
-	for sh, cmd := range cmds {
-		for j, v := range cmd.Val() {
-			str, ok := v.(string)
-			if !ok {
-				continue
-			}
-			i := byShard[sh][j]
-			x, err := strconv.ParseUint(str, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("shard %d index of %q is %q: %w", sh, ids[i], str, err)
-			}
-			out[i].Index, out[i].Known = uint32(x), true
+	if l.buckets == 0 {
+		return out, nil
+	}
+	vals, err := s.readStates(ctx, l.buckets, refs)
+	if err != nil {
+		return nil, fmt.Errorf("locating %d users: %w", len(ids), err)
+	}
+	for i, v := range vals {
+		if v == "" {
+			continue
 		}
+		x, err := stateIndex(v)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d index of %q: %w", out[i].Shard, ids[i], err)
+		}
+		out[i].Index, out[i].Known = x, true
 	}
 	return out, nil
 }
@@ -181,38 +175,71 @@ type ShardIndexes struct {
 	Indexes []uint32
 }
 
-// UserIDs maps bitmap indexes back to user ids: one HMGET of each batch's reverse
-// map, pipelined in one round trip. out[k][j] is the id at batches[k].Indexes[j], ""
-// for an index that has none.
+// UserIDs maps bitmap indexes back to user ids: one HMGET of each rev bucket
+// involved, pipelined in one round trip. out[k][j] is the id at
+// batches[k].Indexes[j], "" for an index that has none.
 func (s *Store) UserIDs(ctx context.Context, batches []ShardIndexes) ([][]string, error) {
 	out := make([][]string, len(batches))
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(batches))
-	total := 0
+	var refs []indexRef
 	for k, b := range batches {
 		out[k] = make([]string, len(b.Indexes))
-		if len(b.Indexes) == 0 {
-			continue
+		for _, x := range b.Indexes {
+			refs = append(refs, indexRef{shard: b.Shard, index: x})
 		}
-		fields := make([]string, len(b.Indexes))
-		for j, x := range b.Indexes {
-			fields[j] = strconv.FormatUint(uint64(x), 10)
-		}
-		cmds[k] = pipe.HMGet(ctx, s.keys.Rev(b.Shard), fields...)
-		total += len(b.Indexes)
 	}
-	if total == 0 {
+	if len(refs) == 0 {
 		return out, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("mapping %d indexes to user ids: %w", total, err)
+	ids, err := s.readIDs(ctx, refs)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %d indexes to user ids: %w", len(refs), err)
 	}
-	for k, cmd := range cmds {
-		if cmd == nil {
-			continue
+	for k := range out {
+		n := copy(out[k], ids)
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
+// indexRef is a bitmap index and its shard.
+type indexRef struct {
+	shard int
+	index uint32
+}
+
+// readIDs reads the user ids of refs, "" for an index without one: one HMGET of each
+// rev bucket involved, all pipelined in one round trip.
+func (s *Store) readIDs(ctx context.Context, refs []indexRef) ([]string, error) {
+	type bucket struct {
+		key    string
+		fields []string
+		at     []int
+	}
+	byKey := make(map[indexRef]*bucket)
+	var order []*bucket
+	for i, r := range refs {
+		kb := indexRef{shard: r.shard, index: r.index >> revBits}
+		b := byKey[kb]
+		if b == nil {
+			b = &bucket{key: s.keys.RevBucket(r.shard, r.index)}
+			byKey[kb] = b
+			order = append(order, b)
 		}
-		for j, v := range cmd.Val() {
-			out[k][j], _ = v.(string)
+		b.fields = append(b.fields, revField(r.index))
+		b.at = append(b.at, i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(order))
+	for k, b := range order {
+		cmds[k] = pipe.HMGet(ctx, b.key, b.fields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(refs))
+	for k, b := range order {
+		for j, v := range cmds[k].Val() {
+			out[b.at[j]], _ = v.(string)
 		}
 	}
 	return out, nil
@@ -224,44 +251,43 @@ type ShardUsers struct {
 	IDs   []string
 }
 
-// LoadUserStates reads the states of each batch's users: one MGET per batch,
-// pipelined in one round trip. out[k][j] is batches[k].IDs[j]'s, nil for a user
-// without state.
+// LoadUserStates reads the states of each batch's users: one HMGET of each state
+// bucket involved, pipelined in one round trip. out[k][j] is batches[k].IDs[j]'s, nil
+// for a user without state.
 func (s *Store) LoadUserStates(ctx context.Context, batches []ShardUsers) ([][]*presence.User, error) {
 	out := make([][]*presence.User, len(batches))
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(batches))
-	total := 0
+	var refs []userRef
 	for k, b := range batches {
 		out[k] = make([]*presence.User, len(b.IDs))
-		if len(b.IDs) == 0 {
-			continue
+		for _, id := range b.IDs {
+			refs = append(refs, userRef{shard: b.Shard, id: id})
 		}
-		keys := make([]string, len(b.IDs))
-		for j, id := range b.IDs {
-			keys[j] = s.keys.User(b.Shard, id)
-		}
-		cmds[k] = pipe.MGet(ctx, keys...)
-		total += len(b.IDs)
 	}
-	if total == 0 {
+	if len(refs) == 0 {
 		return out, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("reading %d user states: %w", total, err)
+	l, err := s.loadLayout(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d user states: %w", len(refs), err)
 	}
-	for k, cmd := range cmds {
-		if cmd == nil {
-			continue
-		}
-		for j, v := range cmd.Val() {
-			str, ok := v.(string)
-			if !ok {
+	if l.buckets == 0 {
+		return out, nil
+	}
+	vals, err := s.readStates(ctx, l.buckets, refs)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d user states: %w", len(refs), err)
+	}
+	i := 0
+	for k, b := range batches {
+		for j, id := range b.IDs {
+			v := vals[i]
+			i++
+			if v == "" {
 				continue
 			}
-			u, err := decodeUser(str)
+			u, err := decodeState(v)
 			if err != nil {
-				return nil, fmt.Errorf("user %q: %w", batches[k].IDs[j], err)
+				return nil, fmt.Errorf("user %q: %w", id, err)
 			}
 			out[k][j] = u
 		}

@@ -65,7 +65,7 @@ func readStore(t *testing.T) *Store {
 func readFixture(t *testing.T, s *Store, shards int, users map[string]presence.Status) map[string]*presence.User {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.RegisterShards(ctx, shards); err != nil {
+	if err := s.RegisterShards(ctx, shards, 64); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]string, 0, len(users))

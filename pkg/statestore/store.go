@@ -28,10 +28,17 @@ type Store struct {
 	keys  Keys
 	write *redis.Script
 
-	// The shard count changes only when the topic is recreated, so readers cache it.
+	// The shard and bucket counts change only when the state is rebuilt, so readers
+	// cache them; a writer pins what it registered.
 	mu       sync.Mutex
-	shards   int
-	shardsAt time.Time
+	layout   layout
+	layoutAt time.Time
+	pinned   bool
+}
+
+// layout is what locates a user: the shard count and the state buckets per shard.
+type layout struct {
+	shards, buckets int
 }
 
 // New returns a store over rdb with keys under prefix.
@@ -42,25 +49,91 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 // Keys is the store's key layout.
 func (s *Store) Keys() Keys { return s.keys }
 
-// ErrShardCountMismatch means the topic's partition count differs from the one the
-// state was built with: users would be looked up in the wrong shards.
-var ErrShardCountMismatch = errors.New("shard count mismatch")
+var (
+	// ErrShardCountMismatch means the topic's partition count differs from the one the
+	// state was built with: users would be looked up in the wrong shards.
+	ErrShardCountMismatch = errors.New("shard count mismatch")
+	// ErrBucketCountMismatch means the configured state buckets differ from the ones
+	// the state was built with: users would be looked up in the wrong buckets.
+	ErrBucketCountMismatch = errors.New("state bucket count mismatch")
+	// ErrLegacyLayout means Redis holds state of the layout before state buckets
+	// (a key per user), which this version neither reads nor converts.
+	ErrLegacyLayout = errors.New("state in Redis has the layout of an older Pulse")
+)
 
-// RegisterShards records the shard count, or checks it against the recorded one.
-func (s *Store) RegisterShards(ctx context.Context, n int) error {
-	ok, err := s.rdb.SetNX(ctx, s.keys.Shards(), n, 0).Result()
+// bucketsPerShard is how many state buckets each of shards gets of total: total /
+// shards, rounded up, at least one.
+func bucketsPerShard(total, shards int) int {
+	if shards < 1 || total <= shards {
+		return 1
+	}
+	return (total + shards - 1) / shards
+}
+
+// RegisterShards records the shard count and the state buckets per shard (buckets,
+// the total over all shards, divided among them), or checks them against the
+// recorded ones. The bucket count is written first, so a reader that finds the shard
+// count finds the bucket count too.
+func (s *Store) RegisterShards(ctx context.Context, n, buckets int) error {
+	if n < 1 || buckets < 1 {
+		return fmt.Errorf("registering %d shards of %d state buckets: both must be positive", n, buckets)
+	}
+	per := bucketsPerShard(buckets, n)
+
+	// State of the old layout would read as no state at all: every user would be
+	// registered again under a new index while the bitmaps keep the old ones.
+	pipe := s.rdb.Pipeline()
+	legacy := make([]*redis.IntCmd, n)
+	for sh := range n {
+		legacy[sh] = pipe.Exists(ctx, s.keys.legacyIDs(sh))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("looking for state of the old layout: %w", err)
+	}
+	for sh, c := range legacy {
+		if c.Val() > 0 {
+			return fmt.Errorf("%w: %s exists; delete the keys under %s: and let the aggregators rebuild the state from the log", ErrLegacyLayout, s.keys.legacyIDs(sh), s.keys.Prefix)
+		}
+	}
+
+	shardMismatch := func(got int) error {
+		return fmt.Errorf("%w: state in Redis has %d shards, presence.events has %d partitions", ErrShardCountMismatch, got, n)
+	}
+	// A different shard count is the graver mistake; say so before the buckets differ.
+	if got, err := s.rdb.Get(ctx, s.keys.Shards()).Int(); err == nil && got != n {
+		return shardMismatch(got)
+	} else if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading shard count: %w", err)
+	}
+	if err := s.register(ctx, s.keys.Buckets(), per, func(got int) error {
+		return fmt.Errorf("%w: state in Redis has %d buckets per shard, %d buckets over %d shards make %d", ErrBucketCountMismatch, got, buckets, n, per)
+	}); err != nil {
+		return err
+	}
+	if err := s.register(ctx, s.keys.Shards(), n, shardMismatch); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.layout, s.layoutAt, s.pinned = layout{shards: n, buckets: per}, time.Now(), true
+	s.mu.Unlock()
+	return nil
+}
+
+// register sets key to v unless it is set, and then checks it holds v.
+func (s *Store) register(ctx context.Context, key string, v int, mismatch func(got int) error) error {
+	ok, err := s.rdb.SetNX(ctx, key, v, 0).Result()
 	if err != nil {
-		return fmt.Errorf("registering shard count: %w", err)
+		return fmt.Errorf("registering %s: %w", key, err)
 	}
 	if ok {
 		return nil
 	}
-	got, err := s.rdb.Get(ctx, s.keys.Shards()).Int()
+	got, err := s.rdb.Get(ctx, key).Int()
 	if err != nil {
-		return fmt.Errorf("reading shard count: %w", err)
+		return fmt.Errorf("reading %s: %w", key, err)
 	}
-	if got != n {
-		return fmt.Errorf("%w: state in Redis has %d shards, presence.events has %d partitions", ErrShardCountMismatch, got, n)
+	if got != v {
+		return mismatch(got)
 	}
 	return nil
 }
@@ -68,20 +141,50 @@ func (s *Store) RegisterShards(ctx context.Context, n int) error {
 // Shards is the registered shard count, 0 while no aggregator has registered one
 // (then no user has state yet). Cached for ten seconds.
 func (s *Store) Shards(ctx context.Context) (int, error) {
+	l, err := s.loadLayout(ctx)
+	return l.shards, err
+}
+
+// Buckets is the registered number of state buckets per shard, 0 while no aggregator
+// has registered one. Cached like Shards.
+func (s *Store) Buckets(ctx context.Context) (int, error) {
+	l, err := s.loadLayout(ctx)
+	return l.buckets, err
+}
+
+// loadLayout reads the shard and bucket counts in one round trip (a pipeline: the two
+// keys are in different Redis Cluster slots), or returns them from the cache.
+func (s *Store) loadLayout(ctx context.Context) (layout, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.shards > 0 && time.Since(s.shardsAt) < 10*time.Second {
-		return s.shards, nil
+	if s.layout.shards > 0 && (s.pinned || time.Since(s.layoutAt) < 10*time.Second) {
+		return s.layout, nil
 	}
-	n, err := s.rdb.Get(ctx, s.keys.Shards()).Int()
+	pipe := s.rdb.Pipeline()
+	shards := pipe.Get(ctx, s.keys.Shards())
+	buckets := pipe.Get(ctx, s.keys.Buckets())
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return layout{}, fmt.Errorf("reading shard and bucket counts: %w", err)
+	}
+	n, err := shards.Int()
 	if errors.Is(err, redis.Nil) {
-		return 0, nil
+		return layout{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading shard count: %w", err)
+		return layout{}, fmt.Errorf("reading shard count: %w", err)
 	}
-	s.shards, s.shardsAt = n, time.Now()
-	return n, nil
+	b, err := buckets.Int()
+	if errors.Is(err, redis.Nil) {
+		return layout{}, fmt.Errorf("%w: %s is set but %s is not", ErrLegacyLayout, s.keys.Shards(), s.keys.Buckets())
+	}
+	if err != nil {
+		return layout{}, fmt.Errorf("reading state bucket count: %w", err)
+	}
+	if n < 1 || b < 1 {
+		return layout{}, fmt.Errorf("reading shard and bucket counts: %d shards of %d buckets", n, b)
+	}
+	s.layout, s.layoutAt = layout{shards: n, buckets: b}, time.Now()
+	return s.layout, nil
 }
 
 // ShardState is what the owner of a shard loads when it is assigned the partition.
@@ -148,20 +251,23 @@ func (s *Store) LoadUsers(ctx context.Context, sh int, ids []string) (map[string
 	if len(ids) == 0 {
 		return out, nil
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = s.keys.User(sh, id)
+	l, err := s.loadLayout(ctx)
+	if err != nil || l.buckets == 0 {
+		return out, err
 	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	refs := make([]userRef, len(ids))
+	for i, id := range ids {
+		refs[i] = userRef{shard: sh, id: id}
+	}
+	vals, err := s.readStates(ctx, l.buckets, refs)
 	if err != nil {
 		return nil, fmt.Errorf("loading %d users of shard %d: %w", len(ids), sh, err)
 	}
 	for i, v := range vals {
-		str, ok := v.(string)
-		if !ok {
+		if v == "" {
 			continue
 		}
-		u, err := decodeUser(str)
+		u, err := decodeState(v)
 		if err != nil {
 			return nil, fmt.Errorf("user %q: %w", ids[i], err)
 		}
@@ -170,12 +276,52 @@ func (s *Store) LoadUsers(ctx context.Context, sh int, ids []string) (map[string
 	return out, nil
 }
 
-func decodeUser(b string) (*presence.User, error) {
-	var p pulsev1.UserState
-	if err := proto.Unmarshal([]byte(b), &p); err != nil {
-		return nil, fmt.Errorf("decoding state: %w", err)
+// userRef is a user id and its shard.
+type userRef struct {
+	shard int
+	id    string
+}
+
+// readStates reads the encoded states of refs, "" for a user without one: one HMGET
+// of each state bucket involved, all pipelined in one round trip. Every command reads
+// one key, so the pipeline works on Redis Cluster too.
+func (s *Store) readStates(ctx context.Context, buckets int, refs []userRef) ([]string, error) {
+	out := make([]string, len(refs))
+	if len(refs) == 0 {
+		return out, nil
 	}
-	return presence.UserFromPB(&p), nil
+	type bucket struct {
+		key    string
+		fields []string
+		at     []int
+	}
+	byKey := make(map[[2]int]*bucket)
+	var order []*bucket
+	for i, r := range refs {
+		kb := [2]int{r.shard, bucketOf(r.id, buckets)}
+		b := byKey[kb]
+		if b == nil {
+			b = &bucket{key: s.keys.State(kb[0], kb[1])}
+			byKey[kb] = b
+			order = append(order, b)
+		}
+		b.fields = append(b.fields, r.id)
+		b.at = append(b.at, i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(order))
+	for k, b := range order {
+		cmds[k] = pipe.HMGet(ctx, b.key, b.fields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	for k, b := range order {
+		for j, v := range cmds[k].Val() {
+			out[b.at[j]], _ = v.(string)
+		}
+	}
+	return out, nil
 }
 
 // NewID is a user seen for the first time, with the bitmap index it was given.
@@ -202,21 +348,80 @@ type Window struct {
 }
 
 // WriteWindow writes w in one round trip, atomically. It reports false, and writes
-// nothing, when the shard already holds w.LastOffset or a later one.
+// nothing, when the shard already holds w.LastOffset or a later one. The store must
+// know the layout: RegisterShards first.
 func (s *Store) WriteWindow(ctx context.Context, w *Window) (bool, error) {
 	sh := w.Shard
-	keys := make([]string, 0, 8+len(w.Users))
-	keys = append(keys, s.keys.Meta(sh), s.keys.IDs(sh), s.keys.Counts(sh), s.keys.Outbox(sh))
+	l, err := s.loadLayout(ctx)
+	if err != nil {
+		return false, err
+	}
+	if l.buckets == 0 {
+		return false, fmt.Errorf("writing window of shard %d: no shard and bucket counts registered", sh)
+	}
+	keys, args, err := s.windowCall(w, l.buckets)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.write.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("writing window of shard %d at offset %d: %w", sh, w.LastOffset, err)
+	}
+	return res == 1, nil
+}
+
+// windowCall is write.lua's KEYS and ARGV for w with buckets state buckets per shard.
+// KEYS name every key the script touches, all of shard w.Shard.
+func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
+	sh := w.Shard
+	// Entries grouped by bucket, so each bucket is one HSET.
+	type bucket struct {
+		key  string
+		args []any
+	}
+	var states, revs []*bucket
+	stateAt := make(map[int]*bucket)
+	// One buffer for every state: a value stays valid when a later append moves the
+	// buffer, as it keeps pointing into the old array.
+	buf := make([]byte, 0, 48*len(w.Users))
+	for id, u := range w.Users {
+		start := len(buf)
+		var err error
+		if buf, err = encodeState(buf, u); err != nil {
+			return nil, nil, fmt.Errorf("encoding state of %q: %w", id, err)
+		}
+		v := buf[start:len(buf):len(buf)]
+		bi := bucketOf(id, buckets)
+		b := stateAt[bi]
+		if b == nil {
+			b = &bucket{key: s.keys.State(sh, bi)}
+			stateAt[bi] = b
+			states = append(states, b)
+		}
+		b.args = append(b.args, id, v)
+	}
+	revAt := make(map[uint32]*bucket)
+	for _, n := range w.NewIDs {
+		b := revAt[n.Index>>revBits]
+		if b == nil {
+			b = &bucket{key: s.keys.RevBucket(sh, n.Index)}
+			revAt[n.Index>>revBits] = b
+			revs = append(revs, b)
+		}
+		b.args = append(b.args, revField(n.Index), n.UserID)
+	}
+
+	keys := make([]string, 0, 6+len(states)+len(revs))
+	keys = append(keys, s.keys.Meta(sh), s.keys.Counts(sh), s.keys.Outbox(sh))
 	for _, st := range Tracked {
 		keys = append(keys, s.keys.Bitmap(sh, st))
 	}
-	keys = append(keys, s.keys.Rev(sh))
-	args := make([]any, 0, 10+2*len(w.NewIDs)+len(w.Users))
+	args := make([]any, 0, 11+len(states)+len(revs)+2*len(w.Users)+2*len(w.NewIDs))
 	args = append(args, w.LastOffset, w.Next)
 	if w.Outbox != nil && len(w.Outbox.Changes) > 0 {
 		b, err := proto.Marshal(w.Outbox)
 		if err != nil {
-			return false, fmt.Errorf("encoding outbox: %w", err)
+			return nil, nil, fmt.Errorf("encoding outbox: %w", err)
 		}
 		args = append(args, b)
 	} else {
@@ -230,83 +435,61 @@ func (s *Store) WriteWindow(ctx context.Context, w *Window) (bool, error) {
 		bm.RunOptimize()
 		b, err := bm.ToBytes()
 		if err != nil {
-			return false, fmt.Errorf("encoding bitmap: %w", err)
+			return nil, nil, fmt.Errorf("encoding bitmap: %w", err)
 		}
 		args = append(args, b)
 	}
 	for _, bm := range w.Bitmaps {
 		args = append(args, bm.GetCardinality())
 	}
-	args = append(args, len(w.NewIDs))
-	for _, n := range w.NewIDs {
-		args = append(args, n.UserID, n.Index)
+	args = append(args, len(states), len(revs))
+	for _, b := range append(states, revs...) {
+		keys = append(keys, b.key)
+		args = append(args, len(b.args)/2)
+		args = append(args, b.args...)
 	}
-	for id, u := range w.Users {
-		b, err := proto.Marshal(u.ToPB())
-		if err != nil {
-			return false, fmt.Errorf("encoding state of %q: %w", id, err)
-		}
-		keys = append(keys, s.keys.User(sh, id))
-		args = append(args, b)
-	}
-	res, err := s.write.Run(ctx, s.rdb, keys, args...).Int()
-	if err != nil {
-		return false, fmt.Errorf("writing window of shard %d at offset %d: %w", sh, w.LastOffset, err)
-	}
-	return res == 1, nil
+	return keys, args, nil
 }
 
 // Get reads one user's state; nil, nil for a user Pulse has never seen.
 func (s *Store) Get(ctx context.Context, userID string) (*presence.User, error) {
-	n, err := s.Shards(ctx)
-	if err != nil || n == 0 {
+	l, err := s.loadLayout(ctx)
+	if err != nil || l.shards == 0 {
 		return nil, err
 	}
-	b, err := s.rdb.Get(ctx, s.keys.User(shard.For(userID, n), userID)).Result()
+	sh := shard.For(userID, l.shards)
+	b, err := s.rdb.HGet(ctx, s.keys.State(sh, bucketOf(userID, l.buckets)), userID).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading user state: %w", err)
 	}
-	return decodeUser(b)
+	return decodeState(b)
 }
 
-// GetMany reads the states of ids, in order, nil for unknown users: one MGET per
-// shard involved, all pipelined in one round trip.
+// GetMany reads the states of ids, in order, nil for unknown users: one HMGET per
+// state bucket involved, all pipelined in one round trip.
 func (s *Store) GetMany(ctx context.Context, ids []string) ([]*presence.User, error) {
 	out := make([]*presence.User, len(ids))
-	n, err := s.Shards(ctx)
-	if err != nil || n == 0 || len(ids) == 0 {
+	l, err := s.loadLayout(ctx)
+	if err != nil || l.shards == 0 || len(ids) == 0 {
 		return out, err
 	}
-	byShard := make(map[int][]int)
+	refs := make([]userRef, len(ids))
 	for i, id := range ids {
-		sh := shard.For(id, n)
-		byShard[sh] = append(byShard[sh], i)
+		refs[i] = userRef{shard: shard.For(id, l.shards), id: id}
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make(map[int]*redis.SliceCmd, len(byShard))
-	for sh, idx := range byShard {
-		keys := make([]string, len(idx))
-		for j, i := range idx {
-			keys[j] = s.keys.User(sh, ids[i])
-		}
-		cmds[sh] = pipe.MGet(ctx, keys...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	vals, err := s.readStates(ctx, l.buckets, refs)
+	if err != nil {
 		return nil, fmt.Errorf("reading %d user states: %w", len(ids), err)
 	}
-	for sh, cmd := range cmds {
-		for j, v := range cmd.Val() {
-			str, ok := v.(string)
-			if !ok {
-				continue
-			}
-			i := byShard[sh][j]
-			if out[i], err = decodeUser(str); err != nil {
-				return nil, fmt.Errorf("user %q: %w", ids[i], err)
-			}
+	for i, v := range vals {
+		if v == "" {
+			continue
+		}
+		if out[i], err = decodeState(v); err != nil {
+			return nil, fmt.Errorf("user %q: %w", ids[i], err)
 		}
 	}
 	return out, nil

@@ -1,10 +1,12 @@
 -- Writes one aggregator window of one shard atomically, guarded by log position.
 --
--- KEYS[1] meta, KEYS[2] ids, KEYS[3] cnt, KEYS[4] outbox,
--- KEYS[5..7] bitmaps of online, idle, invisible, KEYS[8] rev, KEYS[9..] user state keys.
+-- KEYS[1] meta, KEYS[2] cnt, KEYS[3] outbox, KEYS[4..6] bitmaps of online, idle,
+-- invisible, then the state buckets the window writes, then the rev buckets it writes.
 -- ARGV[1] last offset of the window, ARGV[2] next free index, ARGV[3] outbox,
 -- ARGV[4..6] bitmaps (empty: unchanged), ARGV[7..9] their counts,
--- ARGV[10] n new ids, then n pairs (user id, index), then one state per user key.
+-- ARGV[10] the number of state buckets, ARGV[11] the number of rev buckets, then for
+-- each bucket in KEYS order: its number of entries c, then c field, value pairs (state
+-- buckets: user id, state; rev buckets: index & 127, user id).
 --
 -- Returns 1 when written, 0 when the shard already holds this offset or a later
 -- one: a replay after a crash between this write and the offset commit then changes
@@ -14,29 +16,30 @@ if cur >= tonumber(ARGV[1]) then
   return 0
 end
 
-local n = tonumber(ARGV[10])
-local a = 11
-for _ = 1, n do
-  redis.call('HSET', KEYS[2], ARGV[a], ARGV[a + 1])
-  redis.call('HSET', KEYS[8], ARGV[a + 1], ARGV[a])
-  a = a + 2
-end
-
-for i = 9, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[a])
+-- One HSET per bucket, of at most 256 pairs: unpack is bounded by Lua's C stack.
+local k, a = 7, 12
+for _ = 1, tonumber(ARGV[10]) + tonumber(ARGV[11]) do
+  local c = tonumber(ARGV[a])
   a = a + 1
+  while c > 0 do
+    local m = math.min(c, 256)
+    redis.call('HSET', KEYS[k], unpack(ARGV, a, a + 2 * m - 1))
+    a = a + 2 * m
+    c = c - m
+  end
+  k = k + 1
 end
 
 local statuses = {'online', 'idle', 'invisible'}
 for i = 1, 3 do
   if ARGV[3 + i] ~= '' then
-    redis.call('SET', KEYS[4 + i], ARGV[3 + i])
+    redis.call('SET', KEYS[3 + i], ARGV[3 + i])
   end
-  redis.call('HSET', KEYS[3], statuses[i], ARGV[6 + i])
+  redis.call('HSET', KEYS[2], statuses[i], ARGV[6 + i])
 end
 
 if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[4], ARGV[3])
+  redis.call('SET', KEYS[3], ARGV[3])
 end
 redis.call('HSET', KEYS[1], 'offset', ARGV[1], 'next', ARGV[2])
 return 1

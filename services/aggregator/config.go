@@ -9,6 +9,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 // Config is everything pulse-aggregator reads at start.
@@ -44,6 +45,11 @@ type Config struct {
 	IdleAfter time.Duration
 	// OpTimeout bounds each Redis or Kafka operation of a window; failed ones are retried.
 	OpTimeout time.Duration
+	// StateBuckets is how many Redis hashes hold the users' states, over all shards. It
+	// is recorded with the shard count when the state is first built and cannot change
+	// afterwards; size it so a bucket holds under about 100 users at the largest user
+	// count expected (docs/redis.md).
+	StateBuckets int
 }
 
 func loadConfig(env *config.Env) (Config, error) {
@@ -63,6 +69,7 @@ func loadConfig(env *config.Env) (Config, error) {
 		InstanceID:       env.String("PULSE_AGGREGATOR_INSTANCE_ID", ""),
 		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
 		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
+		StateBuckets:     env.Int("PULSE_STATE_BUCKETS", statestore.DefaultBuckets),
 	}
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
@@ -103,5 +110,12 @@ func (c Config) Validate() error {
 	if c.OpTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))
 	}
+	if c.StateBuckets < 1 || c.StateBuckets > maxStateBuckets {
+		errs = append(errs, fmt.Errorf("PULSE_STATE_BUCKETS=%d: want 1..%d", c.StateBuckets, maxStateBuckets))
+	}
 	return errors.Join(errs...)
 }
+
+// maxStateBuckets bounds PULSE_STATE_BUCKETS where empty buckets alone (about 100
+// bytes each) would take gigabytes: enough for billions of users.
+const maxStateBuckets = 1 << 24

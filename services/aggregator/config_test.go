@@ -12,7 +12,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if cfg.HTTP.Addr != ":18082" || cfg.Group != "pulse-aggregator" || cfg.Kafka.ChangesTopic != "presence.changes" {
+	if cfg.HTTP.Addr != ":18082" || cfg.Group != "pulse-aggregator" || cfg.Kafka.ChangesTopic != "presence.changes" ||
+		cfg.StateBuckets != 131072 {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
@@ -23,11 +24,12 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		"PULSE_TOPIC_CHANGES":    "same",
 		"PULSE_REDIS_POOL_SIZE":  "-1",
 		"PULSE_SHUTDOWN_TIMEOUT": "0s",
+		"PULSE_STATE_BUCKETS":    "0",
 	})))
 	if err == nil {
-		t.Fatal("loadConfig accepted equal topics, a negative pool and no shutdown time")
+		t.Fatal("loadConfig accepted equal topics, a negative pool, no shutdown time and no state buckets")
 	}
-	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT"} {
+	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT", "PULSE_STATE_BUCKETS=0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

@@ -28,7 +28,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
 		"group", cfg.Group, "events", cfg.Kafka.EventsTopic, "changes", cfg.Kafka.ChangesTopic,
 		"redis", cfg.Redis, "window", cfg.Window, "dedupe_horizon", cfg.DedupeHorizon,
-		"offline_after", cfg.OfflineAfter, "idle_after", cfg.IdleAfter)
+		"offline_after", cfg.OfflineAfter, "idle_after", cfg.IdleAfter, "state_buckets", cfg.StateBuckets)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -65,7 +65,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 
 	// Shards are partitions: record their number so readers can find users.
-	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic, logger); err != nil {
+	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic, cfg.StateBuckets, logger); err != nil {
 		return err
 	}
 
@@ -81,10 +81,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	return g.Wait()
 }
 
-// registerShards records the partition count of the events topic as the shard count.
+// registerShards records the partition count of the events topic as the shard count,
+// and with it the state buckets.
 // A topic created moments ago may not be in every broker's metadata yet, so a missing
 // topic is retried for a minute before the aggregator gives up.
-func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string, logger *slog.Logger) error {
+func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string, buckets int, logger *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(cl)
@@ -93,7 +94,7 @@ func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store
 		d := topics[topic]
 		switch {
 		case err == nil && d.Err == nil && len(d.Partitions) > 0:
-			return store.RegisterShards(ctx, len(d.Partitions))
+			return store.RegisterShards(ctx, len(d.Partitions), buckets)
 		case err == nil:
 			err = d.Err
 		}

@@ -326,7 +326,7 @@ type fixture struct {
 
 func newFixture(tb testing.TB, store *statestore.Store, shards int) *fixture {
 	tb.Helper()
-	if err := store.RegisterShards(context.Background(), shards); err != nil {
+	if err := store.RegisterShards(context.Background(), shards, statestore.DefaultBuckets); err != nil {
 		tb.Fatal(err)
 	}
 	f := &fixture{tb: tb, store: store, shards: shards, offset: make([]int64, shards), next: make([]uint32, shards),

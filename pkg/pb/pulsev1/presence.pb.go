@@ -567,8 +567,9 @@ func (x *DeviceState) GetLastSeenUs() int64 {
 	return 0
 }
 
-// UserState is a user's current state as stored in Redis by the aggregator. It is
-// internal to Pulse (readers get JSON); fields follow the same compatibility rules.
+// UserState is a user's current state as the aggregator keeps it. It is internal to
+// Pulse (readers get JSON); fields follow the same compatibility rules. Redis holds it
+// in pkg/statestore's denser encoding of these same fields (state.go).
 type UserState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dense index of the user in its shard's bitmaps.
