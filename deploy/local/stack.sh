@@ -178,8 +178,11 @@ start_redis() {
 	need_redis
 	mkdir -p "$data/redis"
 	# AOF keeps the data across down/up; RDB snapshots are off to keep writes cheap.
+	# hash-max-listpack-value 256 keeps multi-device user states in their bucket's
+	# listpack (docs/redis.md).
 	launch redis "$logs/redis.log" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
 		--dir "$data/redis" --save "" --appendonly yes --appendfsync everysec \
+		--hash-max-listpack-value 256 \
 		--daemonize no --protected-mode yes --logfile ""
 }
 
