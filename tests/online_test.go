@@ -414,7 +414,7 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 		if msg != "" || len(got) != 0 {
 			t.Errorf("public filter of invisible users = %v %s, want none", got, msg)
 		}
-		code, body = onlineDo(t, http.MethodGet, query+"/v1/online/count?view=operator", onlineToken, nil)
+		code, body = freshCount(t, query+"/v1/online/count?view=operator", onlineToken)
 		var c struct {
 			ByStatus map[string]uint64 `json:"byStatus"`
 		}

@@ -228,13 +228,13 @@ func (p *pipeline) verify(t *testing.T, m *model) {
 	if d := p.diffUserStatus(t, m, users); len(d) > 0 {
 		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", firstLines(d, 10))
 	}
-	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
 	var got struct {
 		Total      uint64            `json:"total"`
 		ByStatus   map[string]uint64 `json:"byStatus"`
 		Registered uint64            `json:"registered"`
 	}
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &got) != nil {
+	if code != http.StatusOK || json.Unmarshal(body, &got) != nil {
 		t.Fatalf("GET /v1/online/count = %d %s", code, body)
 	}
 	want := m.counts()

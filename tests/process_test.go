@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,5 +133,30 @@ func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 			t.Fatalf("after %v: %s", timeout, msg)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// freshCount GETs a /v1/online/count URL until the answer was read from Redis after
+// this call began, so it reflects every state the caller saw before calling: query
+// answers counts from a read it refreshes every PULSE_QUERY_COUNTS_INTERVAL.
+func freshCount(t *testing.T, target, token string) (int, []byte) {
+	t.Helper()
+	since := time.Now()
+	deadline := since.Add(5 * time.Second)
+	for {
+		code, body := onlineDo(t, http.MethodGet, target, token, nil)
+		var c struct {
+			AsOf time.Time `json:"asOf"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &c) != nil {
+			return code, body
+		}
+		if !c.AsOf.Before(since) {
+			return code, body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s still answers counts read at %v, 5s after %v", target, c.AsOf, since)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

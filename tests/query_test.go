@@ -59,9 +59,13 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 	if c != http.StatusOK || strings.TrimSpace(string(b)) != `{"statuses":[{"userId":"x","status":"offline","lastUpdated":null},{"userId":"y","status":"offline","lastUpdated":null}]}` {
 		t.Errorf("POST /statuses for unknown users = %d %s", c, b)
 	}
-	code, body = get(t, q.url+"/v1/online/count")
-	if code != http.StatusOK || strings.TrimSpace(body) != `{"total":0,"byStatus":{"idle":0,"offline":0,"online":0},"registered":0}` {
-		t.Errorf("GET /v1/online/count on empty state = %d %s", code, body)
+	c, b = freshCount(t, q.url+"/v1/online/count", "")
+	var counts struct {
+		AsOf time.Time `json:"asOf"`
+	}
+	if c != http.StatusOK || json.Unmarshal(b, &counts) != nil ||
+		strings.TrimSpace(string(b)) != `{"total":0,"byStatus":{"idle":0,"offline":0,"online":0},"registered":0,"asOf":"`+counts.AsOf.Format(time.RFC3339Nano)+`"}` {
+		t.Errorf("GET /v1/online/count on empty state = %d %s", c, b)
 	}
 
 	// Register a shard count so reads must reach Redis, then take Redis away.
@@ -78,5 +82,12 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the failed read took %v: reads must fail within their deadline", d)
+	}
+	// Counts are served from the last read for at most PULSE_QUERY_COUNTS_MAX_AGE (1s),
+	// then a count needs Redis too.
+	time.Sleep(1500 * time.Millisecond)
+	code, body = get(t, q.url+"/v1/online/count")
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("with Redis down for 1.5s GET /v1/online/count = %d %s, want 503", code, body)
 	}
 }

@@ -54,9 +54,9 @@ type countView struct {
 // count reads GET /v1/online/count.
 func (p *pipeline) count(t *testing.T) countView {
 	t.Helper()
-	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
 	var c countView
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &c) != nil {
+	if code != http.StatusOK || json.Unmarshal(body, &c) != nil {
 		t.Fatalf("GET /v1/online/count = %d %s", code, body)
 	}
 	return c
@@ -323,12 +323,12 @@ func TestInvisibleUserReadsOffline(t *testing.T) {
 	if s := p.status(t, ghost); s != "offline" {
 		t.Errorf("invisible user reads %s, want offline", s)
 	}
-	code, body := get(t, p.svc["query"].url+"/v1/online/count")
+	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
 	var c struct {
 		Total    uint64            `json:"total"`
 		ByStatus map[string]uint64 `json:"byStatus"`
 	}
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &c) != nil || c.Total != 1 || c.ByStatus["online"] != 1 || c.ByStatus["offline"] != 1 {
+	if code != http.StatusOK || json.Unmarshal(body, &c) != nil || c.Total != 1 || c.ByStatus["online"] != 1 || c.ByStatus["offline"] != 1 {
 		t.Errorf("GET /v1/online/count = %s, want 1 online and the invisible user counted offline", body)
 	}
 	// Back to online: to others the change is offline -> online.

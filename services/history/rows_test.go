@@ -224,7 +224,7 @@ func TestPlanCoalescesUserStatus(t *testing.T) {
 	add("h1", presence.KindHeartbeat, ms(200), false)
 	add("a2", presence.KindActivity, ms(300), false)
 	add("h2", presence.KindHeartbeat, ms(400), false)
-	add("h0", presence.KindHeartbeat, ms(50), false) // older: loses
+	add("h0", presence.KindHeartbeat, ms(50), false)  // older: loses
 	add("h9", presence.KindHeartbeat, ms(400), false) // same time, greater id: wins the tie
 	add("h3", presence.KindHeartbeat, ms(900), true)  // stale: no user_status write
 	for i, st := range []presence.Status{presence.Online, presence.Idle, presence.Offline} {

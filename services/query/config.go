@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -32,6 +33,8 @@ type Config struct {
 	Kafka kafkax.Config
 	// Feed is the live change feed's settings (GET /v1/watch, /v1/watch/sse).
 	Feed FeedConfig
+	// Counts is how GET /v1/online/count is served from memory (pkg/countcache).
+	Counts countcache.Config
 }
 
 // FeedConfig is the change feed's settings.
@@ -74,6 +77,11 @@ func loadConfig(env *config.Env) (Config, error) {
 		MaxBatch:    env.Int("PULSE_QUERY_MAX_BATCH", 1000),
 		MaxBody:     int64(env.Int("PULSE_QUERY_MAX_BODY", 1<<20)),
 	}
+	cfg.Counts = countcache.Config{
+		Interval: env.Duration("PULSE_QUERY_COUNTS_INTERVAL", 100*time.Millisecond),
+		MaxAge:   env.Duration("PULSE_QUERY_COUNTS_MAX_AGE", time.Second),
+		Timeout:  cfg.ReadTimeout,
+	}
 	cfg.OperatorToken = httpserver.OperatorTokenFromEnv(env)
 	cfg.Kafka = kafkax.ConfigFromEnv(env, "pulse-query")
 	cfg.Feed = FeedConfig{
@@ -105,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBody < 1024 {
 		errs = append(errs, fmt.Errorf("PULSE_QUERY_MAX_BODY=%d: want at least 1024", c.MaxBody))
+	}
+	if err := c.Counts.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("PULSE_QUERY_COUNTS_INTERVAL=%v, PULSE_QUERY_COUNTS_MAX_AGE=%v: %w", c.Counts.Interval, c.Counts.MaxAge, err))
 	}
 	errs = append(errs, c.Kafka.Validate(), c.Feed.Validate())
 	return errors.Join(errs...)

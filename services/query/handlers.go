@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
@@ -17,6 +18,8 @@ import (
 // api answers reads from the state the aggregator keeps in Redis.
 type api struct {
 	store *statestore.Store
+	// counts answers GET /v1/online/count from memory; nil reads Redis per request.
+	counts *countcache.Cache
 	// timeout bounds each request's Redis work; past it the reader gets a 503.
 	timeout  time.Duration
 	maxBatch int
@@ -193,15 +196,28 @@ type countView struct {
 	Total      uint64            `json:"total"`
 	ByStatus   map[string]uint64 `json:"byStatus"`
 	Registered uint64            `json:"registered"`
+	// AsOf is when the counts were read from Redis; they reflect every window the
+	// aggregators had written by then.
+	AsOf time.Time `json:"asOf"`
+}
+
+func (a *api) readCounts(ctx context.Context) (countcache.Snapshot, error) {
+	if a.counts != nil {
+		return a.counts.Get(ctx)
+	}
+	at := time.Now()
+	n, err := a.store.Counts(ctx)
+	return countcache.Snapshot{Counts: n, At: at}, err
 }
 
 func (a *api) getOnlineCount(c echo.Context) error {
 	ctx, cancel := a.ctx(c)
 	defer cancel()
-	n, err := a.store.Counts(ctx)
+	snap, err := a.readCounts(ctx)
 	if err != nil {
 		return a.readErr(err)
 	}
+	n, asOf := snap.Counts, snap.At.UTC()
 	if httpserver.OperatorView(c) {
 		return c.JSON(http.StatusOK, countView{
 			Total: n.Online + n.Idle + n.Invisible,
@@ -212,6 +228,7 @@ func (a *api) getOnlineCount(c echo.Context) error {
 				"offline":   n.Offline(),
 			},
 			Registered: n.Registered,
+			AsOf:       asOf,
 		})
 	}
 	// Invisible users count as offline to readers.
@@ -223,5 +240,6 @@ func (a *api) getOnlineCount(c echo.Context) error {
 			"offline": n.Offline() + n.Invisible,
 		},
 		Registered: n.Registered,
+		AsOf:       asOf,
 	})
 }

@@ -698,8 +698,8 @@ func TestOperatorViewOfStatuses(t *testing.T) {
 		{"/v1/users/ghost/status?view=operator", true, 200, `{"userId":"ghost","status":"invisible","lastUpdated":"2026-11-22T07:00:00Z","lastActive":"2026-11-22T07:00:00Z","lastSeen":"2026-11-22T07:00:00Z","devices":[{"deviceId":"default","status":"online","lastSeen":"2026-11-22T07:00:00Z"}]}`},
 		{"/v1/users/ghost/status?view=operator", false, 403, `"code":"forbidden"`},
 		{"/v1/users/alice/status?view=operator", true, 200, `"status":"online"`},
-		{"/v1/online/count", false, 200, `{"total":1,"byStatus":{"idle":0,"offline":1,"online":1},"registered":2}`},
-		{"/v1/online/count?view=operator", true, 200, `{"total":2,"byStatus":{"idle":0,"invisible":1,"offline":0,"online":1},"registered":2}`},
+		{"/v1/online/count", false, 200, `"total":1,"byStatus":{"idle":0,"offline":1,"online":1},"registered":2,"asOf":"`},
+		{"/v1/online/count?view=operator", true, 200, `"total":2,"byStatus":{"idle":0,"invisible":1,"offline":0,"online":1},"registered":2,"asOf":"`},
 		{"/v1/online/count?view=operator", false, 403, `"code":"forbidden"`},
 		{"/v1/online?view=operator", true, 200, `"status":"invisible"`},
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -40,7 +41,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("change feed: %w", err)
 	}
-	a := &api{store: store, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
+	counts := countcache.New(store.Counts, cfg.Counts, logger)
+	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed: &watcher{hub: hub, cfg: cfg.Feed, logger: logger}}
 	a.routes(srv.Echo)
 	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
@@ -52,7 +54,9 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	defer stopHub()
 	hubDone := make(chan error, 1)
 	go func() { hubDone <- hub.Run(hctx) }()
+	countsDone := make(chan error, 1)
+	go func() { countsDone <- counts.Run(hctx) }()
 	err = srv.Run(ctx)
 	stopHub()
-	return errors.Join(err, <-hubDone)
+	return errors.Join(err, <-hubDone, <-countsDone)
 }
