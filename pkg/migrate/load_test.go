@@ -232,6 +232,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{1, "0001_keyspace.cql", 1},
 		{2, "0002_user_status.cql", 1},
 		{3, "0003_user_activity.cql", 1},
+		{4, "0004_user_status_compaction.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
