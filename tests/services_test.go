@@ -52,9 +52,12 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 		"history":    {"kafka", "cassandra"},
 		"query":      {"redis"},
 	}
+	// Topics, groups and Redis prefix of their own: a service under test must not join
+	// the groups of a pipeline running on the same stack, nor write its state.
+	env := newTopics(t, 2).env
 	for name, want := range deps {
 		t.Run(name, func(t *testing.T) {
-			s := startService(t, name, stackEnv())
+			s := startService(t, name, env)
 			var rep readyReport
 			eventually(t, 20*time.Second, func() string {
 				var code int
@@ -122,7 +125,7 @@ func startRedis(t *testing.T, port int) (addr string, stop func()) {
 func TestReadyzFailsWhileRedisIsDown(t *testing.T) {
 	port := freePort(t)
 	addr, stopRedis := startRedis(t, port)
-	env := stackEnv()
+	env := newTopics(t, 2).env
 	env["PULSE_REDIS_ADDR"] = addr
 	env["PULSE_READY_CHECK_TIMEOUT"] = "1s"
 	svcs := []*service{startService(t, "query", env), startService(t, "aggregator", env)}

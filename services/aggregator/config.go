@@ -22,8 +22,15 @@ type Config struct {
 	// Group is the Kafka consumer group; every aggregator of a deployment shares it,
 	// so each partition (and so each user) has exactly one owner.
 	Group string
-	// Window is how long a partition's records are folded before they are written.
+	// Window is the longest a partition's records are folded before they are written.
 	Window time.Duration
+	// MinWindow is how long a window stays open at least. Once it has, the window is
+	// written as soon as no more records wait for the partition: a quiet partition's
+	// events become readable within MinWindow plus one write, while under load records
+	// keep arriving and windows grow towards Window, so each write carries more. A
+	// window rewrites the shard's changed bitmaps whole, which at millions of users per
+	// shard is tens of kilobytes: MinWindow bounds how often that happens.
+	MinWindow time.Duration
 	// MaxWindowRecords flushes a window early, bounding its memory and write size.
 	MaxWindowRecords int
 	// DedupeHorizon is how long an event id is remembered (DESIGN.md guarantee 2).
@@ -60,6 +67,7 @@ func loadConfig(env *config.Env) (Config, error) {
 		RedisPrefix:      env.String("PULSE_REDIS_PREFIX", "pulse"),
 		Group:            env.String("PULSE_AGGREGATOR_GROUP", "pulse-aggregator"),
 		Window:           env.Duration("PULSE_AGGREGATOR_WINDOW", 100*time.Millisecond),
+		MinWindow:        env.Duration("PULSE_AGGREGATOR_MIN_WINDOW", 20*time.Millisecond),
 		MaxWindowRecords: env.Int("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000),
 		DedupeHorizon:    env.Duration("PULSE_DEDUPE_HORIZON", 10*time.Minute),
 		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
@@ -85,6 +93,9 @@ func (c Config) Validate() error {
 	}
 	if c.Window < time.Millisecond || c.Window > 10*time.Second {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_WINDOW=%v: want 1ms..10s", c.Window))
+	}
+	if c.MinWindow < 0 || c.MinWindow > c.Window {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MIN_WINDOW=%v: want 0..PULSE_AGGREGATOR_WINDOW (%v)", c.MinWindow, c.Window))
 	}
 	if c.MaxWindowRecords < 1 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS=%d: must be positive", c.MaxWindowRecords))

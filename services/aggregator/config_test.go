@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-presence/pulse/pkg/config"
 )
@@ -13,23 +14,24 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	if cfg.HTTP.Addr != ":18082" || cfg.Group != "pulse-aggregator" || cfg.Kafka.ChangesTopic != "presence.changes" ||
-		cfg.StateBuckets != 131072 {
+		cfg.StateBuckets != 131072 || cfg.Window != 100*time.Millisecond || cfg.MinWindow != 20*time.Millisecond {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
 
 func TestLoadConfigRejectsBadValues(t *testing.T) {
 	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
-		"PULSE_TOPIC_EVENTS":     "same",
-		"PULSE_TOPIC_CHANGES":    "same",
-		"PULSE_REDIS_POOL_SIZE":  "-1",
-		"PULSE_SHUTDOWN_TIMEOUT": "0s",
-		"PULSE_STATE_BUCKETS":    "0",
+		"PULSE_TOPIC_EVENTS":          "same",
+		"PULSE_TOPIC_CHANGES":         "same",
+		"PULSE_REDIS_POOL_SIZE":       "-1",
+		"PULSE_SHUTDOWN_TIMEOUT":      "0s",
+		"PULSE_STATE_BUCKETS":         "0",
+		"PULSE_AGGREGATOR_MIN_WINDOW": "200ms",
 	})))
 	if err == nil {
 		t.Fatal("loadConfig accepted equal topics, a negative pool, no shutdown time and no state buckets")
 	}
-	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT", "PULSE_STATE_BUCKETS=0"} {
+	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT", "PULSE_STATE_BUCKETS=0", "PULSE_AGGREGATOR_MIN_WINDOW=200ms"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

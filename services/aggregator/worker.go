@@ -50,6 +50,7 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var opened time.Time // when the open window got its first record
 	deadline := time.NewTimer(time.Hour)
 	defer deadline.Stop()
 	arm := func() {
@@ -83,10 +84,12 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				}
 			}
 			if len(w.pending) == 0 {
-				timer.Reset(w.cfg.Window)
+				opened = time.Now()
+				timer.Reset(w.cfg.MinWindow)
 			}
 			w.pending = append(w.pending, batch...)
-			if len(w.pending) >= w.cfg.MaxWindowRecords {
+			// Full, or open long enough with nothing more waiting: write it now.
+			if len(w.pending) >= w.cfg.MaxWindowRecords || (len(recs) == 0 && time.Since(opened) >= w.cfg.MinWindow) {
 				timer.Stop()
 				if err := w.flush(ctx); err != nil {
 					return err
@@ -94,6 +97,12 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				arm()
 			}
 		case <-timer.C:
+			// MinWindow passed: write unless more records wait and Window allows
+			// taking them into this window first.
+			if open := time.Since(opened); len(recs) > 0 && open < w.cfg.Window {
+				timer.Reset(w.cfg.Window - open)
+				continue
+			}
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
