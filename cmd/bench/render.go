@@ -330,6 +330,11 @@ func scaleTables(b *strings.Builder, s *ScaleResult) {
 	p("| counts p99 | %s | %s | %s |\n", fmtMs(s.Pulse.CountsMs.P99, s.Pulse.CountsMs.Count), fmtMs(s.Baseline.CountsMs.P99, s.Baseline.CountsMs.Count), sig(s.CountsP99Speedup))
 	p("| counts p99.9 | %s | %s | |\n", fmtMs(s.Pulse.CountsMs.P999, s.Pulse.CountsMs.Count), fmtMs(s.Baseline.CountsMs.P999, s.Baseline.CountsMs.Count))
 	p("| counts read | %s | %s | |\n", s.Pulse.CountsCall, s.Baseline.CountsCall)
+	if s.Pulse.RedisCountsMs.Count > 0 {
+		p("| Redis read behind Pulse's count p50 / p99 | %s / %s | | %s (p50) |\n", fmtMs(s.Pulse.RedisCountsMs.P50, s.Pulse.RedisCountsMs.Count),
+			fmtMs(s.Pulse.RedisCountsMs.P99, s.Pulse.RedisCountsMs.Count), sig(ratio(s.Baseline.CountsMs.P50, s.Pulse.RedisCountsMs.P50)))
+		p("| what that read is | %s | | |\n", s.Pulse.RedisCountsCall)
+	}
 	p("| machine while timing counts: busy / others / stolen (cores) | %s | %s | |\n\n", machineText(s.Pulse.CountsMachine), machineText(s.Baseline.CountsMachine))
 	for _, l := range []struct {
 		name string

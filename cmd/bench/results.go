@@ -190,9 +190,13 @@ type Layout struct {
 	BytesPerOnlineUser   float64 `json:"bytesPerOnlineUser"`
 	// Parts breaks UsedMemoryBytes down by key family (MEMORY USAGE, exact or sampled).
 	Parts map[string]int64 `json:"parts"`
-	// Counts is the latency of one counts read; CountsCall says what it is.
+	// Counts is the latency of one counts read as a request pays it; CountsCall says
+	// what it is.
 	CountsCall string    `json:"countsCall"`
 	CountsMs   Quantiles `json:"countsMs"`
+	// RedisCounts is the Redis read behind a cached count (Pulse only).
+	RedisCountsCall string    `json:"redisCountsCall,omitempty"`
+	RedisCountsMs   Quantiles `json:"redisCountsMs"`
 	// CountsOnline is what the counts read returned for online users, as a check.
 	CountsOnline uint64 `json:"countsOnline"`
 	// CountsMachine is the machine's CPU use while counts were timed.

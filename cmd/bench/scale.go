@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/shard"
 	"github.com/pulse-presence/pulse/pkg/statestore"
@@ -123,7 +125,8 @@ func ratio(a, b float64) float64 {
 // it (one WriteWindow per shard and window), then measures memory and Counts.
 func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, online int) (Layout, error) {
 	l := Layout{Prefix: scalePulsePrefix, Parts: map[string]int64{},
-		CountsCall: fmt.Sprintf("statestore.Store.Counts: one pipeline of HMGET cnt + HGET meta next per shard (%d shards)", shards)}
+		CountsCall: fmt.Sprintf("countcache.Cache.Get as GET /v1/online/count uses it: the counts held in memory, re-read from Redis every %v in the background (query's default)", countsInterval),
+		RedisCountsCall: fmt.Sprintf("statestore.Store.Counts, the cache's re-read: one pipeline of HMGET cnt + HGET meta next per shard (%d shards)", shards)}
 	store := statestore.New(rdb, scalePulsePrefix)
 	mem0, err := quietMemory(ctx, rdb)
 	if err != nil {
@@ -210,9 +213,27 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		return l, fmt.Errorf("counts after the bulk load: %d registered, %d online; loaded %d and %d", c.Registered, c.Online, b.cfg.scaleUsers, online)
 	}
 	l.CountsOnline = c.Online
-	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error { _, err := store.Counts(ctx); return err })
+	if l.RedisCountsMs, _, err = b.timeCounts(ctx, func() error { _, err := store.Counts(ctx); return err }); err != nil {
+		return l, err
+	}
+	// What a count request costs: the query service answers from a cache the background
+	// loop refreshes, so the Redis read above happens once per interval, not per request.
+	cache := countcache.New(store.Counts, countcache.Config{Interval: countsInterval, MaxAge: time.Second, Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = cache.Run(cctx) }()
+	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error {
+		s, err := cache.Get(ctx)
+		if err == nil && s.Counts.Online != uint64(online) {
+			err = fmt.Errorf("cached count %d online, loaded %d", s.Counts.Online, online)
+		}
+		return err
+	})
 	return l, err
 }
+
+// countsInterval is the query service's default PULSE_QUERY_COUNTS_INTERVAL.
+const countsInterval = 100 * time.Millisecond
 
 // memoryOf sums MEMORY USAGE (every element: SAMPLES 0) of keys, in pipelines of 1,000.
 func memoryOf(ctx context.Context, rdb *redis.Client, keys []string) (int64, error) {

@@ -85,6 +85,10 @@ func evaluate(r *Results, scaleGoal int) []Target {
 			speed = s.CountsP50Speedup
 			speedNote = fmt.Sprintf("p50 %s vs baseline %s (p99 ratio %s×); %s", fmtMs(s.Pulse.CountsMs.P50, 1),
 				fmtMs(s.Baseline.CountsMs.P50, 1), sig(s.CountsP99Speedup), scNote)
+			if s.Pulse.RedisCountsMs.Count > 0 {
+				speedNote += fmt.Sprintf("; Pulse's count is served from memory and re-read from Redis every %v (that read: p50 %s, %s× the baseline's)",
+					countsInterval, fmtMs(s.Pulse.RedisCountsMs.P50, 1), sig(ratio(s.Baseline.CountsMs.P50, s.Pulse.RedisCountsMs.P50)))
+			}
 		}
 		if s.Pulse.BytesPerOnlineUser > 0 && s.Baseline.BytesPerOnlineUser > 0 {
 			online = s.OnlineMemoryRatio
