@@ -16,6 +16,10 @@ func fmtMs(v float64, n uint64) string {
 	switch {
 	case n == 0 || math.IsNaN(v):
 		return "–"
+	case v < 0.001:
+		return fmt.Sprintf("%.0f ns", v*1e6)
+	case v < 0.01:
+		return fmt.Sprintf("%.1f µs", v*1000)
 	case v < 1:
 		return fmt.Sprintf("%.0f µs", v*1000)
 	case v < 10:

@@ -234,7 +234,7 @@ func TestFmtMargin(t *testing.T) {
 func TestFormatting(t *testing.T) {
 	for _, tt := range []struct{ got, want string }{
 		{num(0), "0"}, {num(999), "999"}, {num(1000), "1,000"}, {num(125000.4), "125,000"}, {num(-1234567), "−1,234,567"},
-		{fmtMs(0.25, 1), "250 µs"}, {fmtMs(1.234, 1), "1.23 ms"}, {fmtMs(150, 1), "150.0 ms"}, {fmtMs(2500, 1), "2.50 s"}, {fmtMs(3, 0), "–"},
+		{fmtMs(0.25, 1), "250 µs"}, {fmtMs(0.0042, 1), "4.2 µs"}, {fmtMs(0.00012, 1), "120 ns"}, {fmtMs(1.234, 1), "1.23 ms"}, {fmtMs(150, 1), "150.0 ms"}, {fmtMs(2500, 1), "2.50 s"}, {fmtMs(3, 0), "–"},
 		{bytesOf(512), "512 B"}, {bytesOf(3 << 20), "3.0 MiB"}, {bytesOf(5 << 30), "5.0 GiB"},
 		{sig(0.4321), "0.432"}, {sig(244.0), "244"}, {sig(12345), "12,345"},
 		{shortRate(5000), "5k"}, {shortRate(125000), "125k"}, {shortRate(2.5e6), "2.5M"},

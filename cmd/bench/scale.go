@@ -441,7 +441,13 @@ func (b *bench) timeCounts(ctx context.Context, fn func() error) (Quantiles, Mac
 	before := b.st.cpu(b.ticks)
 	start := time.Now()
 	q, err := timeCalls(ctx, b.cfg.scaleCalls, fn)
-	return q, machineOver(cpuDelta(before, b.st.cpu(b.ticks)), time.Since(start).Seconds()), err
+	elapsed := time.Since(start)
+	// /proc counts CPU in ticks of 10 ms: over less than a second the machine's share
+	// would be mostly rounding, so it is left unknown.
+	if elapsed < time.Second {
+		return q, MachineCPU{}, err
+	}
+	return q, machineOver(cpuDelta(before, b.st.cpu(b.ticks)), elapsed.Seconds()), err
 }
 
 // timeCalls times n sequential calls of fn after a short warm-up.
