@@ -125,7 +125,7 @@ func ratio(a, b float64) float64 {
 // it (one WriteWindow per shard and window), then measures memory and Counts.
 func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, online int) (Layout, error) {
 	l := Layout{Prefix: scalePulsePrefix, Parts: map[string]int64{},
-		CountsCall: fmt.Sprintf("countcache.Cache.Get as GET /v1/online/count uses it: the counts held in memory, re-read from Redis every %v in the background (query's default)", countsInterval),
+		CountsCall:      fmt.Sprintf("countcache.Cache.Get as GET /v1/online/count uses it: the counts held in memory, re-read from Redis every %v in the background (query's default)", countsInterval),
 		RedisCountsCall: fmt.Sprintf("statestore.Store.Counts, the cache's re-read: one pipeline of HMGET cnt + HGET meta next per shard (%d shards)", shards)}
 	store := statestore.New(rdb, scalePulsePrefix)
 	mem0, err := quietMemory(ctx, rdb)
