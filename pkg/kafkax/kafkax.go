@@ -36,6 +36,13 @@ type Config struct {
 	RequestTimeout time.Duration
 	// RetryTimeout bounds how long a request is retried before its error is returned.
 	RetryTimeout time.Duration
+	// FetchMaxWait is the longest a consumer's fetch waits at the broker for records.
+	// A fetch normally returns as soon as records arrive, but one whose partitions
+	// changed while it waited (a partition just assigned or whose offset was just
+	// reset) can sit out the whole wait while records are ready; Kafka's default of
+	// 5 s then shows as seconds of staleness. A shorter wait bounds that, for one
+	// cheap request per interval per broker while idle.
+	FetchMaxWait time.Duration
 	// EventsTopic receives every status event; ChangesTopic every effective change.
 	EventsTopic  string
 	ChangesTopic string
@@ -49,6 +56,7 @@ func ConfigFromEnv(e *config.Env, clientID string) Config {
 		DialTimeout:    e.Duration("PULSE_KAFKA_DIAL_TIMEOUT", 5*time.Second),
 		RequestTimeout: e.Duration("PULSE_KAFKA_REQUEST_TIMEOUT", 10*time.Second),
 		RetryTimeout:   e.Duration("PULSE_KAFKA_RETRY_TIMEOUT", 30*time.Second),
+		FetchMaxWait:   e.Duration("PULSE_KAFKA_FETCH_MAX_WAIT", 500*time.Millisecond),
 		EventsTopic:    e.String("PULSE_TOPIC_EVENTS", DefaultEventsTopic),
 		ChangesTopic:   e.String("PULSE_TOPIC_CHANGES", DefaultChangesTopic),
 	}
@@ -66,6 +74,9 @@ func (c Config) Validate() error {
 	if c.DialTimeout <= 0 || c.RequestTimeout <= 0 || c.RetryTimeout <= 0 {
 		errs = append(errs, errors.New("PULSE_KAFKA_*_TIMEOUT: timeouts must be positive"))
 	}
+	if c.FetchMaxWait < 10*time.Millisecond || c.FetchMaxWait > time.Minute {
+		errs = append(errs, fmt.Errorf("PULSE_KAFKA_FETCH_MAX_WAIT=%v: want 10ms..1m", c.FetchMaxWait))
+	}
 	if c.EventsTopic == "" || c.ChangesTopic == "" || c.EventsTopic == c.ChangesTopic {
 		errs = append(errs, fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic))
 	}
@@ -82,6 +93,9 @@ func NewClient(cfg Config, logger *slog.Logger, reg prometheus.Registerer, extra
 		kgo.RequestTimeoutOverhead(cfg.RequestTimeout),
 		kgo.RetryTimeout(cfg.RetryTimeout),
 		kgo.WithLogger(kslog.New(logger.With("component", "kafka"))),
+	}
+	if cfg.FetchMaxWait > 0 {
+		opts = append(opts, kgo.FetchMaxWait(cfg.FetchMaxWait))
 	}
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("pulse_kafka", kprom.Registerer(reg))))
