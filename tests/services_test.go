@@ -173,3 +173,41 @@ func TestServiceRefusesBadConfig(t *testing.T) {
 		t.Errorf("output does not name the bad variable:\n%s", out)
 	}
 }
+
+// With Redis unresponsive and a window waiting to be written, SIGTERM still stops the
+// aggregator within its revoke timeout, leaving the window uncommitted; once Redis
+// answers again the next aggregator applies it, so nothing acknowledged is lost.
+func TestAggregatorStopsInTimeWhileRedisHangs(t *testing.T) {
+	port := freePort(t)
+	addr, _ := startRedis(t, port)
+	p := newTopics(t, 2)
+	p.env["PULSE_REDIS_ADDR"] = addr
+	p.env["PULSE_AGGREGATOR_REVOKE_TIMEOUT"] = "3s"
+	for _, name := range []string{"ingest", "aggregator", "query"} {
+		p.start(t, name)
+	}
+	before, during := "before-"+p.run, "during-"+p.run
+	p.send(t, before, "status", "online", "phone")
+	p.waitStatus(t, before, "online")
+
+	// Every Redis command now waits 12s: the aggregator's window write times out and
+	// is retried while the next event's window waits.
+	rdb := stateRDB(t, addr)
+	if err := rdb.Do(t.Context(), "CLIENT", "PAUSE", "12000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	p.send(t, during, "status", "online", "phone")
+	p.send(t, before, "status", "offline", "phone")
+	time.Sleep(time.Second)
+	start := time.Now()
+	p.svc["aggregator"].stop(t)
+	// The revoke timeout (3s) plus leaving the group; far below the 12s pause.
+	if d := time.Since(start); d > 7*time.Second {
+		t.Errorf("the aggregator took %v to stop while Redis hung, want about the 3s revoke timeout", d)
+	}
+	time.Sleep(time.Until(paused.Add(12 * time.Second)))
+	p.start(t, "aggregator")
+	p.waitStatus(t, during, "online")
+	p.waitStatus(t, before, "offline")
+}

@@ -40,6 +40,11 @@ type Config struct {
 	CommitInterval time.Duration
 	// QueueBatches bounds each partition's queue of polled batches.
 	QueueBatches int
+	// RevokeTimeout bounds how long a revoked partition (a rebalance, or shutdown) may
+	// take to write and commit its open window; past it the window is dropped
+	// uncommitted and the partition's next owner folds its records again, which the
+	// offset-guarded writes make safe.
+	RevokeTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped answering
 	// (a crashed aggregator) before its partitions move to the others.
 	SessionTimeout time.Duration
@@ -74,6 +79,7 @@ func loadConfig(env *config.Env) (Config, error) {
 		CommitInterval:   env.Duration("PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second),
 		QueueBatches:     env.Int("PULSE_AGGREGATOR_QUEUE_BATCHES", 32),
 		SessionTimeout:   env.Duration("PULSE_AGGREGATOR_SESSION_TIMEOUT", 45*time.Second),
+		RevokeTimeout:    env.Duration("PULSE_AGGREGATOR_REVOKE_TIMEOUT", 10*time.Second),
 		InstanceID:       env.String("PULSE_AGGREGATOR_INSTANCE_ID", ""),
 		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
 		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
@@ -114,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueueBatches < 1 {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_QUEUE_BATCHES=%d: must be positive", c.QueueBatches))
+	}
+	if c.RevokeTimeout <= 0 || c.RevokeTimeout >= c.HTTP.ShutdownTimeout {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_REVOKE_TIMEOUT=%v: want more than 0 and less than PULSE_SHUTDOWN_TIMEOUT (%v), so a shutdown ends in time", c.RevokeTimeout, c.HTTP.ShutdownTimeout))
 	}
 	if c.SessionTimeout < 6*time.Second {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_SESSION_TIMEOUT=%v: Kafka's brokers refuse less than 6s", c.SessionTimeout))

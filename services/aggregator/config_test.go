@@ -14,24 +14,25 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	if cfg.HTTP.Addr != ":18082" || cfg.Group != "pulse-aggregator" || cfg.Kafka.ChangesTopic != "presence.changes" ||
-		cfg.StateBuckets != 131072 || cfg.Window != 100*time.Millisecond || cfg.MinWindow != 20*time.Millisecond {
+		cfg.StateBuckets != 131072 || cfg.Window != 100*time.Millisecond || cfg.MinWindow != 20*time.Millisecond || cfg.RevokeTimeout != 10*time.Second {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
 
 func TestLoadConfigRejectsBadValues(t *testing.T) {
 	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
-		"PULSE_TOPIC_EVENTS":          "same",
-		"PULSE_TOPIC_CHANGES":         "same",
-		"PULSE_REDIS_POOL_SIZE":       "-1",
-		"PULSE_SHUTDOWN_TIMEOUT":      "0s",
-		"PULSE_STATE_BUCKETS":         "0",
-		"PULSE_AGGREGATOR_MIN_WINDOW": "200ms",
+		"PULSE_TOPIC_EVENTS":              "same",
+		"PULSE_TOPIC_CHANGES":             "same",
+		"PULSE_REDIS_POOL_SIZE":           "-1",
+		"PULSE_SHUTDOWN_TIMEOUT":          "0s",
+		"PULSE_STATE_BUCKETS":             "0",
+		"PULSE_AGGREGATOR_MIN_WINDOW":     "200ms",
+		"PULSE_AGGREGATOR_REVOKE_TIMEOUT": "1m",
 	})))
 	if err == nil {
 		t.Fatal("loadConfig accepted equal topics, a negative pool, no shutdown time and no state buckets")
 	}
-	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT", "PULSE_STATE_BUCKETS=0", "PULSE_AGGREGATOR_MIN_WINDOW=200ms"} {
+	for _, want := range []string{"PULSE_TOPIC_EVENTS", "PULSE_REDIS_POOL_SIZE", "PULSE_SHUTDOWN_TIMEOUT", "PULSE_STATE_BUCKETS=0", "PULSE_AGGREGATOR_MIN_WINDOW=200ms", "PULSE_AGGREGATOR_REVOKE_TIMEOUT=1m0s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}

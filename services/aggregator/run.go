@@ -58,7 +58,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		Topics:         []string{cfg.Kafka.EventsTopic},
 		MaxPollRecords: cfg.MaxWindowRecords,
 		QueueBatches:   cfg.QueueBatches,
-		RevokeTimeout:  30 * time.Second,
+		RevokeTimeout:  cfg.RevokeTimeout,
 	}, newWorker, logger, reg, opts...)
 	if err != nil {
 		return err
