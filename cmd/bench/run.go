@@ -101,12 +101,22 @@ func (b *bench) phases(ctx context.Context) error {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	first := true
+	// Every phase starts from caught-up consumers: a step that fell behind leaves a
+	// backlog whose catching up would otherwise load the next phase.
+	idle := func(before string) {
+		if !first {
+			fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator and history to be idle\n", b.cfg.idleWait)
+		}
+		b.waitIdle(ctx, before)
+		first = false
+	}
 	fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator and history to be idle\n", b.cfg.idleWait)
-	b.waitIdle(ctx)
 	for _, mode := range []string{"batch", "single"} {
 		if !b.cfg.phases[mode] {
 			continue
 		}
+		idle(map[string]string{"batch": "the batched steps", "single": "the single-event steps"}[mode])
 		name := map[string]string{"batch": "batched", "single": "single"}[mode]
 		fmt.Fprintf(b.out, "==> %s ingest steps\n", name)
 		m, err := b.stepMode(ctx, name)
@@ -120,6 +130,7 @@ func (b *bench) phases(ctx context.Context) error {
 		}
 	}
 	if b.cfg.phases["half"] {
+		idle("the half-max phase")
 		fmt.Fprintln(b.out, "==> reads and freshness at half the highest batched rate")
 		h, err := b.halfMax(ctx)
 		if err != nil {
@@ -185,9 +196,9 @@ func (b *bench) noteOthers() {
 }
 
 // waitIdle waits, for at most -idle-wait, until neither consumer group has more
-// than a few windows of records to catch up on, so the first step does not pay for
-// a backlog; whatever is left is noted, since it weighs on every step.
-func (b *bench) waitIdle(ctx context.Context) {
+// than a few windows of records to catch up on, so the phase that follows (named by
+// before) does not pay for a backlog; whatever is left is noted, since it weighs on it.
+func (b *bench) waitIdle(ctx context.Context, before string) {
 	start := time.Now()
 	var last lagSample
 	for {
@@ -207,10 +218,10 @@ func (b *bench) waitIdle(ctx context.Context) {
 		}
 	}
 	if last.Aggregator > lagGrowthFloor {
-		b.note("the aggregator was %d records behind before the first step: something else is loading the stack", last.Aggregator)
+		b.note("the aggregator was still %d records behind before %s (after %s)", last.Aggregator, before, b.cfg.idleWait)
 	}
 	if h := last.HistoryEvents + last.HistoryChanges; h > lagGrowthFloor {
-		b.note("history was %d records behind before the first step (a backlog from earlier use of the stack); catching up on it loaded Cassandra during the steps, and history's lag includes it", h)
+		b.note("history was still %d records behind before %s (after %s); catching up on it loaded Cassandra meanwhile, and history's lag includes it", h, before, b.cfg.idleWait)
 	}
 }
 
