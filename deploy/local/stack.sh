@@ -40,6 +40,10 @@ PARTITIONS=${PULSE_PARTITIONS:-16}
 KEYSPACE=${PULSE_KEYSPACE:-pulse}
 KAFKA_HEAP=${PULSE_KAFKA_HEAP:-512m}
 CASSANDRA_HEAP=${PULSE_CASSANDRA_HEAP:-1G}
+# Everything shares this machine; history is the one consumer that may lag, so Cassandra
+# runs at a lower CPU priority and the live path (Kafka, Redis, the services) comes first
+# when the cores are saturated. 0 gives it equal priority.
+CASSANDRA_NICE=${PULSE_CASSANDRA_NICE:-10}
 WAIT_TIMEOUT=${PULSE_WAIT_TIMEOUT:-240s}
 
 servers=(redis kafka cassandra)
@@ -216,7 +220,7 @@ start_cassandra() {
 	[[ -n $jamm ]] || die "no jamm jar in $lib: run '$0 clean' and remove $cache/cassandra to fetch again"
 	local opts=()
 	mapfile -t opts < <(grep -v '^[[:space:]]*\(#\|$\)' "$here/cassandra/jvm.options")
-	launch cassandra "$logs/cassandra.log" java "${opts[@]}" \
+	launch cassandra "$logs/cassandra.log" nice -n "$CASSANDRA_NICE" java "${opts[@]}" \
 		-Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -javaagent:"$jamm" \
 		-Djava.io.tmpdir="$dir/tmp" \
 		-Dcassandra-foreground=yes \
