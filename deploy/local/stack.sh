@@ -232,6 +232,13 @@ start_cassandra() {
 		-Dcassandra.ring_delay_ms=1000 \
 		${PULSE_CASSANDRA_FAST:+-Dcassandra.skip_sync=true -Dcassandra.unsafesystem=true} \
 		-cp "$lib/*" org.apache.cassandra.service.CassandraDaemon
+	# With autogroup scheduling (the default of most kernels) the scheduler weighs each
+	# session as one, and a process's own nice counts only within its session: launch
+	# starts every server in a session of its own, so that session's nice is set too.
+	local ag=/proc/$(<"$run/cassandra.pid")/autogroup
+	if [[ -w $ag ]]; then
+		echo "$CASSANDRA_NICE" >"$ag" 2>/dev/null || true
+	fi
 }
 
 cmd_up() {
