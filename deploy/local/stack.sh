@@ -232,13 +232,25 @@ start_cassandra() {
 		-Dcassandra.ring_delay_ms=1000 \
 		${PULSE_CASSANDRA_FAST:+-Dcassandra.skip_sync=true -Dcassandra.unsafesystem=true} \
 		-cp "$lib/*" org.apache.cassandra.service.CassandraDaemon
-	# With autogroup scheduling (the default of most kernels) the scheduler weighs each
-	# session as one, and a process's own nice counts only within its session: launch
-	# starts every server in a session of its own, so that session's nice is set too.
-	local ag=/proc/$(<"$run/cassandra.pid")/autogroup
-	if [[ -w $ag ]]; then
-		echo "$CASSANDRA_NICE" >"$ag" 2>/dev/null || true
-	fi
+	session_nice cassandra "$CASSANDRA_NICE"
+}
+
+# session_nice sets the nice of the session a launched server leads. With autogroup
+# scheduling (the default of most kernels) the scheduler weighs each session as one, and
+# a process's own nice counts only within its session; launch starts every server in a
+# session of its own, so that session's nice is what ranks it against the others. The
+# session exists once setsid has run in the child, which is waited for briefly.
+session_nice() {
+	local pid n=$2 i
+	pid=$(<"$run/$1.pid")
+	[[ -e /proc/$pid/autogroup ]] || return 0
+	for ((i = 0; i < 50; i++)); do
+		# Field 6 of stat is the session id; fields are counted after the ')' ending
+		# the command name.
+		[[ $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f4) == "$pid" ]] && break
+		sleep 0.1
+	done
+	echo "$n" >"/proc/$pid/autogroup" 2>/dev/null || say "could not lower $1's session priority (nice $n); it competes equally for the cores"
 }
 
 cmd_up() {
