@@ -210,39 +210,13 @@ type indexRef struct {
 // readIDs reads the user ids of refs, "" for an index without one: one HMGET of each
 // rev bucket involved, all pipelined in one round trip.
 func (s *Store) readIDs(ctx context.Context, refs []indexRef) ([]string, error) {
-	type bucket struct {
-		key    string
-		fields []string
-		at     []int
-	}
-	byKey := make(map[indexRef]*bucket)
-	var order []*bucket
-	for i, r := range refs {
-		kb := indexRef{shard: r.shard, index: r.index >> revBits}
-		b := byKey[kb]
-		if b == nil {
-			b = &bucket{key: s.keys.RevBucket(r.shard, r.index)}
-			byKey[kb] = b
-			order = append(order, b)
-		}
-		b.fields = append(b.fields, revField(r.index))
-		b.at = append(b.at, i)
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(order))
-	for k, b := range order {
-		cmds[k] = pipe.HMGet(ctx, b.key, b.fields...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	out := make([]string, len(refs))
-	for k, b := range order {
-		for j, v := range cmds[k].Val() {
-			out[b.at[j]], _ = v.(string)
-		}
-	}
-	return out, nil
+	return hmgetByKey(ctx, s.rdb, len(refs),
+		func(i int) (indexRef, string) {
+			// A rev bucket is named by its first index: the index with the field bits cleared.
+			r := refs[i]
+			return indexRef{shard: r.shard, index: r.index &^ (1<<revBits - 1)}, revField(r.index)
+		},
+		func(b indexRef) string { return s.keys.RevBucket(b.shard, b.index) })
 }
 
 // ShardUsers are user ids of one shard.

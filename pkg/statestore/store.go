@@ -286,39 +286,51 @@ type userRef struct {
 // of each state bucket involved, all pipelined in one round trip. Every command reads
 // one key, so the pipeline works on Redis Cluster too.
 func (s *Store) readStates(ctx context.Context, buckets int, refs []userRef) ([]string, error) {
-	out := make([]string, len(refs))
-	if len(refs) == 0 {
+	return hmgetByKey(ctx, s.rdb, len(refs),
+		func(i int) ([2]int, string) { return [2]int{refs[i].shard, bucketOf(refs[i].id, buckets)}, refs[i].id },
+		func(k [2]int) string { return s.keys.State(k[0], k[1]) })
+}
+
+// hmgetByKey reads n fields, "" for one that is absent: ref(i) names the i-th field and
+// the group of the hash holding it, key(group) that hash's key. Fields of one hash are
+// read by one HMGET, the hashes in one pipelined round trip; out[i] is the i-th field.
+// Groups are comparable values rather than key strings, so a key is built once per hash.
+func hmgetByKey[G comparable](ctx context.Context, rdb redis.UniversalClient, n int,
+	ref func(i int) (G, string), key func(G) string,
+) ([]string, error) {
+	out := make([]string, n)
+	if n == 0 {
 		return out, nil
 	}
-	type bucket struct {
+	type hash struct {
 		key    string
 		fields []string
 		at     []int
 	}
-	byKey := make(map[[2]int]*bucket)
-	var order []*bucket
-	for i, r := range refs {
-		kb := [2]int{r.shard, bucketOf(r.id, buckets)}
-		b := byKey[kb]
-		if b == nil {
-			b = &bucket{key: s.keys.State(kb[0], kb[1])}
-			byKey[kb] = b
-			order = append(order, b)
+	byGroup := make(map[G]*hash)
+	var order []*hash
+	for i := range n {
+		g, field := ref(i)
+		h := byGroup[g]
+		if h == nil {
+			h = &hash{key: key(g)}
+			byGroup[g] = h
+			order = append(order, h)
 		}
-		b.fields = append(b.fields, r.id)
-		b.at = append(b.at, i)
+		h.fields = append(h.fields, field)
+		h.at = append(h.at, i)
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(order))
-	for k, b := range order {
-		cmds[k] = pipe.HMGet(ctx, b.key, b.fields...)
+	for k, h := range order {
+		cmds[k] = pipe.HMGet(ctx, h.key, h.fields...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
-	for k, b := range order {
+	for k, h := range order {
 		for j, v := range cmds[k].Val() {
-			out[b.at[j]], _ = v.(string)
+			out[h.at[j]], _ = v.(string)
 		}
 	}
 	return out, nil

@@ -81,7 +81,8 @@ type cellWrite struct {
 	tie string // event id (seen, active) or status (status)
 }
 
-func (c *cellWrite) offer(us int64, at time.Time, tie string) {
+func (c *cellWrite) offer(at time.Time, tie string) {
+	us := presence.Micros(at)
 	if !c.set || us > c.us || (us == c.us && tie > c.tie) {
 		*c = cellWrite{set: true, us: us, at: at, tie: tie}
 	}
@@ -212,11 +213,10 @@ func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, off
 	if stale || e.Source == presence.SourceTimeout {
 		return
 	}
-	us := presence.Micros(t)
 	r := b.statusOf(e.UserID)
-	r.seen.offer(us, t, e.ID)
+	r.seen.offer(t, e.ID)
 	if e.Kind == presence.KindStatus || e.Kind == presence.KindActivity {
-		r.active.offer(us, t, e.ID)
+		r.active.offer(t, e.ID)
 	}
 }
 
@@ -233,7 +233,7 @@ func (b *batchPlan) addChange(c *change) {
 		c.Current.String(), orUnset(prev), orUnset(c.Cause), orUnset(c.DeviceID), c.SourcePartition, c.SourceOffset,
 		us,
 	}})
-	b.statusOf(c.UserID).status.offer(us, c.At, c.Current.String())
+	b.statusOf(c.UserID).status.offer(c.At, c.Current.String())
 }
 
 // change is a decoded, validated presence.changes record.

@@ -18,7 +18,7 @@ import (
 // api answers reads from the state the aggregator keeps in Redis.
 type api struct {
 	store *statestore.Store
-	// counts answers GET /v1/online/count from memory; nil reads Redis per request.
+	// counts answers GET /v1/online/count (from memory unless its interval is 0).
 	counts *countcache.Cache
 	// timeout bounds each request's Redis work; past it the reader gets a 503.
 	timeout  time.Duration
@@ -87,16 +87,25 @@ func (a *api) ctx(c echo.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.Request().Context(), a.timeout)
 }
 
-func (a *api) getStatus(c echo.Context) error {
+// loadUser reads the state of the user the path names; nil for a user never seen.
+func (a *api) loadUser(c echo.Context) (string, *presence.User, error) {
 	id, err := userIDParam(c)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
 	u, err := a.store.Get(ctx, id)
 	if err != nil {
-		return a.readErr(err)
+		return "", nil, a.readErr(err)
+	}
+	return id, u, nil
+}
+
+func (a *api) getStatus(c echo.Context) error {
+	id, u, err := a.loadUser(c)
+	if err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, toSeedView(id, u, httpserver.OperatorView(c)))
 }
@@ -162,15 +171,9 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func (a *api) getUserStatus(c echo.Context) error {
-	id, err := userIDParam(c)
+	id, u, err := a.loadUser(c)
 	if err != nil {
 		return err
-	}
-	ctx, cancel := a.ctx(c)
-	defer cancel()
-	u, err := a.store.Get(ctx, id)
-	if err != nil {
-		return a.readErr(err)
 	}
 	operator := httpserver.OperatorView(c)
 	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
@@ -201,19 +204,10 @@ type countView struct {
 	AsOf time.Time `json:"asOf"`
 }
 
-func (a *api) readCounts(ctx context.Context) (countcache.Snapshot, error) {
-	if a.counts != nil {
-		return a.counts.Get(ctx)
-	}
-	at := time.Now()
-	n, err := a.store.Counts(ctx)
-	return countcache.Snapshot{Counts: n, At: at}, err
-}
-
 func (a *api) getOnlineCount(c echo.Context) error {
 	ctx, cancel := a.ctx(c)
 	defer cancel()
-	snap, err := a.readCounts(ctx)
+	snap, err := a.counts.Get(ctx)
 	if err != nil {
 		return a.readErr(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/openapi"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -43,7 +44,9 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := httpserver.New(cfg.HTTP, logger, prometheus.NewRegistry())
-	a := &api{store: store, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
+	// Counts read per request (interval 0): tests see every write at once.
+	counts := countcache.New(store.Counts, countcache.Config{Timeout: 5 * time.Second}, logger)
+	a := &api{store: store, counts: counts, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
 	a.routes(srv.Echo)
 	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
 	openapi.Register(srv.Echo)
