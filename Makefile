@@ -9,7 +9,9 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 MODULE := github.com/pulse-presence/pulse
-# Every module but tests/: unit tests need no server.
+# Every module but tests/. Unit tests run anywhere; the few that use Redis skip without
+# it, except under `make test` and CI, which start the stack first and fail such a test
+# instead of skipping it (pkg/servertest).
 UNIT_PKGS := $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/...
 STACK := deploy/local/stack.sh
 GO_TEST_FLAGS ?= -count=1
@@ -17,6 +19,10 @@ GO_TEST_FLAGS ?= -count=1
 INTEGRATION_TIMEOUT ?= 20m
 
 include mk/generate.mk
+
+# Test runs go through gotestsum (pinned in tools/): it ends with a count of the tests
+# run and skipped and names every skipped test.
+GOTESTSUM := bin/tools/gotestsum
 
 .PHONY: help up down status clean logs run build lint fmt test test-unit test-integration
 
@@ -63,10 +69,16 @@ lint: ## gofmt, go vet and staticcheck over every module
 	cd tools && GOWORK=off go build -o ../bin/tools/ honnef.co/go/tools/cmd/staticcheck
 	bin/tools/staticcheck $(MODULE)/...
 
-test-unit: ## Unit tests (no servers needed)
-	go test $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
+$(GOTESTSUM): tools/go.mod tools/go.sum
+	@mkdir -p bin/tools
+	cd tools && GOWORK=off go build -o ../bin/tools/ gotest.tools/gotestsum
 
-test-integration: up ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
-	go test $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) $(MODULE)/tests/...
+test-unit: $(GOTESTSUM) ## Unit tests (the Redis-backed ones skip without the stack, fail without it under CI)
+	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
 
-test: lint test-unit test-integration ## Everything: lint, unit tests, the stack, integration tests
+test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
+	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) $(MODULE)/tests/...
+
+# The stack comes up before the unit tests, so none of them skips for want of a server.
+test: export PULSE_REQUIRE_SERVERS = 1
+test: lint up test-unit test-integration ## Everything: lint, the stack, unit tests, integration tests

@@ -14,6 +14,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/servertest"
 	"github.com/pulse-presence/pulse/pkg/shard"
 )
 
@@ -38,8 +39,8 @@ func TestStatusOf(t *testing.T) {
 }
 
 // readStore is a store under a prefix of its own in the Redis at PULSE_REDIS_ADDR
-// (default the local stack's), deleted afterwards; skipped when that Redis does not
-// answer, as unit tests need no server (tests/ runs against it unconditionally).
+// (default the local stack's), deleted afterwards. When that Redis does not answer the
+// test is skipped, or fails where the servers are required (pkg/servertest).
 func readStore(t *testing.T) *Store {
 	t.Helper()
 	rdb := redisx.NewClient(redisx.ConfigFromEnv(config.NewEnv(nil)))
@@ -47,7 +48,7 @@ func readStore(t *testing.T) *Store {
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		t.Skipf("no Redis to test against (start the stack with make up): %v", err)
+		servertest.Unavailable(t, "Redis", err)
 	}
 	prefix := fmt.Sprintf("unit-%x", rand.Uint64())
 	t.Cleanup(func() {
