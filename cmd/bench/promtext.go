@@ -1,131 +1,54 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// sample is one line of the Prometheus text format.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
+// metrics is one scrape of a /metrics page, by metric family name.
+type metrics map[string]*dto.MetricFamily
 
-// metrics is one scrape of a /metrics page.
-type metrics []sample
-
-// parseMetrics reads the text exposition format, as far as bench needs it: sample
-// lines with optional labels; comments, blank lines and timestamps are skipped.
+// parseMetrics reads the text exposition format the services serve.
 func parseMetrics(r io.Reader) (metrics, error) {
-	var out metrics
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }
 
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
-	rest := line
-	if i := strings.IndexAny(line, "{ "); i >= 0 && line[i] == '{' {
-		s.name = line[:i]
-		rest = line[i+1:]
-		for {
-			rest = strings.TrimLeft(rest, " ,")
-			if strings.HasPrefix(rest, "}") {
-				rest = rest[1:]
-				break
-			}
-			eq := strings.IndexByte(rest, '=')
-			if eq < 0 || len(rest) < eq+2 || rest[eq+1] != '"' {
-				return s, fmt.Errorf("metrics line %q: bad labels", truncate(line, 120))
-			}
-			key := strings.TrimSpace(rest[:eq])
-			val, n, err := unquoteLabel(rest[eq+1:])
-			if err != nil {
-				return s, fmt.Errorf("metrics line %q: %w", truncate(line, 120), err)
-			}
-			s.labels[key] = val
-			rest = rest[eq+1+n:]
+// matching is the samples of family name that carry every label of want (pairs of
+// name, value; an absent label reads as "").
+func (m metrics) matching(name string, want []string) []*dto.Metric {
+	var out []*dto.Metric
+	for _, s := range m[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range s.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-	} else if i >= 0 {
-		s.name, rest = line[:i], line[i:]
-	} else {
-		return s, fmt.Errorf("metrics line %q: no value", truncate(line, 120))
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return s, fmt.Errorf("metrics line %q: no value", truncate(line, 120))
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return s, fmt.Errorf("metrics line %q: value: %w", truncate(line, 120), err)
-	}
-	s.value = v
-	return s, nil
-}
-
-// unquoteLabel reads a quoted label value at the start of s; it returns the value and
-// how many bytes the quoted form took.
-func unquoteLabel(s string) (string, int, error) {
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\':
-			if i+1 >= len(s) {
-				return "", 0, fmt.Errorf("unterminated label value")
-			}
-			i++
-			switch s[i] {
-			case 'n':
-				b.WriteByte('\n')
-			default:
-				b.WriteByte(s[i])
-			}
-		case '"':
-			return b.String(), i + 1, nil
-		default:
-			b.WriteByte(c)
+		ok := true
+		for i := 0; i+1 < len(want); i += 2 {
+			ok = ok && labels[want[i]] == want[i+1]
+		}
+		if ok {
+			out = append(out, s)
 		}
 	}
-	return "", 0, fmt.Errorf("unterminated label value")
+	return out
 }
 
-// matches reports whether s carries every label of want (pairs of name, value).
-func (s sample) matches(want []string) bool {
-	for i := 0; i+1 < len(want); i += 2 {
-		if s.labels[want[i]] != want[i+1] {
-			return false
-		}
-	}
-	return true
-}
-
-// sum adds the values of every sample named name with the labels of want.
+// sum adds the values of the counter, gauge or untyped samples named name with the
+// labels of want.
 func (m metrics) sum(name string, want ...string) float64 {
 	var t float64
-	for _, s := range m {
-		if s.name == name && s.matches(want) {
-			t += s.value
-		}
+	for _, s := range m.matching(name, want) {
+		t += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
 	}
 	return t
 }
@@ -136,33 +59,21 @@ type bucket struct {
 	count float64
 }
 
-// buckets sums the <name>_bucket samples with the labels of want by upper bound,
+// buckets sums histogram name's buckets with the labels of want by upper bound,
 // sorted by it (so several label sets, e.g. two topics, merge into one histogram).
 func (m metrics) buckets(name string, want ...string) []bucket {
 	by := map[float64]float64{}
-	for _, s := range m {
-		if s.name != name+"_bucket" || !s.matches(want) {
-			continue
+	for _, s := range m.matching(name, want) {
+		for _, b := range s.GetHistogram().GetBucket() {
+			// A histogram's counts are all whole or all float; the other reads 0.
+			by[b.GetUpperBound()] += float64(b.GetCumulativeCount()) + b.GetCumulativeCountFloat()
 		}
-		le, err := strconv.ParseFloat(s.labels["le"], 64)
-		if err != nil {
-			continue
-		}
-		by[le] += s.value
 	}
 	out := make([]bucket, 0, len(by))
 	for le, c := range by {
 		out = append(out, bucket{le, c})
 	}
-	slices.SortFunc(out, func(a, b bucket) int {
-		switch {
-		case a.le < b.le:
-			return -1
-		case a.le > b.le:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
 	return out
 }
 

@@ -99,7 +99,8 @@ func TestBucketDelta(t *testing.T) {
 func TestInternals(t *testing.T) {
 	page := func(fast, slow float64) metrics {
 		m, err := parseMetrics(strings.NewReader(
-			"pulse_aggregator_flush_seconds_bucket{le=\"0.01\"} " + ff(fast) + "\n" +
+			"# TYPE pulse_aggregator_flush_seconds histogram\n" +
+				"pulse_aggregator_flush_seconds_bucket{le=\"0.01\"} " + ff(fast) + "\n" +
 				"pulse_aggregator_flush_seconds_bucket{le=\"0.1\"} " + ff(fast+slow) + "\n" +
 				"pulse_aggregator_flush_seconds_bucket{le=\"+Inf\"} " + ff(fast+slow) + "\n"))
 		if err != nil {
