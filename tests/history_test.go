@@ -286,8 +286,8 @@ func histMillis(t time.Time) time.Time {
 
 func histDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 
-// histBuildModel folds what was produced, in log order per user, as DESIGN.md says
-// history must: a repeated event id writes nothing; an event older than the newest of
+// histBuildModel folds what was produced, in log order per user, as docs/design.md
+// (History) says history must: a repeated event id writes nothing; an event older than the newest of
 // its device is recorded as stale and moves no status column; the newest event and
 // change win.
 func histBuildModel(events []histEvent, changes []histChange) histModel {

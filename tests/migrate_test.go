@@ -218,7 +218,7 @@ func rowVersions(rows []migRow) []int {
 	return vs
 }
 
-// wantColumns is the schema contract of the history tables (DESIGN.md, History).
+// wantColumns is the schema contract of the history tables (docs/design.md, History).
 var wantColumns = map[string]column{
 	"user_status.user_id":       {"partition_key", 0, "none", "text"},
 	"user_status.status":        {"regular", -1, "none", "text"},

@@ -7,7 +7,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 
-// The model is the test's own reading of DESIGN.md's rules, written apart from the
+// The model is the test's own reading of docs/design.md guarantees 1-5, written apart from the
 // aggregator's code so that a mistake in one is caught by the other. It folds the
 // events exactly as they were logged (read back from Kafka), so it needs no guess
 // about the order concurrent requests reached the log in.

@@ -44,7 +44,7 @@ func stateStore(t testing.TB) (*statestore.Store, *redis.Client) {
 
 // A window is written once: a replay of the same or an older offset writes nothing,
 // so a crash between the Redis write and the offset commit cannot regress a user
-// (DESIGN.md guarantee 7), and every key of a shard carries its hash tag (guarantee 9).
+// (docs/design.md guarantee 7), and every key of a shard carries its hash tag (guarantee 9).
 func TestStateStoreWindowIsGuardedByOffset(t *testing.T) {
 	ctx := context.Background()
 	store, rdb := stateStore(t)

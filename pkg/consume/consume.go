@@ -1,5 +1,6 @@
 // Package consume runs a Kafka consumer group with one goroutine per assigned partition,
-// the shape every Pulse consumer shares (STYLE.md, Kafka).
+// the shape every Pulse consumer shares: each partition is processed in log order by one
+// worker, which commits only what it has written (docs/design.md guarantees 1 and 6).
 //
 // The group hands partitions out; for each one the Consumer starts a Worker and feeds it
 // the partition's record batches, in offset order, through a bounded channel. Polling

@@ -12,7 +12,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 )
 
-// Operator access. Readers see invisible users as offline (DESIGN.md); operators —
+// Operator access. Readers see invisible users as offline (docs/design.md, Event model); operators —
 // support staff, moderation tools — may ask for the real state with ?view=operator,
 // proving who they are with the shared secret PULSE_OPERATOR_TOKEN:
 //

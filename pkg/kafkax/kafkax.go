@@ -19,7 +19,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 )
 
-// Topic names of the pipeline; DESIGN.md fixes them, deployments may prefix them.
+// Topic names of the pipeline; docs/design.md (The flow) fixes them, deployments may prefix them.
 const (
 	DefaultEventsTopic  = "presence.events"
 	DefaultChangesTopic = "presence.changes"

@@ -104,7 +104,7 @@ func (s Source) String() string {
 	return fmt.Sprintf("source(%d)", s)
 }
 
-// Limits on identifiers; DESIGN.md fixes the user id's.
+// Limits on identifiers; docs/design.md (Event model) fixes the user id's.
 const (
 	MaxUserIDLen   = 128
 	MaxDeviceIDLen = 128

@@ -72,7 +72,7 @@ func (u *User) device(id string) (int, bool) {
 	})
 }
 
-// Apply folds e, the next event of this user in log order, into u (DESIGN.md
+// Apply folds e, the next event of this user in log order, into u (docs/design.md
 // guarantees 1, 3, 4 and 5). Duplicates are the caller's business: Apply sees each
 // event once.
 func (u *User) Apply(e *Event) Outcome {
@@ -165,7 +165,7 @@ func (u *User) settle(t time.Time) Outcome {
 	return Outcome{Changed: true, Previous: prev, Current: u.Status, At: at}
 }
 
-// effective is DESIGN.md guarantee 4: invisible if chosen and a device is alive, else
+// effective is docs/design.md guarantee 4: invisible if chosen and a device is alive, else
 // the highest device status.
 func (u *User) effective() Status {
 	best := Offline

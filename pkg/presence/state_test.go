@@ -344,7 +344,7 @@ func TestApplyKeepsLiveDevicesPastTheLimit(t *testing.T) {
 	}
 }
 
-// TestApplyTimeoutLosesToNewerHeartbeat is DESIGN.md guarantee 5: a timeout event
+// TestApplyTimeoutLosesToNewerHeartbeat is docs/design.md guarantee 5: a timeout event
 // carries the last-seen it was decided on, and must not apply when the device was
 // seen after that (a heartbeat raced the timeout into the log and won).
 func TestApplyTimeoutLosesToNewerHeartbeat(t *testing.T) {

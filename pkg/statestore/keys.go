@@ -34,7 +34,7 @@
 // stores in one byte.
 //
 // The {s} hash tag puts every key of a shard in one Redis Cluster slot, so a window's
-// writes for a shard are one atomic script on one node (DESIGN.md guarantee 9).
+// writes for a shard are one atomic script on one node (docs/design.md guarantee 9).
 package statestore
 
 import (

@@ -325,7 +325,7 @@ func keysUnder(t *testing.T, s *Store) map[string]string {
 }
 
 // A window at an offset the shard already holds, or an older one, writes nothing at
-// all: not its states, new ids, bitmaps, counts or outbox (DESIGN.md guarantee 7).
+// all: not its states, new ids, bitmaps, counts or outbox (docs/design.md guarantee 7).
 func TestReplayedWindowWritesNothing(t *testing.T) {
 	s := readStore(t)
 	ctx := context.Background()
@@ -372,7 +372,7 @@ func TestReplayedWindowWritesNothing(t *testing.T) {
 }
 
 // write.lua declares every key it touches, and every one carries the shard's hash
-// tag, so the script is one slot's on Redis Cluster (DESIGN.md guarantee 9). A bucket
+// tag, so the script is one slot's on Redis Cluster (docs/design.md guarantee 9). A bucket
 // of more than 256 users in one window takes several HSETs; rev buckets fill up to 128.
 func TestWindowKeysAreDeclaredAndTagged(t *testing.T) {
 	s := readStore(t)

@@ -10,7 +10,7 @@
 --
 -- Returns 1 when written, 0 when the shard already holds this offset or a later
 -- one: a replay after a crash between this write and the offset commit then changes
--- nothing (DESIGN.md guarantee 7).
+-- nothing (docs/design.md guarantee 7).
 local cur = tonumber(redis.call('HGET', KEYS[1], 'offset') or '-1')
 if cur >= tonumber(ARGV[1]) then
   return 0

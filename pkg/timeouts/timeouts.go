@@ -1,6 +1,6 @@
 // Package timeouts keeps the presence deadlines of the users of one partition: when
 // each live device goes offline for want of events, and when each online user goes
-// idle for want of activity (DESIGN.md guarantee 5). It is a min-heap with lazy
+// idle for want of activity (docs/design.md guarantee 5). It is a min-heap with lazy
 // deletion: an update pushes the new deadline and makes the old one obsolete, so
 // neither updates nor expiry ever scan all users.
 //

@@ -33,7 +33,7 @@ type Config struct {
 	MinWindow time.Duration
 	// MaxWindowRecords flushes a window early, bounding its memory and write size.
 	MaxWindowRecords int
-	// DedupeHorizon is how long an event id is remembered (DESIGN.md guarantee 2).
+	// DedupeHorizon is how long an event id is remembered (docs/design.md guarantee 2).
 	DedupeHorizon time.Duration
 	// CommitInterval is how often a partition's offset is committed (and always on
 	// revoke and shutdown); Redis's offset guard makes replays of the rest harmless.

@@ -30,7 +30,7 @@ type foldStats struct {
 
 // fold applies a window's records, in log order, to users (the current states of
 // every user the window touches; missing ones are new) and returns the window's net
-// write and its effective changes. duplicate decides DESIGN.md guarantee 2.
+// write and its effective changes. duplicate decides docs/design.md guarantee 2.
 //
 // fold mutates st and users only through the returned window: the caller commits st
 // changes by replacing its shardState once the write succeeded.
