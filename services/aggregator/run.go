@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -14,9 +15,11 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/health"
+	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/retry"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
@@ -40,9 +43,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	newWorker := func(topic string, partition int32) consume.Worker {
 		return &worker{
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
-			logger: logger.With("partition", partition),
-			st:     shardState{partition: partition},
-			now:    time.Now,
+			readRange: horizon.FromKafka(cfg.Kafka, logger),
+			logger:    logger.With("partition", partition),
+			st:        shardState{partition: partition},
+			now:       time.Now,
 		}
 	}
 	opts := []kgo.Opt{
@@ -89,22 +93,27 @@ func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	for attempt := 1; ; attempt++ {
+	var partitions int
+	// A flat half-second poll: a topic just created appears within moments, so backing
+	// off would only delay the start.
+	p := retry.Policy{Initial: 500 * time.Millisecond, Max: 500 * time.Millisecond, LogEvery: 5 * time.Second}
+	err := retry.Do(ctx, p, logger, "waiting for the events topic", func(ctx context.Context) error {
 		topics, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return err
+		}
 		d := topics[topic]
-		switch {
-		case err == nil && d.Err == nil && len(d.Partitions) > 0:
-			return store.RegisterShards(ctx, len(d.Partitions), buckets)
-		case err == nil:
-			err = d.Err
+		if d.Err != nil {
+			return d.Err
 		}
-		if attempt == 1 || attempt%10 == 0 {
-			logger.Warn("waiting for the events topic", "topic", topic, "err", err)
+		if len(d.Partitions) == 0 {
+			return errors.New("no partitions in the metadata yet")
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
-		case <-time.After(500 * time.Millisecond):
-		}
+		partitions = len(d.Partitions)
+		return nil
+	}, "topic", topic)
+	if err != nil {
+		return fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
 	}
+	return store.RegisterShards(ctx, partitions, buckets)
 }

@@ -4,17 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
+	"github.com/pulse-presence/pulse/pkg/retry"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 	"github.com/pulse-presence/pulse/pkg/timeouts"
 )
@@ -29,6 +30,8 @@ type worker struct {
 	store   *statestore.Store
 	logger  *slog.Logger
 	metrics *metrics
+	// readRange re-reads the partition to rebuild the duplicate horizon.
+	readRange horizon.ReadRange
 
 	st       shardState
 	dedupe   *recent.Window
@@ -172,34 +175,26 @@ func (w *worker) start(ctx context.Context) error {
 
 // rebuildDedupe remembers the event ids of the horizon before first, the first record
 // the group hands this worker, so duplicates stay exact across restarts and
-// rebalances. The horizon is measured from first's log time, not from now: after an
-// outage longer than the horizon the backlog's own recent past is what matters.
+// rebalances.
 func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
-	from := first.Timestamp
-	if now := w.now(); from.IsZero() || from.After(now) {
-		from = now
-	}
-	// Record timestamps are the broker's append time or the producer's clock; a minute
-	// of slack covers the difference to events' received-at.
-	since := from.Add(-w.cfg.DedupeHorizon - time.Minute)
-	var win *recent.Window
-	n := 0
-	// Reading a horizon of a busy partition takes far longer than one Redis write.
-	err := w.retryWithin(ctx, "rebuilding the duplicate horizon", 2*time.Minute, func(ctx context.Context) error {
-		win, n = recent.New(w.cfg.DedupeHorizon), 0
-		return kafkax.ReadRange(ctx, w.cfg.Kafka, w.logger, w.topic, w.st.partition, since, first.Offset, func(r *kgo.Record) error {
-			if e, err := records.DecodeEvent(r); err == nil {
-				win.Duplicate(e.ID, e.ReceivedAt)
-				n++
-			}
-			return nil
-		})
+	const what = "rebuilding the duplicate horizon"
+	res, err := horizon.Rebuild(ctx, horizon.Spec{
+		Read:      w.readRange,
+		Topic:     w.topic,
+		Partition: w.st.partition,
+		Horizon:   w.cfg.DedupeHorizon,
+		// Reading a horizon of a busy partition takes far longer than one Redis write.
+		Retry: w.policy(what, 2*time.Minute),
+		What:  what,
+		Now:   w.now,
+	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
+		win.Duplicate(e.ID, e.ReceivedAt)
 	})
 	if err != nil {
 		return err
 	}
-	w.dedupe = win
-	w.logger.Info("duplicate horizon rebuilt", "partition", w.st.partition, "first_offset", first.Offset, "events", n)
+	w.dedupe = res.Window
+	w.logger.Info("duplicate horizon rebuilt", "partition", w.st.partition, "first_offset", first.Offset, "events", res.Events)
 	return nil
 }
 
@@ -327,13 +322,7 @@ func (w *worker) decideTimeouts(ctx context.Context) error {
 		}
 		recs[i] = r
 	}
-	err := w.retry(ctx, "producing timeouts", func(ctx context.Context) error {
-		return w.cl.ProduceSync(ctx, recs...).FirstErr()
-	})
-	if err == nil {
-		w.metrics.timeouts.Add(float64(len(recs)))
-	}
-	return err
+	return w.produceAll(ctx, "producing timeouts", recs, w.metrics.timeouts)
 }
 
 // produce writes changes to presence.changes and waits for every ack.
@@ -349,13 +338,19 @@ func (w *worker) produce(ctx context.Context, changes []*pulsev1.Change) error {
 		}
 		recs[i] = r
 	}
-	err := w.retry(ctx, "producing changes", func(ctx context.Context) error {
+	return w.produceAll(ctx, "producing changes", recs, w.metrics.changes)
+}
+
+// produceAll writes recs, retrying until every one is acked, and only then counts
+// them: a retried produce must not count its records twice.
+func (w *worker) produceAll(ctx context.Context, what string, recs []*kgo.Record, produced prometheus.Counter) error {
+	if err := w.retry(ctx, what, func(ctx context.Context) error {
 		return w.cl.ProduceSync(ctx, recs...).FirstErr()
-	})
-	if err == nil {
-		w.metrics.changes.Add(float64(len(recs)))
+	}); err != nil {
+		return err
 	}
-	return err
+	produced.Add(float64(len(recs)))
+	return nil
 }
 
 // commit commits offset+1 for the partition: the next record to read.
@@ -376,27 +371,16 @@ func (w *worker) retry(ctx context.Context, what string, op func(context.Context
 
 // retryWithin is retry with each try bounded by timeout instead of OpTimeout.
 func (w *worker) retryWithin(ctx context.Context, what string, timeout time.Duration, op func(context.Context) error) error {
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		octx, cancel := context.WithTimeout(ctx, timeout)
-		err := op(octx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.metrics.retries.WithLabelValues(what).Inc()
-		if attempt == 1 || attempt%20 == 0 {
-			w.logger.Warn("retrying", "op", what, "partition", w.st.partition, "attempt", attempt, "err", err)
-		}
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(sleep):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	return retry.Do(ctx, w.policy(what, timeout), w.logger, what, op)
+}
+
+// policy is how the worker retries what: from 50 ms doubling to 5 s, each try bounded
+// by timeout, every failure counted by operation.
+func (w *worker) policy(what string, timeout time.Duration) retry.Policy {
+	return retry.Policy{
+		Initial:    50 * time.Millisecond,
+		Max:        5 * time.Second,
+		TryTimeout: timeout,
+		OnRetry:    func(int, error) { w.metrics.retries.WithLabelValues(what).Inc() },
 	}
 }
