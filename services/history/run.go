@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -14,6 +13,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/health"
+	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 )
@@ -42,12 +42,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		cfg:    cfg,
 		writer: newWriter(cassStore{session}, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
 		// Workers start only once cons.Run runs, so cons is set by then.
-		commit: func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
-		readRange: func(ctx context.Context, topic string, p int32, since time.Time, end int64, fn func(*kgo.Record) error) error {
-			return kafkax.ReadRange(ctx, cfg.Kafka, logger, topic, p, since, end, fn)
-		},
-		logger: logger,
-		m:      m,
+		commit:    func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
+		readRange: horizon.FromKafka(cfg.Kafka, logger),
+		logger:    logger,
+		m:         m,
 	}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,

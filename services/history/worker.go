@@ -3,29 +3,21 @@ package main
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
+	"github.com/pulse-presence/pulse/pkg/retry"
 )
-
-// rebuildSlack widens the horizon re-read on assignment. Record timestamps are stamped
-// by ingest just after received-at, and ingest instances' clocks disagree a little;
-// reading a minute more costs little and keeps the rebuilt horizon a superset.
-const rebuildSlack = time.Minute
 
 // poisonLogEvery is the most often one partition logs undecodable records; the
 // skipped-records counter counts every one.
 const poisonLogEvery = time.Minute
-
-// rangeReader re-reads one partition from the first record stamped at or after since
-// up to, not including, offset end (kafkax.ReadRange in production).
-type rangeReader func(ctx context.Context, topic string, partition int32, since time.Time, end int64, fn func(*kgo.Record) error) error
 
 // committer commits r's offset+1 for r's partition (the group client's CommitRecords).
 type committer func(ctx context.Context, r *kgo.Record) error
@@ -35,7 +27,7 @@ type history struct {
 	cfg       Config
 	writer    *writer
 	commit    committer
-	readRange rangeReader
+	readRange horizon.ReadRange
 	logger    *slog.Logger
 	m         *metrics
 }
@@ -224,43 +216,25 @@ func (w *worker) commitPending(ctx context.Context) {
 // worker, through the window, so duplicates and staleness are decided exactly as if
 // this worker had seen the partition all along. It retries until it succeeds or ctx ends.
 func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
-	from := first.Timestamp
-	if now := time.Now(); from.IsZero() || from.After(now) {
-		from = now
-	}
-	since := from.Add(-w.h.cfg.Horizon - rebuildSlack)
 	start := time.Now()
-	backoff := backoffMin
-	for attempt := 1; ; attempt++ {
-		w.window = recent.New(w.h.cfg.Horizon)
-		n := 0
-		rctx, cancel := context.WithTimeout(ctx, w.h.cfg.RebuildTimeout)
-		err := w.h.readRange(rctx, w.topic, w.partition, since, first.Offset, func(r *kgo.Record) error {
-			n++
-			if e, err := records.DecodeEvent(r); err == nil && !w.window.Duplicate(e.ID, e.ReceivedAt) {
-				observe(w.window, &e)
-			}
-			return nil
-		})
-		cancel()
-		if err == nil {
-			w.h.m.rebuilt.Add(float64(n))
-			w.logger.Info("horizon rebuilt from the log", "first_offset", first.Offset, "since", since,
-				"records", n, "entries", w.window.Len(), "took", time.Since(start).Round(time.Millisecond))
-			return nil
+	res, err := horizon.Rebuild(ctx, horizon.Spec{
+		Read:      w.h.readRange,
+		Topic:     w.topic,
+		Partition: w.partition,
+		Horizon:   w.h.cfg.Horizon,
+		Retry:     retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.RebuildTimeout},
+		What:      "rebuilding the horizon",
+	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
+		if !win.Duplicate(e.ID, e.ReceivedAt) {
+			observe(win, e)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.logger.Warn("rebuilding the horizon failed; retrying", "attempt", attempt, "err", err)
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(2*backoff, backoffMax)
+	})
+	if err != nil {
+		return err
 	}
+	w.window = res.Window
+	w.h.m.rebuilt.Add(float64(res.Records))
+	w.logger.Info("horizon rebuilt from the log", "first_offset", first.Offset, "since", res.Since,
+		"records", res.Records, "entries", w.window.Len(), "took", time.Since(start).Round(time.Millisecond))
+	return nil
 }

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/pulse-presence/pulse/pkg/retry"
 )
 
 // store executes one group of statements that share a partition key. cassStore is the
@@ -36,7 +37,7 @@ func (s cassStore) exec(ctx context.Context, g *group) error {
 	return b.ExecContext(ctx)
 }
 
-// Retry backoff of a failed write: exponential with jitter, forever.
+// Retry backoff of a failed write or horizon read: exponential with jitter, forever.
 const (
 	backoffMin = 100 * time.Millisecond
 	backoffMax = 10 * time.Second
@@ -78,39 +79,26 @@ func (w *writer) write(ctx context.Context, groups []*group) error {
 
 // writeGroup runs g until it succeeds or ctx ends.
 func (w *writer) writeGroup(ctx context.Context, g *group) {
-	backoff := backoffMin
-	for attempt := 1; ; attempt++ {
-		qctx, cancel := context.WithTimeout(ctx, w.timeout)
+	p := retry.Policy{
+		Initial:    backoffMin,
+		Max:        backoffMax,
+		TryTimeout: w.timeout,
+		OnRetry: func(int, error) {
+			w.m.cassandraUp.Set(0)
+			w.m.retries.Inc()
+		},
+	}
+	err := retry.Do(ctx, p, w.logger, "writing to cassandra", func(ctx context.Context) error {
 		start := time.Now()
-		err := w.store.exec(qctx, g)
-		cancel()
+		err := w.store.exec(ctx, g)
 		w.m.writeSeconds.Observe(time.Since(start).Seconds())
-		if err == nil {
-			w.m.cassandraUp.Set(1)
-			for _, st := range g.stmts {
-				w.m.rows.WithLabelValues(st.table).Inc()
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		w.m.cassandraUp.Set(0)
-		w.m.retries.Inc()
-		// Log the first failure and then every tenth: an outage retries for as long as
-		// it lasts, and the retry counter tells the rest.
-		if attempt == 1 || attempt%10 == 0 {
-			w.logger.Warn("cassandra write failed; retrying", "attempt", attempt, "statements", len(g.stmts), "backoff", backoff, "err", err)
-		}
-		// Jitter in [backoff/2, backoff] spreads the retries of many partitions.
-		sleep := backoff/2 + rand.N(backoff/2+1)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, backoffMax)
+		return err
+	}, "statements", len(g.stmts))
+	if err != nil {
+		return // ctx ended: write reports it
+	}
+	w.m.cassandraUp.Set(1)
+	for _, st := range g.stmts {
+		w.m.rows.WithLabelValues(st.table).Inc()
 	}
 }
