@@ -9,6 +9,12 @@
 #   stack.sh clean     down, then remove data, logs and rendered configs (jars stay cached)
 #   stack.sh logs [n]  follow the logs (all, or one of kafka, cassandra, redis, <service>)
 #   stack.sh run       up, build and start the services, wait for Ctrl-C, then down
+#   stack.sh services [name...]
+#                      build and start the services that are not running (all four, or
+#                      those named) with this environment, and wait until they are ready
+#   stack.sh stop-services [name...]
+#                      stop the services (all four, or those named); the servers keep running
+#   stack.sh pids      "name pid" for each process of the stack that runs
 #
 # Everything lives under $PULSE_HOME (default <repo>/.pulse, gitignored): cache/ holds
 # the server jars, data/ the servers' data, logs/ their logs, run/ the pid files.
@@ -45,6 +51,7 @@ CASSANDRA_HEAP=${PULSE_CASSANDRA_HEAP:-1G}
 # when the cores are saturated. 0 gives it equal priority.
 CASSANDRA_NICE=${PULSE_CASSANDRA_NICE:-10}
 WAIT_TIMEOUT=${PULSE_WAIT_TIMEOUT:-240s}
+SERVICES_WAIT_TIMEOUT=${PULSE_SERVICES_WAIT_TIMEOUT:-60s}
 
 servers=(redis kafka cassandra)
 services=(ingest aggregator history query)
@@ -347,13 +354,15 @@ service_port() {
 	esac
 }
 
+# start_services [NAME...]: all four services when none is named.
 start_services() {
-	local name
+	local name names=("$@") pids=()
+	((${#names[@]})) || names=("${services[@]}")
 	say "building services into $bin"
-	for name in "${services[@]}"; do
+	for name in "${names[@]}"; do
 		(cd "$root" && go build -o "$bin/pulse-$name" "./services/$name") || die "building $name failed"
 	done
-	for name in "${services[@]}"; do
+	for name in "${names[@]}"; do
 		alive "$name" && continue
 		# The pid file's marker is $PULSE_HOME, found in the binary's path.
 		PULSE_HTTP_ADDR="127.0.0.1:$(service_port "$name")" \
@@ -363,13 +372,34 @@ start_services() {
 			PULSE_CASSANDRA_PORT="$CASSANDRA_PORT" \
 			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
 			launch "$name" "$logs/$name.log" "$bin/pulse-$name"
+		pids+=("$name=$(<"$run/$name.pid")")
 	done
 	local urls=()
-	for name in "${services[@]}"; do urls+=("$name=http://127.0.0.1:$(service_port "$name")"); done
-	pulsectl wait -timeout 60s -logs "$logs" -http "$(
+	for name in "${names[@]}"; do urls+=("$name=http://127.0.0.1:$(service_port "$name")"); done
+	# -pids: a service that exits at start fails the wait at once, with its log's tail.
+	pulsectl wait -timeout "$SERVICES_WAIT_TIMEOUT" -logs "$logs" -pids "$(
+		IFS=,
+		echo "${pids[*]}"
+	)" -http "$(
 		IFS=,
 		echo "${urls[*]}"
 	)"
+}
+
+# services, stop-services and pids let cmd/bench start on a stack that is up only the
+# services that are not running, stop only those again, and find every process whose CPU
+# it measures, all by this script's pid files.
+cmd_stop_services() {
+	local name
+	(($#)) || set -- "${services[@]}"
+	for name in "$@"; do stop "$name" 20; done
+}
+
+cmd_pids() {
+	local name pid
+	for name in "${servers[@]}" "${services[@]}"; do
+		if pid=$(pid_of "$name"); then echo "$name $pid"; fi
+	done
 }
 
 cmd_run() {
@@ -422,8 +452,17 @@ logs)
 	cmd_logs "$@"
 	;;
 run) cmd_run ;;
+services)
+	shift
+	start_services "$@"
+	;;
+stop-services)
+	shift
+	cmd_stop_services "$@"
+	;;
+pids) cmd_pids ;;
 *)
-	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac
