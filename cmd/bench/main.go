@@ -23,9 +23,10 @@
 // CPU time of every process of the stack (/proc/<pid>/stat), the consumer lag of the
 // aggregator's and history's groups (Kafka's admin API), and the services' /metrics.
 //
-// bench uses the services of a running `make run` when they answer, and otherwise
-// builds and starts them itself, as deploy/local/stack.sh does, stopping them at the
-// end. The stack's servers must be up (`make bench` runs `stack.sh up` first).
+// bench uses the services of a running `make run` when they answer, and otherwise has
+// deploy/local/stack.sh start them (`stack.sh services`) and stop them at the end; it
+// finds the processes it measures with `stack.sh pids`. The stack's servers must be up
+// (`make bench` runs `stack.sh up` first).
 //
 // Usage:
 //

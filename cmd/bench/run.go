@@ -39,16 +39,16 @@ func run(ctx context.Context, args []string) error {
 	fmt.Fprintf(out, "==> pulse bench: results go to %s\n", dir)
 
 	st := newStack(cfg, out)
-	if err := st.findServers(); err != nil {
+	if err := st.findServers(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "==> building the services and loadgen")
-	if err := st.build(ctx); err != nil {
+	fmt.Fprintln(out, "==> building loadgen")
+	if err := st.buildLoadgen(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "==> services")
 	defer func() {
-		if st.anyStarted() && !cfg.keepServices {
+		if len(st.started) > 0 && !cfg.keepServices {
 			fmt.Fprintln(out, "==> stopping the services bench started")
 			st.stopStarted()
 		}
@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string) error {
 	res.Targets = evaluate(res, scaleGoal)
 	rss := st.rss()
 	for _, name := range append(append([]string{}, serverNames...), serviceNames...) {
-		if p := st.procs[name]; p != nil {
+		if p, ok := st.procs[name]; ok {
 			res.Processes = append(res.Processes, ProcessInfo{Name: name, PID: p.pid, StartedByBench: p.started, RSSBytesAtEnd: rss[name]})
 		}
 	}

@@ -96,7 +96,7 @@ type stepSpec struct {
 
 // runStep runs one loadgen at one rate and measures the pipeline around it.
 func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
-	if err := b.st.alive(); err != nil {
+	if err := b.st.alive(ctx); err != nil {
 		return StepResult{}, err
 	}
 	r := StepResult{Mode: sp.mode, OfferedEventsPerSec: sp.offered, CPU: map[string]ProcCPU{},
