@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/cli"
 )
 
 // config is the parsed command line.
@@ -269,12 +271,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 // validate names every bad flag at once.
 func (c config) validate() error {
-	var errs []error
-	bad := func(cond bool, format string, a ...any) {
-		if cond {
-			errs = append(errs, fmt.Errorf(format, a...))
-		}
-	}
+	var p cli.Problems
+	bad := p.Check
 	bad(c.users < 1, "-users must be at least 1")
 	bad(c.batchSize < 1 || c.batchSize > 1000, "-batch-size must be 1…1000")
 	bad(c.readBatch < 1 || c.readBatch > 1000, "-read-batch must be 1…1000")
@@ -297,5 +295,5 @@ func (c config) validate() error {
 	bad(c.scaleCalls < 1, "-scale-calls must be at least 1")
 	bad(c.scaleWindow < 1 || c.scaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
 	bad(c.scaleShards < 0, "-scale-shards must not be negative")
-	return errors.Join(errs...)
+	return p.Err()
 }

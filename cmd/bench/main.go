@@ -35,27 +35,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/pulse-presence/pulse/cmd/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		// After the first signal the default action returns, so a second one exits.
-		<-ctx.Done()
-		stop()
-	}()
-	err := run(ctx, os.Args[1:])
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	cli.Main("bench", func(ctx context.Context) error { return run(ctx, os.Args[1:]) })
 }

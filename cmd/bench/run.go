@@ -155,7 +155,7 @@ func (b *bench) phases(ctx context.Context) error {
 // the groups to be idle afterwards waits for it too (lag alone cannot show a rebuild
 // when nothing new arrives). It also fills connection pools and JIT caches.
 func (b *bench) warmUp(ctx context.Context, rate float64) error {
-	_, err := runLoad(ctx, b.st.loadgenBin(), b.st.url("ingest"), b.st.url("query"), b.rawDir, b.cfg.users, load{
+	_, err := b.runLoad(ctx, load{
 		name: "warmup", duration: b.cfg.warmupRun,
 		args: []string{"-batch-rate", ff(rate / float64(b.cfg.batchSize)), "-batch-size", strconv.Itoa(b.cfg.batchSize),
 			"-fresh-rate", "5", "-fresh-poll", b.cfg.freshPoll.String(), "-seed", "999"},

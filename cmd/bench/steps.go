@@ -107,7 +107,7 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 	if sp.during != nil {
 		wg.Go(func() { sp.during(ctx, time.Now().Add(sp.load.warmup)) })
 	}
-	lr, err := runLoad(ctx, b.st.loadgenBin(), b.st.url("ingest"), b.st.url("query"), b.rawDir, b.cfg.users, sp.load)
+	lr, err := b.runLoad(ctx, sp.load)
 	samples, lagErrs := sampler.finish()
 	if err != nil {
 		wg.Wait()

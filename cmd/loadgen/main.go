@@ -41,35 +41,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net/url"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		// After the first signal the default action returns, so a second one exits.
-		<-ctx.Done()
-		stop()
-	}()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		// -h asked for the usage, which is printed: nothing failed.
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
+	cli.Main("loadgen", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // config is the parsed command line.
@@ -148,12 +133,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 // validate names every bad flag at once.
 func (c config) validate() error {
-	var errs []error
-	bad := func(cond bool, format string, a ...any) {
-		if cond {
-			errs = append(errs, fmt.Errorf(format, a...))
-		}
-	}
+	var p cli.Problems
+	bad := p.Check
 	for _, u := range []struct{ name, url string }{{"-ingest", c.ingestURL}, {"-query", c.queryURL}} {
 		p, err := url.Parse(u.url)
 		bad(err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "", "%s %q: want an http(s) URL", u.name, u.url)
@@ -182,7 +163,7 @@ func (c config) validate() error {
 		on = on || r.rate > 0
 	}
 	bad(!on, "every rate is 0: nothing to do")
-	return errors.Join(errs...)
+	return p.Err()
 }
 
 // run generates the load, then prints the report.
@@ -263,7 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("printing the report: %w", err)
 	}
 	if cfg.jsonPath != "" {
-		return writeJSON(cfg.jsonPath, r)
+		return r.WriteFile(cfg.jsonPath)
 	}
 	return nil
 }

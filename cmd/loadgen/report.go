@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,7 +130,7 @@ func buildReport(cfg config, wls []*workload, st []*stats, started time.Time, me
 		return n / secs
 	}
 	r := Report{
-		Version: 1, StartedAt: started.UTC(), WarmupSeconds: cfg.warmup.Seconds(),
+		Version: loadreport.Version, StartedAt: started.UTC(), WarmupSeconds: cfg.warmup.Seconds(),
 		MeasuredSeconds: secs, Interrupted: interrupted, Seed: cfg.seed, Config: cfg.flags,
 		Workloads: []WorkloadReport{},
 	}
@@ -240,18 +238,6 @@ func fmtMs(v float64, n uint64) string {
 		return fmt.Sprintf("%.1fms", v)
 	}
 	return fmt.Sprintf("%.2fs", v/1000)
-}
-
-// writeJSON writes the report to path.
-func writeJSON(path string, r Report) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the report: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	return nil
 }
 
 // progress prints one line a second to w until stop is closed: per workload the

@@ -2,13 +2,21 @@
 // runs loadgen once per step and reads its reports.
 package loadreport
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Version is the layout Report has; a breaking change bumps it.
+const Version = 1
 
 // Report is the document -json writes: the numbers of the table, with field names
 // that stay stable so bench scripts can step rates and compare runs. Latencies and
 // freshness are in milliseconds; rates per second of the measured window.
 //
-//	version               1 for this layout; a breaking change bumps it
+//	version               Version, 1 for this layout
 //	startedAt             when the warm-up began (RFC 3339)
 //	warmupSeconds         length of the warm-up, excluded from every number below
 //	measuredSeconds       length of the measured window (shorter after a Ctrl-C)
@@ -103,6 +111,34 @@ type FreshnessReport struct {
 // Failed is every request of the workload that did not get a 2xx.
 func (w WorkloadReport) Failed() uint64 {
 	return w.Errors.C4xx + w.Errors.C5xx + w.Errors.Transport + w.Errors.Dropped
+}
+
+// WriteFile writes r to path as indented JSON.
+func (r Report) WriteFile(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	return nil
+}
+
+// ReadFile reads the report at path, which must be of this Version.
+func ReadFile(path string) (Report, error) {
+	var r Report
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	if r.Version != Version {
+		return r, fmt.Errorf("%s: report version %d, want %d", path, r.Version, Version)
+	}
+	return r, nil
 }
 
 // Workload is the named workload's line, if the run had it.
