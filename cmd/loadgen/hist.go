@@ -68,22 +68,6 @@ func (h *histogram) record(d time.Duration) {
 	h.counts[bucketOf(uint64(min(d, histMax)))]++
 }
 
-// merge adds all of o's values to h.
-func (h *histogram) merge(o *histogram) {
-	if o.n == 0 {
-		return
-	}
-	if h.n == 0 || o.min < h.min {
-		h.min = o.min
-	}
-	h.max = max(h.max, o.max)
-	h.n += o.n
-	h.sum += o.sum
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-}
-
 // count is the number of recorded values.
 func (h *histogram) count() uint64 { return h.n }
 

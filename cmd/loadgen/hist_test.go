@@ -144,22 +144,3 @@ func TestQuantileErrorBelowOnePercent(t *testing.T) {
 		t.Errorf("count = %d, want %d", h.count(), len(values))
 	}
 }
-
-func TestMerge(t *testing.T) {
-	var a, b, both histogram
-	for v := 1; v <= 50; v++ {
-		a.record(time.Duration(v))
-		both.record(time.Duration(v))
-	}
-	for v := 51; v <= 100; v++ {
-		b.record(time.Duration(v))
-		both.record(time.Duration(v))
-	}
-	a.merge(&b)
-	if a != both {
-		t.Fatalf("merged histogram differs from one that recorded everything")
-	}
-	if a.quantile(0.5) != 50 || a.quantile(1) != 100 || a.mean() != 50 {
-		t.Fatalf("p50 %d, max %d, mean %d; want 50, 100, 50", a.quantile(0.5), a.quantile(1), a.mean())
-	}
-}

@@ -190,20 +190,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pacers := make([]*pacer, len(wls))
 	var scheduling sync.WaitGroup
 	for i, w := range wls {
-		s := newStats(from)
-		st[i] = s
-		p := &pacer{
-			sched:   schedule{start: start, rate: w.rate},
-			workers: cfg.workers,
-			fire: func(ctx context.Context, seq uint64, intended time.Time) {
-				s.record(intended, w.do(ctx, requestRand(cfg.seed, w.salt, seq), seq))
-			},
-			drop: func(_ uint64, intended time.Time) {
-				s.record(intended, outcome{class: classDropped})
-			},
-		}
-		pacers[i] = p
-		scheduling.Go(func() { p.run(ctx, reqCtx, end) })
+		st[i] = newStats(from)
+		pacers[i] = newPacer(cfg, w, st[i], start)
+		scheduling.Go(func() { pacers[i].run(ctx, reqCtx, end) })
 	}
 	stopProgress := make(chan struct{})
 	var progressDone sync.WaitGroup
@@ -213,25 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scheduling.Wait()
 	stoppedAt := time.Now()
 	interrupted := ctx.Err() != nil
-
-	// After a normal end every request is bounded by its own deadlines (a probe by
-	// -timeout plus -fresh-timeout); after a Ctrl-C they get -timeout, and a Ctrl-C
-	// while draining aborts at once.
-	drainCtx, cancel := context.WithTimeout(ctx, cfg.timeout+cfg.freshTimeout+time.Second)
-	if interrupted {
-		drainCtx, cancel = context.WithTimeout(context.Background(), cfg.timeout)
-	}
-	drained := true
-	for _, p := range pacers {
-		drained = p.wait(drainCtx) && drained
-	}
-	cancel()
-	if !drained {
-		abort()
-		for _, p := range pacers {
-			p.wait(context.Background())
-		}
-	}
+	drain(ctx, cfg, pacers, interrupted, abort)
 	close(stopProgress)
 	progressDone.Wait()
 
@@ -247,4 +218,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return r.WriteFile(cfg.jsonPath)
 	}
 	return nil
+}
+
+// newPacer fires w's requests on its timeline from start and records them in s.
+func newPacer(cfg config, w *workload, s *stats, start time.Time) *pacer {
+	return &pacer{
+		sched:   schedule{start: start, rate: w.rate},
+		workers: cfg.workers,
+		fire: func(ctx context.Context, seq uint64, intended time.Time) {
+			s.record(intended, w.do(ctx, requestRand(cfg.seed, w.salt, seq), seq))
+		},
+		drop: func(_ uint64, intended time.Time) {
+			s.record(intended, outcome{class: classDropped})
+		},
+	}
+}
+
+// drain waits for the requests in flight. After a normal end every request is bounded
+// by its own deadlines (a probe by -timeout plus -fresh-timeout); after a Ctrl-C they
+// get -timeout, and a Ctrl-C while draining aborts them at once.
+func drain(ctx context.Context, cfg config, pacers []*pacer, interrupted bool, abort context.CancelFunc) {
+	limit := cfg.timeout + cfg.freshTimeout + time.Second
+	if interrupted {
+		ctx, limit = context.Background(), cfg.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	drained := true
+	for _, p := range pacers {
+		drained = p.wait(ctx) && drained
+	}
+	if !drained {
+		abort()
+		for _, p := range pacers {
+			p.wait(context.Background())
+		}
+	}
 }

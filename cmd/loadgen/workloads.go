@@ -203,29 +203,14 @@ type gen struct {
 	mix     mix
 }
 
-// statuses a producer sets, weighted roughly like a chat platform's traffic.
-var statusWeights = []struct {
-	status string
-	weight int
-}{{"online", 5}, {"idle", 2}, {"offline", 2}, {"invisible", 1}}
+// statusMix is the statuses a producer sets, weighted roughly like a chat platform's
+// traffic.
+var statusMix = mix{{"online", 5}, {"idle", 2}, {"offline", 2}, {"invisible", 1}}
 
 func (g gen) user(rng *rand.Rand) string   { return "lg-" + strconv.Itoa(rng.IntN(g.users)) }
 func (g gen) device(rng *rand.Rand) string { return "d" + strconv.Itoa(rng.IntN(g.devices)) }
 
-func (g gen) status(rng *rand.Rand) string {
-	total := 0
-	for _, s := range statusWeights {
-		total += s.weight
-	}
-	n := rng.IntN(total)
-	for _, s := range statusWeights {
-		if n < s.weight {
-			return s.status
-		}
-		n -= s.weight
-	}
-	return "online"
-}
+func (g gen) status(rng *rand.Rand) string { return statusMix.pick(rng) }
 
 func (g gen) userList(rng *rand.Rand, n int) []string {
 	ids := make([]string, n)
@@ -460,7 +445,7 @@ func (p *prober) await(ctx context.Context, id, want string, acked time.Time) pr
 	}
 }
 
-// mix is the weights of event kinds in batches.
+// mix is a weighted choice: of event kinds in batches, of statuses.
 type mix []struct {
 	kind   string
 	weight int
@@ -478,7 +463,7 @@ func (m mix) pick(rng *rand.Rand) string {
 		}
 		n -= k.weight
 	}
-	return m[len(m)-1].kind
+	return m[len(m)-1].kind // unreachable: n < total
 }
 
 // parseMix reads "status=1,heartbeat=3,activity=1".
