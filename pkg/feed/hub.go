@@ -37,6 +37,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/retry"
 )
 
 // Config is a Hub's settings.
@@ -125,6 +126,8 @@ type Hub struct {
 	m           *metrics
 	replays     chan struct{} // one token per running log replay
 
+	// mu guards the fields below and the subscribers' fan-out state; the helpers
+	// named ...Locked expect the caller to hold it.
 	mu       sync.Mutex
 	ready    bool
 	closing  bool
@@ -178,7 +181,10 @@ func (h *Hub) Run(ctx context.Context) error {
 	cl, err := h.start(ctx)
 	if err != nil {
 		h.shutdown()
-		return nil // ctx ended while starting
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil // ctx ended, or its deadline left no time for another try, while starting
+		}
+		return err
 	}
 	defer cl.Close()
 	defer h.shutdown()
@@ -194,26 +200,23 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 }
 
+// start connects, retrying for as long as Kafka cannot be reached; its error wraps
+// ctx's once ctx ends.
 func (h *Hub) start(ctx context.Context) (*kgo.Client, error) {
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		cl, err := h.connect(ctx)
-		if err == nil {
-			return cl, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			h.logger.Warn("change feed cannot start yet; retrying", "attempt", attempt, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	var cl *kgo.Client
+	err := retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}, h.logger,
+		"starting the change feed", func(ctx context.Context) error {
+			c, err := h.connect(ctx)
+			if err != nil {
+				return err
+			}
+			cl = c
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
+	return cl, nil
 }
 
 // connect lists the log's bounds, reads the stretch before its end that duplicates
@@ -322,24 +325,34 @@ func (h *Hub) startOffsets(ctx context.Context) ([]int64, error) {
 	return offsetsOf(l, h.topic)
 }
 
-// apply folds one poll's records into the hub: positions, dedupe, the replay ring,
-// and every subscriber's queue. Decoding happens before taking the lock.
+// decoded is a record of presence.changes with its change; e is nil when the record
+// cannot be decoded.
+type decoded struct {
+	r *kgo.Record
+	e *entry
+}
+
+// apply folds one poll's records into the hub. Decoding happens before taking the
+// lock, so sessions wait only for the fan-out.
 func (h *Hub) apply(fs kgo.Fetches) {
-	type decoded struct {
-		r *kgo.Record
-		e *entry
-	}
 	var recs []decoded
 	fs.EachRecord(func(r *kgo.Record) {
-		e, _ := decodeChange(r) // counted below; nil when undecodable
+		e, _ := decodeChange(r) // counted by applyLocked
 		recs = append(recs, decoded{r, e})
 	})
 	if len(recs) == 0 {
 		return
 	}
-	var changes, dups, bad int
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.applyLocked(recs)
+}
+
+// applyLocked moves the positions past recs and passes their changes through the
+// dedupe marks into the replay ring and every watching subscriber's queue. The caller
+// holds h.mu: a session attaching meanwhile must see the ring and the positions agree.
+func (h *Hub) applyLocked(recs []decoded) {
+	var changes, dups, bad int
 	for _, d := range recs {
 		p := d.r.Partition
 		if int(p) >= len(h.pos) || d.r.Offset < h.pos[p] {
@@ -358,13 +371,13 @@ func (h *Hub) apply(fs kgo.Fetches) {
 		d.e.cursor = EncodeCursor(h.fingerprint, h.pos)
 		h.ring.push(d.e, h.base)
 		for _, s := range h.byUser[d.e.userID] {
-			h.offer(s, item{e: d.e})
+			h.offerLocked(s, item{e: d.e})
 		}
 		for _, s := range h.firehose {
-			h.offer(s, item{e: d.e})
+			h.offerLocked(s, item{e: d.e})
 		}
 	}
-	h.kickSlow()
+	h.kickSlowLocked()
 	close(h.progress)
 	h.progress = make(chan struct{})
 	h.m.records.WithLabelValues("change").Add(float64(changes))
@@ -372,9 +385,10 @@ func (h *Hub) apply(fs kgo.Fetches) {
 	h.m.records.WithLabelValues("undecodable").Add(float64(bad))
 }
 
-// offer queues it for s without ever blocking; a full queue marks s slow, and
-// nothing more is queued for it (a later success would leave a gap).
-func (h *Hub) offer(s *subscriber, it item) {
+// offerLocked queues it for s without ever blocking; a full queue marks s slow, and
+// nothing more is queued for it (a later success would leave a gap). The caller holds
+// h.mu, which guards s.dropped and h.slow.
+func (h *Hub) offerLocked(s *subscriber, it item) {
 	if s.dropped || it.e != nil && !s.operator && it.e.publicNoop() {
 		return
 	}
@@ -384,20 +398,21 @@ func (h *Hub) offer(s *subscriber, it item) {
 	}
 }
 
-// kickSlow ends the subscribers whose queue filled.
-func (h *Hub) kickSlow() {
+// kickSlowLocked ends the subscribers whose queue filled. The caller holds h.mu.
+func (h *Hub) kickSlowLocked() {
 	for _, s := range h.slow {
-		h.kick(s, ErrSlowConsumer)
+		h.kickLocked(s, ErrSlowConsumer)
 		h.m.slow.Inc()
 	}
 	clear(h.slow)
 	h.slow = h.slow[:0]
 }
 
-// kick ends s with err: it leaves the fan-out, and its session sees err.
-func (h *Hub) kick(s *subscriber, err error) {
+// kickLocked ends s with err: it leaves the fan-out, and its session sees err. The
+// caller holds h.mu.
+func (h *Hub) kickLocked(s *subscriber, err error) {
 	s.dropped = true
-	h.unregister(s)
+	h.unregisterLocked(s)
 	s.cancel(err)
 }
 
@@ -405,9 +420,9 @@ func (h *Hub) shutdown() {
 	h.mu.Lock()
 	h.closing = true
 	for s := range h.open {
-		h.kick(s, ErrGoingAway)
+		h.kickLocked(s, ErrGoingAway)
 	}
-	h.checkDrained()
+	h.checkDrainedLocked()
 	h.mu.Unlock()
 	h.m.ready.Set(0)
 	t := time.NewTimer(h.cfg.DrainTimeout)
@@ -422,7 +437,9 @@ func (h *Hub) shutdown() {
 	}
 }
 
-func (h *Hub) checkDrained() {
+// checkDrainedLocked closes h.drained once the hub is closing and the last session
+// has closed. The caller holds h.mu, which guards h.open and h.isDrain.
+func (h *Hub) checkDrainedLocked() {
 	if h.closing && len(h.open) == 0 && !h.isDrain {
 		h.isDrain = true
 		close(h.drained)
@@ -457,16 +474,19 @@ type snapMarker struct {
 	cursor   string
 }
 
-func (h *Hub) register(s *subscriber, ids []string) {
+// registerLocked adds s to the fan-out: to the firehose, or under each of ids. The
+// caller holds h.mu, which guards the fan-out.
+func (h *Hub) registerLocked(s *subscriber, ids []string) {
 	s.registered = true
 	if s.firehose {
 		h.firehose = append(h.firehose, s)
 		return
 	}
-	h.index(s, ids)
+	h.indexLocked(s, ids)
 }
 
-func (h *Hub) index(s *subscriber, ids []string) {
+// indexLocked adds s under each of ids not yet watched. The caller holds h.mu.
+func (h *Hub) indexLocked(s *subscriber, ids []string) {
 	for _, id := range ids {
 		if _, ok := s.users[id]; ok {
 			continue
@@ -476,7 +496,8 @@ func (h *Hub) index(s *subscriber, ids []string) {
 	}
 }
 
-func (h *Hub) unindex(s *subscriber, ids []string) {
+// unindexLocked removes s from under each of ids it watches. The caller holds h.mu.
+func (h *Hub) unindexLocked(s *subscriber, ids []string) {
 	for _, id := range ids {
 		if _, ok := s.users[id]; !ok {
 			continue
@@ -496,7 +517,9 @@ func (h *Hub) unindex(s *subscriber, ids []string) {
 	}
 }
 
-func (h *Hub) unregister(s *subscriber) {
+// unregisterLocked takes s out of the fan-out; safe when it is not in it. The caller
+// holds h.mu.
+func (h *Hub) unregisterLocked(s *subscriber) {
 	if !s.registered {
 		return
 	}
@@ -508,7 +531,7 @@ func (h *Hub) unregister(s *subscriber) {
 		return
 	}
 	for id := range s.users {
-		h.unindex(s, []string{id})
+		h.unindexLocked(s, []string{id})
 	}
 }
 
@@ -520,8 +543,8 @@ func (h *Hub) attachFresh(s *subscriber, ids []string) error {
 	if s.dropped {
 		return context.Cause(s.ctx)
 	}
-	h.register(s, ids)
-	h.offer(s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, cursor: EncodeCursor(h.fingerprint, h.pos)}})
+	h.registerLocked(s, ids)
+	h.offerLocked(s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, cursor: EncodeCursor(h.fingerprint, h.pos)}})
 	return nil
 }
 
@@ -567,7 +590,7 @@ func (h *Hub) attachAt(s *subscriber, ids []string, from []int64) ([]*entry, []i
 			walk[e.partition] = e.offset + 1
 		}
 	})
-	h.register(s, ids)
+	h.registerLocked(s, ids)
 	return out, walk, attached, nil
 }
 
@@ -579,16 +602,16 @@ func (h *Hub) subscribe(s *subscriber, add, want []string) {
 	if s.dropped {
 		return
 	}
-	h.index(s, add)
-	h.offer(s, item{snap: &snapMarker{ids: want, cursor: EncodeCursor(h.fingerprint, h.pos)}})
-	h.kickSlow()
+	h.indexLocked(s, add)
+	h.offerLocked(s, item{snap: &snapMarker{ids: want, cursor: EncodeCursor(h.fingerprint, h.pos)}})
+	h.kickSlowLocked()
 }
 
 func (h *Hub) unsubscribe(s *subscriber, ids []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.registered {
-		h.unindex(s, ids)
+		h.unindexLocked(s, ids)
 	}
 }
 
@@ -674,15 +697,6 @@ func (r *ring) each(fn func(*entry)) {
 	for i := range r.n {
 		fn(r.buf[(r.head+i)%len(r.buf)])
 	}
-}
-
-// maxOffsets is the element-wise maximum of a and b, in a new slice.
-func maxOffsets(a, b []int64) []int64 {
-	out := make([]int64, len(a))
-	for i := range a {
-		out[i] = max(a[i], b[i])
-	}
-	return out
 }
 
 // queue is a subscriber's bounded FIFO. It grows with use up to its bound and lets

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -58,9 +57,9 @@ type Options struct {
 type phase int
 
 const (
-	phaseStart phase = iota
-	phaseLog         // replaying from Kafka
-	phaseLive        // taking the hub's queue
+	phaseFresh  phase = iota // to attach with a snapshot first
+	phaseResume              // resuming from a cursor: Session.resume
+	phaseLive                // taking the hub's queue
 )
 
 // Session is one connection's subscription. Next, Sent and Close belong to one
@@ -82,19 +81,13 @@ type Session struct {
 	floors map[string]int64
 
 	phase   phase
-	from    *Cursor
 	pending []outgoing
 	cmds    chan command
 	snap    *snapMarker // a snapshot taken from the queue, not yet sent
 
-	// While resuming: the position reached (next offset per partition), the log read,
-	// its dedupe marks, and whether the lookback before the cursor has been read.
-	at     []int64
-	log    *logReader
-	target []int64
-	marks  marks
-	primed bool
-	token  bool // holds a log replay slot
+	// resume is the way back to the cursor the session was opened with; nil for a
+	// session that starts with a snapshot, and once the resume is done.
+	resume *resume
 
 	closed bool
 }
@@ -154,10 +147,19 @@ func (h *Hub) Open(o Options) (*Session, error) {
 	s := &Session{
 		h: h, sub: sub, operator: o.Operator, firehose: o.Firehose, initial: ids,
 		wanted: make(map[string]struct{}, len(ids)), users: make(map[string]struct{}, len(ids)),
-		floors: make(map[string]int64), from: o.Cursor, cmds: make(chan command, 16),
+		floors: make(map[string]int64), cmds: make(chan command, 16),
 	}
 	for _, id := range ids {
 		s.wanted[id] = struct{}{}
+	}
+	if o.Cursor != nil {
+		// A resumed client has every change of its users up to the cursor: they are
+		// delivered from the start, no snapshot first.
+		for _, id := range ids {
+			s.users[id] = struct{}{}
+		}
+		s.phase = phaseResume
+		s.resume = &resume{h: h, sub: sub, ids: ids, watches: s.watches, from: *o.Cursor}
 	}
 	return s, nil
 }
@@ -187,13 +189,13 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
-	s.endLog()
+	s.endResume()
 	h := s.h
 	h.mu.Lock()
-	h.unregister(s.sub)
+	h.unregisterLocked(s.sub)
 	s.sub.dropped = true
 	delete(h.open, s.sub)
-	h.checkDrained()
+	h.checkDrainedLocked()
 	h.mu.Unlock()
 	s.sub.cancel(errClosed)
 	h.m.subscribers.WithLabelValues(kind(s.firehose)).Dec()
@@ -259,10 +261,10 @@ func (s *Session) Next(ctx context.Context) (Message, error) {
 		}
 		var err error
 		switch s.phase {
-		case phaseStart:
-			err = s.begin(ctx)
-		case phaseLog:
-			err = s.replayStep(ctx)
+		case phaseFresh:
+			err = s.fresh()
+		case phaseResume:
+			err = s.resumeStep(ctx)
 		case phaseLive:
 			var m Message
 			var ok bool
@@ -285,41 +287,10 @@ func (s *Session) Next(ctx context.Context) (Message, error) {
 	}
 }
 
-// begin decides between a fresh snapshot and a resume.
-func (s *Session) begin(ctx context.Context) error {
-	c := s.from
-	if c == nil {
-		return s.fresh()
-	}
-	h := s.h
-	h.mu.Lock()
-	n := len(h.pos)
-	h.mu.Unlock()
-	switch {
-	case c.Topic != h.fingerprint:
-		return s.expire("the cursor was issued for another change log")
-	case len(c.Offsets) != n:
-		return s.expire(fmt.Sprintf("the cursor names %d partitions; the change log has %d", len(c.Offsets), n))
-	}
-	ok, err := h.waitFor(ctx, s.sub, c.Offsets)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return s.expire("the cursor is ahead of the change log")
-	}
-	s.at = slices.Clone(c.Offsets)
-	for _, id := range s.initial {
-		s.users[id] = struct{}{}
-	}
-	return s.resume(ctx)
-}
-
 // fresh registers live with a snapshot first.
 func (s *Session) fresh() error {
-	s.endLog()
+	s.endResume()
 	clear(s.users)
-	s.at = nil
 	s.phase = phaseLive
 	return s.h.attachFresh(s.sub, s.initial)
 }
@@ -331,157 +302,33 @@ func (s *Session) expire(why string) error {
 	return s.fresh()
 }
 
-// resume attaches to the hub if its ring reaches back to s.at, and otherwise reads
-// the log up to where the ring begins, then tries again.
-func (s *Session) resume(ctx context.Context) error {
-	entries, walk, res, err := s.h.attachAt(s.sub, s.initial, s.at)
+// resumeStep takes the resume one step further, and the session live once it is
+// done, or afresh when the cursor cannot be served.
+func (s *Session) resumeStep(ctx context.Context) error {
+	p, err := s.resume.step(ctx)
 	if err != nil {
 		return err
 	}
-	switch res {
-	case ahead:
-		return s.expire("the cursor is ahead of the change log")
-	case attached:
-		if !s.primed {
-			s.h.m.resumes.WithLabelValues("buffer").Inc()
-		}
-		s.endLog()
-		s.replayRing(entries, walk)
+	s.pending = append(s.pending, p.out...)
+	switch {
+	case p.expired != "":
+		return s.expire(p.expired)
+	case p.live:
+		s.endResume()
 		s.phase = phaseLive
-		return nil
-	}
-	// behind: walk is the ring's base, the log is read up to it.
-	target := make([]int64, len(walk))
-	for p := range walk {
-		target[p] = max(walk[p], s.at[p])
-	}
-	from := s.at
-	if !s.primed {
-		s.h.m.resumes.WithLabelValues("log").Inc()
-		starts, err := s.h.startOffsets(ctx)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		for p, o := range s.at {
-			if o < starts[p] {
-				return s.expire(fmt.Sprintf("partition %d of the change log starts at %d, after the cursor's %d", p, starts[p], o))
-			}
-		}
-		// The partitions read start early enough to recognise duplicates of changes
-		// delivered before the cursor.
-		from = slices.Clone(target)
-		for p, o := range s.at {
-			if o < target[p] {
-				from[p] = max(starts[p], o-int64(s.h.cfg.DedupeLookback))
-			}
-		}
-		s.marks = newMarks(len(s.at))
-		s.primed = true
-	}
-	if !s.token {
-		select {
-		case s.h.replays <- struct{}{}:
-			s.token = true
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.sub.ctx.Done():
-			return context.Cause(s.sub.ctx)
-		}
-	}
-	s.log.close()
-	s.log, s.phase = nil, phaseLog
-	l, err := s.h.openLog(from, target)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	s.log, s.target = l, target
-	return nil
-}
-
-func (s *Session) endLog() {
-	s.log.close()
-	s.log = nil
-	if s.token {
-		<-s.h.replays
-		s.token = false
-	}
-}
-
-// replayStep reads one poll of the log: records before s.at only teach the dedupe
-// marks, the others are delivered with the cursor after them.
-func (s *Session) replayStep(ctx context.Context) error {
-	if s.log == nil {
-		return s.resume(ctx) // opening the next range failed before
-	}
-	if s.log.finished() {
-		// The whole range was read, control records at its end included.
-		for p, o := range s.target {
-			s.at[p] = max(s.at[p], o)
-		}
-		return s.resume(ctx)
-	}
-	pctx, cancel := context.WithTimeout(ctx, s.h.cfg.Kafka.RequestTimeout)
-	stop := context.AfterFunc(s.sub.ctx, cancel)
-	recs, err := s.log.poll(pctx)
-	stop()
-	cancel()
-	if errors.Is(err, errTrimmed) {
-		s.endLog()
-		return s.expire("the change log was trimmed past the cursor while it was replayed")
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err() // the caller gave up; the next call reads on
-		}
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	for _, r := range recs {
-		p := r.Partition
-		e, derr := decodeChange(r)
-		if r.Offset < s.at[p] {
-			if derr == nil {
-				s.marks.duplicate(e)
-			}
-			continue
-		}
-		s.at[p] = r.Offset + 1
-		if derr != nil || s.marks.duplicate(e) || !s.watches(e.userID) {
-			continue
-		}
-		s.pending = append(s.pending, outgoing{e: e, cursor: EncodeCursor(s.h.fingerprint, s.at)})
 	}
 	return nil
 }
 
-// replayRing queues the ring's changes after s.at. The cursor after each is the
-// hub's, unless s.at is still ahead of the walk in some partition: then the
-// element-wise maximum of both.
-func (s *Session) replayRing(entries []*entry, walk []int64) {
-	ahead := 0
-	for p := range walk {
-		if s.at[p] > walk[p] {
-			ahead++
-		}
+// endResume lets go of the resume's log and replay slot, if it has any.
+func (s *Session) endResume() {
+	if s.resume != nil {
+		s.resume.release()
+		s.resume = nil
 	}
-	for _, e := range entries {
-		p := e.partition
-		was := walk[p] < s.at[p]
-		walk[p] = e.offset + 1
-		if was && walk[p] >= s.at[p] {
-			ahead--
-		}
-		if e.offset < s.at[p] || !s.watches(e.userID) {
-			continue
-		}
-		o := outgoing{e: e}
-		if ahead > 0 {
-			o.cursor = EncodeCursor(s.h.fingerprint, maxOffsets(s.at, walk))
-		}
-		s.pending = append(s.pending, o)
-	}
-	s.at = nil
 }
 
+// watches reports whether the session delivers user's changes.
 func (s *Session) watches(user string) bool {
 	if s.firehose {
 		return true
