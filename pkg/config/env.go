@@ -1,6 +1,8 @@
 // Package config reads typed settings from environment variables. Each service owns
-// one Config struct built with an Env; the Env collects every bad value so a start-up
-// failure names all of them at once instead of one per attempt.
+// one Config struct and a table of Vars bound to its fields (table.go); an Env loads
+// the table and collects every bad value, so a start-up failure names all of them at
+// once instead of one per attempt. The same table prints the service's -help and the
+// README's configuration tables (doc.go).
 package config
 
 import (
@@ -65,6 +67,20 @@ func (e *Env) Int(key string, def int) int {
 		return def
 	}
 	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.fail(key, v, "an integer")
+		return def
+	}
+	return n
+}
+
+// Int64 returns the variable as a 64-bit integer, or def when it is unset.
+func (e *Env) Int64(key string, def int64) int64 {
+	v, ok := e.get(key)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		e.fail(key, v, "an integer")
 		return def

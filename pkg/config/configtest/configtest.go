@@ -1,0 +1,103 @@
+// Package configtest checks configuration tables (pkg/config) in unit tests: a table is
+// sound, and README.md documents every row of it exactly as the table renders it.
+//
+// README.md holds one generated block per group of variables, between the lines
+// <!-- config:GROUP:begin --> and <!-- config:GROUP:end -->. The test owning a group
+// compares its block with the table; run with -update-readme (make config-doc) it
+// rewrites the block instead.
+package configtest
+
+import (
+	"flag"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+)
+
+var update = flag.Bool("update-readme", false, "rewrite README.md's generated configuration blocks from the tables")
+
+var nameRE = regexp.MustCompile(`^PULSE_[A-Z0-9_]*[A-Z0-9]$`)
+
+// Table fails t unless every variable of vars has a PULSE_ name, a meaning and a group,
+// appears once, and its default passes its own rules.
+func Table(t testing.TB, vars []*config.Var) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, v := range vars {
+		if !nameRE.MatchString(v.Name()) {
+			t.Errorf("variable %q: want PULSE_ and upper-case words joined by _", v.Name())
+		}
+		if seen[v.Name()] {
+			t.Errorf("%s: listed twice", v.Name())
+		}
+		seen[v.Name()] = true
+		if strings.TrimSpace(v.Usage()) == "" {
+			t.Errorf("%s: no meaning", v.Name())
+		}
+		if v.Group() == "" {
+			t.Errorf("%s: no group", v.Name())
+		}
+	}
+	env := config.NewEnv(config.MapLookup(nil))
+	env.Load(vars...)
+	if err := env.Err(); err != nil {
+		t.Errorf("the defaults break the table's own rules: %v", err)
+	}
+}
+
+// README checks the README at path against vars: the block of each of groups holds
+// exactly the rows of vars in that group, and every row of vars appears in README
+// (a shared row in the block its package owns). With -update-readme the blocks of
+// groups are rewritten instead, and only their rows checked.
+func README(t testing.TB, path string, vars []*config.Var, groups ...string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	for _, g := range groups {
+		var rows []*config.Var
+		for _, v := range vars {
+			if v.Group() == g {
+				rows = append(rows, v)
+			}
+		}
+		if len(rows) == 0 {
+			t.Errorf("no variable of group %q to document", g)
+			continue
+		}
+		want := config.Markdown(rows)
+		if *update {
+			if doc, err = config.ReplaceBlock(doc, g, want); err != nil {
+				t.Fatalf("%s: block %s: %v", path, g, err)
+			}
+			continue
+		}
+		got, err := config.Block(doc, g)
+		if err != nil {
+			t.Errorf("%s: block %s: %v", path, g, err)
+			continue
+		}
+		if got != want {
+			t.Errorf("%s: the %s table differs from the code's; run make config-doc.\ngot:\n%s\nwant:\n%s", path, g, got, want)
+		}
+	}
+	if *update && doc != string(raw) {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range vars {
+		if *update && !slices.Contains(groups, v.Group()) {
+			continue // another package's block, perhaps not rewritten yet
+		}
+		if row := config.MarkdownRow(v); !strings.Contains(doc, "\n"+row+"\n") {
+			t.Errorf("%s lacks the row of %s (block %s; make config-doc):\n%s", path, v.Name(), v.Group(), row)
+		}
+	}
+}
