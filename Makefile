@@ -58,6 +58,11 @@ build: ## Build the four services and pulsectl into bin/
 	go build -o bin/ $(MODULE)/services/ingest $(MODULE)/services/aggregator \
 		$(MODULE)/services/history $(MODULE)/services/query $(MODULE)/cmd/pulsectl
 
+.PHONY: config-doc
+config-doc: ## Rewrite README.md's configuration tables from the services' tables in code
+	go test -count=1 -p 1 -run '^TestREADMEDocuments(Shared|Service)Variables$$' \
+		$(MODULE)/pkg/config $(MODULE)/services/... -args -update-readme
+
 fmt: ## Format all Go code
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
 

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // Defaults used for zero fields of Config.
@@ -39,6 +42,9 @@ var consistencies = map[string]gocql.Consistency{
 	"EACH_QUORUM":  gocql.EachQuorum,
 	"LOCAL_ONE":    gocql.LocalOne,
 }
+
+// consistencyNames are the keys of consistencies in the order errors list them.
+var consistencyNames = []string{"ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"}
 
 // keyspaceRE matches the keyspace names Pulse accepts: unquoted CQL identifiers, which
 // Cassandra folds to lower case, so upper case is refused rather than silently changed.
@@ -65,6 +71,29 @@ type Config struct {
 	// Username and Password enable PasswordAuthenticator when Username is set.
 	Username string
 	Password string
+}
+
+// Vars are the Cassandra rows of a service's configuration table, defaulting to the
+// local stack. They check what Validate checks of each field; a Password without a
+// Username involves two variables and is the service's to check.
+func Vars(c *Config) []*config.Var {
+	return config.Group("cassandra",
+		config.List(&c.Hosts, "PULSE_CASSANDRA_HOSTS", []string{"127.0.0.1"},
+			"contact points, comma-separated; the driver discovers the rest of the ring", config.NotEmpty),
+		config.Int(&c.Port, "PULSE_CASSANDRA_PORT", ports.Cassandra, "CQL port of every node", config.Between(1, 65535)),
+		config.String(&c.Keyspace, "PULSE_CASSANDRA_KEYSPACE", "pulse", "keyspace of Pulse's tables", validKeyspace),
+		config.String(&c.Consistency, "PULSE_CASSANDRA_CONSISTENCY", DefaultConsistency,
+			"consistency level of every read and write", config.OneOf(consistencyNames...)),
+		config.Duration(&c.Timeout, "PULSE_CASSANDRA_TIMEOUT", 5*time.Second, "bounds each request", config.Positive),
+		config.Duration(&c.ConnectTimeout, "PULSE_CASSANDRA_CONNECT_TIMEOUT", DefaultConnectTimeout,
+			"bounds dialling a node and the handshake; 0: 5s", config.NotNegative),
+		config.String(&c.Username, "PULSE_CASSANDRA_USERNAME", "", "user of Cassandra's PasswordAuthenticator; empty: no authentication"),
+		config.String(&c.Password, "PULSE_CASSANDRA_PASSWORD", "", "that user's password").Secret(),
+	)
+}
+
+func validKeyspace(name string) (string, bool) {
+	return "want a lower-case letter, then up to 47 lower-case letters, digits or underscores", ValidKeyspace(name)
 }
 
 // withDefaults returns c with its zero fields filled in.
@@ -103,7 +132,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("cassandra Keyspace: %q is not a valid keyspace name (lower-case letter, then up to 47 lower-case letters, digits or underscores)", c.Keyspace))
 	}
 	if _, ok := consistencies[strings.ToUpper(c.Consistency)]; !ok {
-		errs = append(errs, fmt.Errorf("cassandra Consistency: unknown level %q (want one of ONE, TWO, THREE, QUORUM, ALL, LOCAL_QUORUM, EACH_QUORUM, LOCAL_ONE)", c.Consistency))
+		errs = append(errs, fmt.Errorf("cassandra Consistency: unknown level %q (want one of %s)", c.Consistency, strings.Join(consistencyNames, ", ")))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("cassandra Timeout: %v is negative", c.Timeout))

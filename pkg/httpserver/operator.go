@@ -33,10 +33,23 @@ const (
 	ViewOperator = "operator"
 )
 
-// OperatorTokenFromEnv reads PULSE_OPERATOR_TOKEN; "" (the default) means no operator
-// access at all.
+// OperatorTokenVar is the operator token's row of a configuration table; "" (the
+// default) means no operator access at all.
+func OperatorTokenVar(token *string) *config.Var {
+	return config.String(token, OperatorTokenEnv, "",
+		"bearer token granting ?view=operator (invisible users shown as they are); empty: nobody",
+		config.Rule[string](validOperatorToken)).Secret()
+}
+
+// OperatorTokenFromEnv reads PULSE_OPERATOR_TOKEN through e, which collects a bad value.
 func OperatorTokenFromEnv(e *config.Env) string {
-	return e.String(OperatorTokenEnv, "")
+	var token string
+	e.Load(OperatorTokenVar(&token))
+	return token
+}
+
+func validOperatorToken(token string) (string, bool) {
+	return fmt.Sprintf("want empty or at least %d characters", minOperatorToken), ValidateOperatorToken(token) == nil
 }
 
 // ValidateOperatorToken refuses a token too short to be a secret.

@@ -5,7 +5,6 @@ package httpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,39 +36,34 @@ type Config struct {
 	PProf bool
 }
 
-// ConfigFromEnv reads PULSE_HTTP_* variables; defAddr is the service's own port.
-func ConfigFromEnv(e *config.Env, defAddr string) Config {
-	return Config{
-		Addr:              e.String("PULSE_HTTP_ADDR", defAddr),
-		ShutdownTimeout:   e.Duration("PULSE_SHUTDOWN_TIMEOUT", 15*time.Second),
-		ReadHeaderTimeout: e.Duration("PULSE_HTTP_READ_HEADER_TIMEOUT", 5*time.Second),
-		ReadTimeout:       e.Duration("PULSE_HTTP_READ_TIMEOUT", 30*time.Second),
-		WriteTimeout:      e.Duration("PULSE_HTTP_WRITE_TIMEOUT", 30*time.Second),
-		IdleTimeout:       e.Duration("PULSE_HTTP_IDLE_TIMEOUT", 120*time.Second),
-		CheckTimeout:      e.Duration("PULSE_READY_CHECK_TIMEOUT", 2*time.Second),
-		PProf:             e.Bool("PULSE_PPROF", false),
-	}
+// Vars are the HTTP rows of a service's configuration table; defAddr is the service's
+// own port.
+func Vars(c *Config, defAddr string) []*config.Var {
+	return config.Group("http",
+		config.String(&c.Addr, "PULSE_HTTP_ADDR", defAddr, "address the API, /healthz, /readyz and /metrics listen on",
+			config.HostPort).DocDefault("the service's port (Ports above)"),
+		config.Duration(&c.ShutdownTimeout, "PULSE_SHUTDOWN_TIMEOUT", 15*time.Second,
+			"how long in-flight requests (and the service's own draining) may take after SIGTERM", config.Positive),
+		config.Duration(&c.ReadHeaderTimeout, "PULSE_HTTP_READ_HEADER_TIMEOUT", 5*time.Second,
+			"longest wait for a request's headers", config.Positive),
+		config.Duration(&c.ReadTimeout, "PULSE_HTTP_READ_TIMEOUT", 30*time.Second,
+			"longest read of a whole request, body included", config.Positive),
+		config.Duration(&c.WriteTimeout, "PULSE_HTTP_WRITE_TIMEOUT", 30*time.Second,
+			"longest time from the end of a request's headers to the end of its answer", config.Positive),
+		config.Duration(&c.IdleTimeout, "PULSE_HTTP_IDLE_TIMEOUT", 120*time.Second,
+			"how long a keep-alive connection may wait for its next request", config.Positive),
+		config.Duration(&c.CheckTimeout, "PULSE_READY_CHECK_TIMEOUT", 2*time.Second,
+			"deadline of each dependency check of /readyz", config.Positive),
+		config.Bool(&c.PProf, "PULSE_PPROF", false,
+			"serve Go's profiles under /debug/pprof/ (they expose internals: keep off where the port is reachable)"),
+	)
 }
 
-// Validate names every setting that cannot work.
-func (c Config) Validate() error {
-	var errs []error
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		errs = append(errs, fmt.Errorf("PULSE_HTTP_ADDR=%q: want host:port: %w", c.Addr, err))
-	}
-	for name, d := range map[string]time.Duration{
-		"PULSE_SHUTDOWN_TIMEOUT":         c.ShutdownTimeout,
-		"PULSE_HTTP_READ_HEADER_TIMEOUT": c.ReadHeaderTimeout,
-		"PULSE_HTTP_READ_TIMEOUT":        c.ReadTimeout,
-		"PULSE_HTTP_WRITE_TIMEOUT":       c.WriteTimeout,
-		"PULSE_HTTP_IDLE_TIMEOUT":        c.IdleTimeout,
-		"PULSE_READY_CHECK_TIMEOUT":      c.CheckTimeout,
-	} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%v: must be positive", name, d))
-		}
-	}
-	return errors.Join(errs...)
+// ConfigFromEnv reads the HTTP rows (Vars) through e, which collects bad values.
+func ConfigFromEnv(e *config.Env, defAddr string) Config {
+	var c Config
+	e.Load(Vars(&c, defAddr)...)
+	return c
 }
 
 // Server is a service's HTTP server. Register routes on Echo before calling Run.

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // Topic names of the pipeline; docs/design.md (The flow) fixes them, deployments may prefix them.
@@ -48,39 +49,41 @@ type Config struct {
 	ChangesTopic string
 }
 
-// ConfigFromEnv reads PULSE_KAFKA_* variables.
-func ConfigFromEnv(e *config.Env, clientID string) Config {
-	return Config{
-		Brokers:        e.List("PULSE_KAFKA_BROKERS", []string{"127.0.0.1:19092"}),
-		ClientID:       e.String("PULSE_KAFKA_CLIENT_ID", clientID),
-		DialTimeout:    e.Duration("PULSE_KAFKA_DIAL_TIMEOUT", 5*time.Second),
-		RequestTimeout: e.Duration("PULSE_KAFKA_REQUEST_TIMEOUT", 10*time.Second),
-		RetryTimeout:   e.Duration("PULSE_KAFKA_RETRY_TIMEOUT", 30*time.Second),
-		FetchMaxWait:   e.Duration("PULSE_KAFKA_FETCH_MAX_WAIT", 500*time.Millisecond),
-		EventsTopic:    e.String("PULSE_TOPIC_EVENTS", DefaultEventsTopic),
-		ChangesTopic:   e.String("PULSE_TOPIC_CHANGES", DefaultChangesTopic),
-	}
+// Vars are the Kafka rows of a service's configuration table; clientID is the
+// service's default client id.
+func Vars(c *Config, clientID string) []*config.Var {
+	return config.Group("kafka",
+		config.List(&c.Brokers, "PULSE_KAFKA_BROKERS", []string{ports.LocalAddr(ports.Kafka)},
+			"seed brokers, comma-separated", config.NotEmpty),
+		config.String(&c.ClientID, "PULSE_KAFKA_CLIENT_ID", clientID,
+			"client id the brokers see (their logs, quotas, metrics)").DocDefault("`pulse-` and the service's name"),
+		config.Duration(&c.DialTimeout, "PULSE_KAFKA_DIAL_TIMEOUT", 5*time.Second,
+			"bounds opening a connection to a broker", config.Positive),
+		config.Duration(&c.RequestTimeout, "PULSE_KAFKA_REQUEST_TIMEOUT", 10*time.Second,
+			"bounds one request to a broker beyond the wait the request itself asks for", config.Positive),
+		config.Duration(&c.RetryTimeout, "PULSE_KAFKA_RETRY_TIMEOUT", 30*time.Second,
+			"how long a failing request is retried before its error is returned", config.Positive),
+		config.Duration(&c.FetchMaxWait, "PULSE_KAFKA_FETCH_MAX_WAIT", 500*time.Millisecond,
+			"longest wait of one fetch at the broker; bounds how long records can sit behind a fetch that did not return early",
+			config.Between(10*time.Millisecond, time.Minute)),
+		config.String(&c.EventsTopic, "PULSE_TOPIC_EVENTS", DefaultEventsTopic, "topic of every status event"),
+		config.String(&c.ChangesTopic, "PULSE_TOPIC_CHANGES", DefaultChangesTopic, "topic of every effective change; not the events topic"),
+	)
 }
 
-// Validate names the first setting that cannot work.
+// ConfigFromEnv reads the Kafka rows (Vars) through e, which collects bad values.
+func ConfigFromEnv(e *config.Env, clientID string) Config {
+	var c Config
+	e.Load(Vars(&c, clientID)...)
+	return c
+}
+
+// Validate names what no single variable's rules can see: the two topics must differ.
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("PULSE_KAFKA_BROKERS: at least one broker address is needed"))
-	}
-	if c.ClientID == "" {
-		errs = append(errs, errors.New("PULSE_KAFKA_CLIENT_ID: must not be empty"))
-	}
-	if c.DialTimeout <= 0 || c.RequestTimeout <= 0 || c.RetryTimeout <= 0 {
-		errs = append(errs, errors.New("PULSE_KAFKA_*_TIMEOUT: timeouts must be positive"))
-	}
-	if c.FetchMaxWait < 10*time.Millisecond || c.FetchMaxWait > time.Minute {
-		errs = append(errs, fmt.Errorf("PULSE_KAFKA_FETCH_MAX_WAIT=%v: want 10ms..1m", c.FetchMaxWait))
-	}
 	if c.EventsTopic == "" || c.ChangesTopic == "" || c.EventsTopic == c.ChangesTopic {
-		errs = append(errs, fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic))
+		return fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // NewClient returns a client for cfg that logs through logger and registers its

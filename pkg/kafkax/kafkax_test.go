@@ -1,6 +1,7 @@
 package kafkax
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -22,9 +23,10 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		"PULSE_KAFKA_BROKERS": " , ",
 		"PULSE_TOPIC_CHANGES": "presence.events",
 	}))
-	err := ConfigFromEnv(env, "x").Validate()
+	cfg := ConfigFromEnv(env, "x")
+	err := errors.Join(env.Err(), cfg.Validate())
 	if err == nil {
-		t.Fatal("Validate = nil for no brokers and equal topics")
+		t.Fatal("no error for no brokers and equal topics")
 	}
 	for _, want := range []string{"PULSE_KAFKA_BROKERS", "PULSE_TOPIC_CHANGES"} {
 		if !strings.Contains(err.Error(), want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // Config is how a service reaches Redis. One address means a single server; several
@@ -26,35 +27,33 @@ type Config struct {
 	PoolSize     int
 }
 
-// ConfigFromEnv reads PULSE_REDIS_* variables.
-func ConfigFromEnv(e *config.Env) Config {
-	return Config{
-		Addrs:        e.List("PULSE_REDIS_ADDR", []string{"127.0.0.1:16379"}),
-		Password:     e.String("PULSE_REDIS_PASSWORD", ""),
-		DB:           e.Int("PULSE_REDIS_DB", 0),
-		DialTimeout:  e.Duration("PULSE_REDIS_DIAL_TIMEOUT", 2*time.Second),
-		ReadTimeout:  e.Duration("PULSE_REDIS_READ_TIMEOUT", time.Second),
-		WriteTimeout: e.Duration("PULSE_REDIS_WRITE_TIMEOUT", time.Second),
-		PoolSize:     e.Int("PULSE_REDIS_POOL_SIZE", 0),
-	}
+// Vars are the Redis rows of a service's configuration table.
+func Vars(c *Config) []*config.Var {
+	return config.Group("redis",
+		config.List(&c.Addrs, "PULSE_REDIS_ADDR", []string{ports.LocalAddr(ports.Redis)},
+			"one address: a single Redis; several, comma-separated: seed nodes of a Redis Cluster", config.NotEmpty),
+		config.String(&c.Password, "PULSE_REDIS_PASSWORD", "", "password of Redis's AUTH; empty: none").Secret(),
+		config.Int(&c.DB, "PULSE_REDIS_DB", 0, "database number of a single Redis; a cluster has only 0"),
+		config.Duration(&c.DialTimeout, "PULSE_REDIS_DIAL_TIMEOUT", 2*time.Second, "bounds opening a connection", config.Positive),
+		config.Duration(&c.ReadTimeout, "PULSE_REDIS_READ_TIMEOUT", time.Second, "bounds reading one reply", config.Positive),
+		config.Duration(&c.WriteTimeout, "PULSE_REDIS_WRITE_TIMEOUT", time.Second, "bounds writing one command", config.Positive),
+		config.Int(&c.PoolSize, "PULSE_REDIS_POOL_SIZE", 0, "connections per node; 0: go-redis's default, 10 per CPU", config.NotNegative),
+	)
 }
 
-// Validate names every setting that cannot work.
+// ConfigFromEnv reads the Redis rows (Vars) through e, which collects bad values.
+func ConfigFromEnv(e *config.Env) Config {
+	var c Config
+	e.Load(Vars(&c)...)
+	return c
+}
+
+// Validate names what no single variable's rules can see: a database number on a cluster.
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.Addrs) == 0 {
-		errs = append(errs, errors.New("PULSE_REDIS_ADDR: at least one address is needed"))
-	}
 	if len(c.Addrs) > 1 && c.DB != 0 {
-		errs = append(errs, errors.New("PULSE_REDIS_DB: Redis Cluster has only database 0"))
+		return errors.New("PULSE_REDIS_DB: Redis Cluster has only database 0")
 	}
-	if c.DialTimeout <= 0 || c.ReadTimeout <= 0 || c.WriteTimeout <= 0 {
-		errs = append(errs, errors.New("PULSE_REDIS_*_TIMEOUT: timeouts must be positive"))
-	}
-	if c.PoolSize < 0 {
-		errs = append(errs, errors.New("PULSE_REDIS_POOL_SIZE: must not be negative"))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // LogValue masks the password in start-up logs.

@@ -8,6 +8,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/ports"
 	"github.com/pulse-presence/pulse/pkg/redisx"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
@@ -64,74 +65,63 @@ type Config struct {
 	StateBuckets int
 }
 
+// vars is pulse-aggregator's configuration table, bound to c: every variable it reads.
+func (c *Config) vars() []*config.Var {
+	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Aggregator))
+	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-aggregator")...)
+	vars = append(vars, redisx.Vars(&c.Redis)...)
+	return append(vars, config.Group("aggregator",
+		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key of Pulse's state"),
+		config.String(&c.Group, "PULSE_AGGREGATOR_GROUP", "pulse-aggregator",
+			"Kafka consumer group; every aggregator of a deployment shares it, so each partition has one owner"),
+		config.Duration(&c.Window, "PULSE_AGGREGATOR_WINDOW", 100*time.Millisecond,
+			"longest a partition's records are folded before they are written",
+			config.Between(time.Millisecond, 10*time.Second)),
+		config.Duration(&c.MinWindow, "PULSE_AGGREGATOR_MIN_WINDOW", 20*time.Millisecond,
+			"a window open this long is written as soon as no more records wait, so a quiet partition's events are readable within it plus one write; under load windows grow towards PULSE_AGGREGATOR_WINDOW, which it may not exceed",
+			config.NotNegative),
+		config.Int(&c.MaxWindowRecords, "PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000,
+			"most events of one window, which is written early when full", config.Positive),
+		config.Duration(&c.DedupeHorizon, "PULSE_DEDUPE_HORIZON", 10*time.Minute, "how long an event id is remembered",
+			config.AtLeast(time.Second)),
+		config.Duration(&c.OpTimeout, "PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second,
+			"deadline of each Redis or Kafka call of a window (retried)", config.Positive),
+		config.Duration(&c.CommitInterval, "PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second,
+			"how often a partition's offset is committed (always on revoke and shutdown)", config.NotNegative),
+		config.Int(&c.QueueBatches, "PULSE_AGGREGATOR_QUEUE_BATCHES", 32, "polled batches queued per partition",
+			config.Positive),
+		config.Duration(&c.SessionTimeout, "PULSE_AGGREGATOR_SESSION_TIMEOUT", 45*time.Second,
+			"how long the group waits for a silent aggregator before its partitions move to the others",
+			config.AtLeast(6*time.Second).Want("want at least 6s: Kafka's brokers refuse less")),
+		config.Duration(&c.RevokeTimeout, "PULSE_AGGREGATOR_REVOKE_TIMEOUT", 10*time.Second,
+			"longest a revoked partition (rebalance, shutdown) takes to write and commit its open window; below PULSE_SHUTDOWN_TIMEOUT",
+			config.Positive),
+		config.String(&c.InstanceID, "PULSE_AGGREGATOR_INSTANCE_ID", "",
+			"static group member id (a pod name): a restarted aggregator takes its partitions back without a rebalance; empty: dynamic member"),
+		config.Duration(&c.OfflineAfter, "PULSE_OFFLINE_AFTER", 60*time.Second,
+			"a device that sent nothing this long goes offline", config.AtLeast(100*time.Millisecond)),
+		config.Duration(&c.IdleAfter, "PULSE_IDLE_AFTER", 5*time.Minute,
+			"an online user without activity this long goes idle", config.AtLeast(100*time.Millisecond)),
+		config.Int(&c.StateBuckets, "PULSE_STATE_BUCKETS", statestore.DefaultBuckets,
+			"Redis hashes holding user states, over all shards; fixed when the state is first built, about users ÷ 80 (docs/redis.md)",
+			config.Between(1, maxStateBuckets)),
+	)...)
+}
+
 func loadConfig(env *config.Env) (Config, error) {
-	cfg := Config{
-		HTTP:             httpserver.ConfigFromEnv(env, ":18082"),
-		Kafka:            kafkax.ConfigFromEnv(env, "pulse-aggregator"),
-		Redis:            redisx.ConfigFromEnv(env),
-		RedisPrefix:      env.String("PULSE_REDIS_PREFIX", "pulse"),
-		Group:            env.String("PULSE_AGGREGATOR_GROUP", "pulse-aggregator"),
-		Window:           env.Duration("PULSE_AGGREGATOR_WINDOW", 100*time.Millisecond),
-		MinWindow:        env.Duration("PULSE_AGGREGATOR_MIN_WINDOW", 20*time.Millisecond),
-		MaxWindowRecords: env.Int("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS", 20000),
-		DedupeHorizon:    env.Duration("PULSE_DEDUPE_HORIZON", 10*time.Minute),
-		OpTimeout:        env.Duration("PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second),
-		CommitInterval:   env.Duration("PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second),
-		QueueBatches:     env.Int("PULSE_AGGREGATOR_QUEUE_BATCHES", 32),
-		SessionTimeout:   env.Duration("PULSE_AGGREGATOR_SESSION_TIMEOUT", 45*time.Second),
-		RevokeTimeout:    env.Duration("PULSE_AGGREGATOR_REVOKE_TIMEOUT", 10*time.Second),
-		InstanceID:       env.String("PULSE_AGGREGATOR_INSTANCE_ID", ""),
-		OfflineAfter:     env.Duration("PULSE_OFFLINE_AFTER", 60*time.Second),
-		IdleAfter:        env.Duration("PULSE_IDLE_AFTER", 5*time.Minute),
-		StateBuckets:     env.Int("PULSE_STATE_BUCKETS", statestore.DefaultBuckets),
-	}
+	var cfg Config
+	env.Load(cfg.vars()...)
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
 
-// Validate reports every setting that cannot work.
+// Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.HTTP.Validate(), c.Kafka.Validate(), c.Redis.Validate()}
-	if c.Group == "" {
-		errs = append(errs, errors.New("PULSE_AGGREGATOR_GROUP: must not be empty"))
-	}
-	if c.RedisPrefix == "" {
-		errs = append(errs, errors.New("PULSE_REDIS_PREFIX: must not be empty"))
-	}
-	if c.Window < time.Millisecond || c.Window > 10*time.Second {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_WINDOW=%v: want 1ms..10s", c.Window))
-	}
-	if c.MinWindow < 0 || c.MinWindow > c.Window {
+	errs := []error{c.Kafka.Validate(), c.Redis.Validate()}
+	if c.MinWindow > c.Window {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MIN_WINDOW=%v: want 0..PULSE_AGGREGATOR_WINDOW (%v)", c.MinWindow, c.Window))
 	}
-	if c.MaxWindowRecords < 1 {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MAX_WINDOW_EVENTS=%d: must be positive", c.MaxWindowRecords))
-	}
-	if c.DedupeHorizon < time.Second {
-		errs = append(errs, fmt.Errorf("PULSE_DEDUPE_HORIZON=%v: want at least 1s", c.DedupeHorizon))
-	}
-	if c.OfflineAfter < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("PULSE_OFFLINE_AFTER=%v: want at least 100ms", c.OfflineAfter))
-	}
-	if c.IdleAfter < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("PULSE_IDLE_AFTER=%v: want at least 100ms", c.IdleAfter))
-	}
-	if c.CommitInterval < 0 {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_COMMIT_INTERVAL=%v: must not be negative", c.CommitInterval))
-	}
-	if c.QueueBatches < 1 {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_QUEUE_BATCHES=%d: must be positive", c.QueueBatches))
-	}
-	if c.RevokeTimeout <= 0 || c.RevokeTimeout >= c.HTTP.ShutdownTimeout {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_REVOKE_TIMEOUT=%v: want more than 0 and less than PULSE_SHUTDOWN_TIMEOUT (%v), so a shutdown ends in time", c.RevokeTimeout, c.HTTP.ShutdownTimeout))
-	}
-	if c.SessionTimeout < 6*time.Second {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_SESSION_TIMEOUT=%v: Kafka's brokers refuse less than 6s", c.SessionTimeout))
-	}
-	if c.OpTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_OP_TIMEOUT=%v: must be positive", c.OpTimeout))
-	}
-	if c.StateBuckets < 1 || c.StateBuckets > maxStateBuckets {
-		errs = append(errs, fmt.Errorf("PULSE_STATE_BUCKETS=%d: want 1..%d", c.StateBuckets, maxStateBuckets))
+	if c.RevokeTimeout >= c.HTTP.ShutdownTimeout {
+		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_REVOKE_TIMEOUT=%v: want less than PULSE_SHUTDOWN_TIMEOUT (%v), so a shutdown ends in time", c.RevokeTimeout, c.HTTP.ShutdownTimeout))
 	}
 	return errors.Join(errs...)
 }

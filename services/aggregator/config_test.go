@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/config/configtest"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -36,5 +38,37 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+}
+
+// The table is sound and README.md documents every row of it (make config-doc).
+func TestREADMEDocumentsServiceVariables(t *testing.T) {
+	vars := new(Config).vars()
+	configtest.Table(t, vars)
+	configtest.README(t, "../../README.md", vars, "aggregator")
+}
+
+// -help lists every variable the service reads, logging's first, once each.
+func TestHelpListsEveryVariable(t *testing.T) {
+	vars := new(Config).vars()
+	var b strings.Builder
+	if err := app.Help(&b, "aggregator", vars); err != nil {
+		t.Fatal(err)
+	}
+	help := b.String()
+	names := []string{"PULSE_LOG_LEVEL", "PULSE_LOG_FORMAT"}
+	for _, v := range vars {
+		names = append(names, v.Name())
+	}
+	for _, name := range names {
+		if strings.Count(help, "\n  "+name+" (") != 1 {
+			t.Errorf("help lists %s %d times, want once", name, strings.Count(help, "\n  "+name+" ("))
+		}
+	}
+	if got := strings.Count(help, "\n  PULSE_"); got != len(names) {
+		t.Errorf("help lists %d variables, want %d", got, len(names))
+	}
+	if !strings.Contains(help, "\n  PULSE_AGGREGATOR_REVOKE_TIMEOUT (default 10s)\n") {
+		t.Errorf("help lacks %q:\n%s", "PULSE_AGGREGATOR_REVOKE_TIMEOUT (default 10s)", help)
 	}
 }

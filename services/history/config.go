@@ -9,6 +9,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // Config is everything pulse-history reads at start.
@@ -55,77 +56,52 @@ type Config struct {
 	RebuildTimeout time.Duration
 }
 
+// vars is pulse-history's configuration table, bound to c: every variable it reads.
+func (c *Config) vars() []*config.Var {
+	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.History))
+	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-history")...)
+	vars = append(vars, cassx.Vars(&c.Cassandra)...)
+	return append(vars, config.Group("history",
+		config.String(&c.Group, "PULSE_HISTORY_GROUP", "pulse-history", "Kafka consumer group shared by every history writer"),
+		config.Duration(&c.Horizon, "PULSE_HISTORY_HORIZON", 10*time.Minute,
+			"log time each partition remembers to drop duplicate event ids and flag stale events; at least 2 × PULSE_INGEST_MAX_SKEW"),
+		config.Duration(&c.MaxSkew, "PULSE_INGEST_MAX_SKEW", 5*time.Minute,
+			"ingest's setting, read to check PULSE_HISTORY_HORIZON against it", config.Positive),
+		config.Int(&c.WriteConcurrency, "PULSE_HISTORY_WRITE_CONCURRENCY", 64,
+			"Cassandra writes in flight across all partitions", config.Positive),
+		config.Int(&c.MaxBatchStatements, "PULSE_HISTORY_MAX_BATCH_STATEMENTS", 100,
+			"most statements of one partition key per Cassandra request", config.Positive),
+		config.Int(&c.BatchPartitions, "PULSE_HISTORY_BATCH_PARTITIONS", 50,
+			"partition keys per Cassandra request (one unlogged batch). Packing keys suits clusters where every node holds every partition (one node; three nodes with replication factor 3); set 1 on rings larger than the replication factor",
+			config.Positive),
+		config.Int(&c.MaxPollRecords, "PULSE_HISTORY_MAX_POLL_RECORDS", 5000, "most records of one poll", config.Positive),
+		config.Int(&c.QueueBatches, "PULSE_HISTORY_QUEUE_BATCHES", 4, "polled batches queued per partition", config.Positive),
+		config.Duration(&c.CommitInterval, "PULSE_HISTORY_COMMIT_INTERVAL", time.Second,
+			"least time between two offset commits of a partition; 0: after every batch", config.NotNegative),
+		config.Duration(&c.RevokeTimeout, "PULSE_HISTORY_REVOKE_TIMEOUT", 10*time.Second,
+			"bounds draining a partition's writes on revoke or shutdown", config.Positive),
+		config.Duration(&c.SessionTimeout, "PULSE_HISTORY_SESSION_TIMEOUT", 45*time.Second,
+			"how long the group waits for a silent history writer before its partitions move to the others; within the brokers' group session bounds",
+			config.Positive),
+		config.Duration(&c.RebuildTimeout, "PULSE_HISTORY_REBUILD_TIMEOUT", 2*time.Minute,
+			"bounds one attempt to re-read a partition's horizon from the log", config.Positive),
+	)...)
+}
+
 func loadConfig(env *config.Env) (Config, error) {
-	cfg := Config{
-		HTTP:  httpserver.ConfigFromEnv(env, ":18083"),
-		Kafka: kafkax.ConfigFromEnv(env, "pulse-history"),
-		Cassandra: cassx.Config{
-			Hosts:          env.List("PULSE_CASSANDRA_HOSTS", []string{"127.0.0.1"}),
-			Port:           env.Int("PULSE_CASSANDRA_PORT", 19042),
-			Keyspace:       env.String("PULSE_CASSANDRA_KEYSPACE", "pulse"),
-			Consistency:    env.String("PULSE_CASSANDRA_CONSISTENCY", "LOCAL_QUORUM"),
-			Timeout:        env.Duration("PULSE_CASSANDRA_TIMEOUT", 5*time.Second),
-			ConnectTimeout: env.Duration("PULSE_CASSANDRA_CONNECT_TIMEOUT", 5*time.Second),
-			Username:       env.String("PULSE_CASSANDRA_USERNAME", ""),
-			Password:       env.String("PULSE_CASSANDRA_PASSWORD", ""),
-		},
-		Group:              env.String("PULSE_HISTORY_GROUP", "pulse-history"),
-		Horizon:            env.Duration("PULSE_HISTORY_HORIZON", 10*time.Minute),
-		MaxSkew:            env.Duration("PULSE_INGEST_MAX_SKEW", 5*time.Minute),
-		WriteConcurrency:   env.Int("PULSE_HISTORY_WRITE_CONCURRENCY", 64),
-		MaxBatchStatements: env.Int("PULSE_HISTORY_MAX_BATCH_STATEMENTS", 100),
-		BatchPartitions:    env.Int("PULSE_HISTORY_BATCH_PARTITIONS", 50),
-		MaxPollRecords:     env.Int("PULSE_HISTORY_MAX_POLL_RECORDS", 5000),
-		QueueBatches:       env.Int("PULSE_HISTORY_QUEUE_BATCHES", 4),
-		CommitInterval:     env.Duration("PULSE_HISTORY_COMMIT_INTERVAL", time.Second),
-		RevokeTimeout:      env.Duration("PULSE_HISTORY_REVOKE_TIMEOUT", 10*time.Second),
-		SessionTimeout:     env.Duration("PULSE_HISTORY_SESSION_TIMEOUT", 45*time.Second),
-		RebuildTimeout:     env.Duration("PULSE_HISTORY_REBUILD_TIMEOUT", 2*time.Minute),
-	}
+	var cfg Config
+	env.Load(cfg.vars()...)
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
 
-// Validate reports every setting that cannot work.
+// Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.HTTP.Validate(), c.Kafka.Validate()}
-	if err := c.Cassandra.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("PULSE_CASSANDRA_*: %w", err))
-	}
-	if c.Cassandra.Keyspace == "" {
-		errs = append(errs, errors.New("PULSE_CASSANDRA_KEYSPACE: must not be empty"))
-	}
-	if c.Group == "" {
-		errs = append(errs, errors.New("PULSE_HISTORY_GROUP: must not be empty"))
-	}
-	if c.MaxSkew <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_INGEST_MAX_SKEW=%v: must be positive", c.MaxSkew))
+	errs := []error{c.Kafka.Validate()}
+	if c.Cassandra.Username == "" && c.Cassandra.Password != "" {
+		errs = append(errs, errors.New("PULSE_CASSANDRA_USERNAME: empty while PULSE_CASSANDRA_PASSWORD is set; the driver authenticates with Username and Password together"))
 	}
 	if c.Horizon < 2*c.MaxSkew {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_HORIZON=%v: must be at least 2×PULSE_INGEST_MAX_SKEW (%v), or events made stale by an event received up to that long before would not be flagged", c.Horizon, 2*c.MaxSkew))
-	}
-	for name, n := range map[string]int{
-		"PULSE_HISTORY_WRITE_CONCURRENCY":    c.WriteConcurrency,
-		"PULSE_HISTORY_MAX_BATCH_STATEMENTS": c.MaxBatchStatements,
-		"PULSE_HISTORY_BATCH_PARTITIONS":     c.BatchPartitions,
-		"PULSE_HISTORY_MAX_POLL_RECORDS":     c.MaxPollRecords,
-		"PULSE_HISTORY_QUEUE_BATCHES":        c.QueueBatches,
-	} {
-		if n < 1 {
-			errs = append(errs, fmt.Errorf("%s=%d: must be positive", name, n))
-		}
-	}
-	if c.CommitInterval < 0 {
-		errs = append(errs, fmt.Errorf("PULSE_HISTORY_COMMIT_INTERVAL=%v: must not be negative", c.CommitInterval))
-	}
-	for name, d := range map[string]time.Duration{
-		"PULSE_HISTORY_REVOKE_TIMEOUT":  c.RevokeTimeout,
-		"PULSE_HISTORY_SESSION_TIMEOUT": c.SessionTimeout,
-		"PULSE_HISTORY_REBUILD_TIMEOUT": c.RebuildTimeout,
-		"PULSE_CASSANDRA_TIMEOUT":       c.Cassandra.Timeout,
-	} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%v: must be positive", name, d))
-		}
 	}
 	return errors.Join(errs...)
 }

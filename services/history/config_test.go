@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/config/configtest"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -64,5 +66,37 @@ func TestLoadConfigHorizonCoversSkew(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to name %s", err, want)
 		}
+	}
+}
+
+// The table is sound and README.md documents every row of it (make config-doc).
+func TestREADMEDocumentsServiceVariables(t *testing.T) {
+	vars := new(Config).vars()
+	configtest.Table(t, vars)
+	configtest.README(t, "../../README.md", vars, "history")
+}
+
+// -help lists every variable the service reads, logging's first, once each.
+func TestHelpListsEveryVariable(t *testing.T) {
+	vars := new(Config).vars()
+	var b strings.Builder
+	if err := app.Help(&b, "history", vars); err != nil {
+		t.Fatal(err)
+	}
+	help := b.String()
+	names := []string{"PULSE_LOG_LEVEL", "PULSE_LOG_FORMAT"}
+	for _, v := range vars {
+		names = append(names, v.Name())
+	}
+	for _, name := range names {
+		if strings.Count(help, "\n  "+name+" (") != 1 {
+			t.Errorf("help lists %s %d times, want once", name, strings.Count(help, "\n  "+name+" ("))
+		}
+	}
+	if got := strings.Count(help, "\n  PULSE_"); got != len(names) {
+		t.Errorf("help lists %d variables, want %d", got, len(names))
+	}
+	if !strings.Contains(help, "\n  PULSE_CASSANDRA_PASSWORD (secret, no default)\n") {
+		t.Errorf("help lacks %q:\n%s", "PULSE_CASSANDRA_PASSWORD (secret, no default)", help)
 	}
 }

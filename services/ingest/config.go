@@ -8,6 +8,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // Config is everything pulse-ingest reads at start.
@@ -29,38 +30,36 @@ type Config struct {
 // minBody is the smallest body limit that still fits a full single event.
 const minBody = 1024
 
+// vars is pulse-ingest's configuration table, bound to c: every variable it reads.
+func (c *Config) vars() []*config.Var {
+	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Ingest))
+	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-ingest")...)
+	return append(vars, config.Group("ingest",
+		config.Duration(&c.AckTimeout, "PULSE_INGEST_ACK_TIMEOUT", 5*time.Second,
+			"longest wait for Kafka's acknowledgement before a 503; below PULSE_HTTP_WRITE_TIMEOUT and PULSE_SHUTDOWN_TIMEOUT",
+			config.Positive),
+		config.Duration(&c.MaxSkew, "PULSE_INGEST_MAX_SKEW", 5*time.Minute,
+			"how far an event's occurredAt may be from the server clock, either way", config.Positive),
+		config.Int64(&c.MaxBody, "PULSE_INGEST_MAX_BODY", 1<<20, "largest request body in bytes; larger gets a 413",
+			config.AtLeast[int64](minBody).Want(fmt.Sprintf("must be at least %d bytes", minBody))),
+		config.Int(&c.MaxBatch, "PULSE_INGEST_MAX_BATCH", 1000, "most events one POST /v1/events may carry", config.Positive),
+	)...)
+}
+
 func loadConfig(env *config.Env) (Config, error) {
-	cfg := Config{
-		HTTP:       httpserver.ConfigFromEnv(env, ":18080"),
-		Kafka:      kafkax.ConfigFromEnv(env, "pulse-ingest"),
-		AckTimeout: env.Duration("PULSE_INGEST_ACK_TIMEOUT", 5*time.Second),
-		MaxSkew:    env.Duration("PULSE_INGEST_MAX_SKEW", 5*time.Minute),
-		MaxBody:    int64(env.Int("PULSE_INGEST_MAX_BODY", 1<<20)),
-		MaxBatch:   env.Int("PULSE_INGEST_MAX_BATCH", 1000),
-	}
+	var cfg Config
+	env.Load(cfg.vars()...)
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
 
-// Validate reports every setting that cannot work.
+// Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.HTTP.Validate(), c.Kafka.Validate()}
-	if c.AckTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_INGEST_ACK_TIMEOUT=%v: must be positive", c.AckTimeout))
-	}
+	errs := []error{c.Kafka.Validate()}
 	// A request waits up to the ack timeout before it answers; the answer must still
 	// be writable, and a shutdown must still let it finish.
 	if c.AckTimeout >= c.HTTP.WriteTimeout || c.AckTimeout >= c.HTTP.ShutdownTimeout {
 		errs = append(errs, fmt.Errorf("PULSE_INGEST_ACK_TIMEOUT=%v: must be below PULSE_HTTP_WRITE_TIMEOUT (%v) and PULSE_SHUTDOWN_TIMEOUT (%v)",
 			c.AckTimeout, c.HTTP.WriteTimeout, c.HTTP.ShutdownTimeout))
-	}
-	if c.MaxSkew <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_INGEST_MAX_SKEW=%v: must be positive", c.MaxSkew))
-	}
-	if c.MaxBody < minBody {
-		errs = append(errs, fmt.Errorf("PULSE_INGEST_MAX_BODY=%d: must be at least %d bytes", c.MaxBody, minBody))
-	}
-	if c.MaxBatch <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_INGEST_MAX_BATCH=%d: must be positive", c.MaxBatch))
 	}
 	return errors.Join(errs...)
 }

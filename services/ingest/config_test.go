@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/config/configtest"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {
@@ -73,5 +75,37 @@ func TestLoadConfigWantsAckTimeoutBelowHTTPTimeouts(t *testing.T) {
 	want := "PULSE_INGEST_ACK_TIMEOUT=20s: must be below PULSE_HTTP_WRITE_TIMEOUT (30s) and PULSE_SHUTDOWN_TIMEOUT (15s)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v, want %q", err, want)
+	}
+}
+
+// The table is sound and README.md documents every row of it (make config-doc).
+func TestREADMEDocumentsServiceVariables(t *testing.T) {
+	vars := new(Config).vars()
+	configtest.Table(t, vars)
+	configtest.README(t, "../../README.md", vars, "ingest")
+}
+
+// -help lists every variable the service reads, logging's first, once each.
+func TestHelpListsEveryVariable(t *testing.T) {
+	vars := new(Config).vars()
+	var b strings.Builder
+	if err := app.Help(&b, "ingest", vars); err != nil {
+		t.Fatal(err)
+	}
+	help := b.String()
+	names := []string{"PULSE_LOG_LEVEL", "PULSE_LOG_FORMAT"}
+	for _, v := range vars {
+		names = append(names, v.Name())
+	}
+	for _, name := range names {
+		if strings.Count(help, "\n  "+name+" (") != 1 {
+			t.Errorf("help lists %s %d times, want once", name, strings.Count(help, "\n  "+name+" ("))
+		}
+	}
+	if got := strings.Count(help, "\n  PULSE_"); got != len(names) {
+		t.Errorf("help lists %d variables, want %d", got, len(names))
+	}
+	if !strings.Contains(help, "\n  PULSE_INGEST_ACK_TIMEOUT (default 5s)\n") {
+		t.Errorf("help lacks %q:\n%s", "PULSE_INGEST_ACK_TIMEOUT (default 5s)", help)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/ports"
 	"github.com/pulse-presence/pulse/pkg/redisx"
 )
 
@@ -68,88 +69,72 @@ type FeedConfig struct {
 	Origins []string
 }
 
+// vars is pulse-query's configuration table, bound to c: every variable it reads.
+func (c *Config) vars() []*config.Var {
+	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Query))
+	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-query")...)
+	vars = append(vars, redisx.Vars(&c.Redis)...)
+	f := &c.Feed
+	return append(vars, config.Group("query",
+		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key; the aggregator's setting"),
+		config.Duration(&c.ReadTimeout, "PULSE_QUERY_READ_TIMEOUT", time.Second, "bounds a request's Redis work", config.Positive),
+		config.Int(&c.MaxBatch, "PULSE_QUERY_MAX_BATCH", 1000, "most user ids of one POST /statuses", config.Between(1, 100000)),
+		config.Int64(&c.MaxBody, "PULSE_QUERY_MAX_BODY", 1<<20, "largest request body in bytes", config.AtLeast[int64](1024)),
+		config.Duration(&c.Counts.Interval, "PULSE_QUERY_COUNTS_INTERVAL", 100*time.Millisecond,
+			"GET /v1/online/count answers from a read refreshed this often in the background; 0: a read per request",
+			config.NotNegative),
+		config.Duration(&c.Counts.MaxAge, "PULSE_QUERY_COUNTS_MAX_AGE", time.Second,
+			"oldest background read a count is answered from; at least PULSE_QUERY_COUNTS_INTERVAL"),
+		httpserver.OperatorTokenVar(&c.OperatorToken),
+		config.Int(&f.QueueSize, "PULSE_FEED_QUEUE_SIZE", 1024,
+			"changes waiting for one feed connection; a connection whose queue fills is closed as a slow consumer",
+			config.Between(1, 1_000_000)),
+		config.Int(&f.ReplayBuffer, "PULSE_FEED_REPLAY_BUFFER", 65536, "recent changes kept in memory for resumes",
+			config.Between(0, 10_000_000)),
+		config.Int(&f.DedupeLookback, "PULSE_FEED_DEDUPE_LOOKBACK", 1000,
+			"records per partition before a resume position read to recognise re-produced changes after it",
+			config.Between(0, 1_000_000)),
+		config.Int(&f.MaxUsers, "PULSE_FEED_MAX_USERS", 10000, "most users one feed connection watches",
+			config.Between(1, 1_000_000)),
+		config.Duration(&f.PingInterval, "PULSE_FEED_PING_INTERVAL", 25*time.Second,
+			"how often a feed connection gets a ping (WebSocket ping frame, SSE comment), so proxies keep it open",
+			config.Between(time.Second, 10*time.Minute)),
+		config.Duration(&f.WriteTimeout, "PULSE_FEED_WRITE_TIMEOUT", 10*time.Second,
+			"bounds one write to a feed client; a client that does not take a message in time is disconnected", config.Positive),
+		config.Duration(&f.SnapshotTimeout, "PULSE_FEED_SNAPSHOT_TIMEOUT", 5*time.Second,
+			"bounds a feed snapshot's state read", config.Positive),
+		config.Duration(&f.CatchUpTimeout, "PULSE_FEED_CATCH_UP_TIMEOUT", 5*time.Second,
+			"how long a resume waits for this instance to reach a cursor another instance issued", config.Positive),
+		config.Int(&f.MaxLogReplays, "PULSE_FEED_MAX_LOG_REPLAYS", 8, "most resumes reading Kafka at the same time",
+			config.Between(1, 1000)),
+		config.List(&f.Origins, "PULSE_FEED_ORIGINS", nil,
+			"host patterns (path.Match) of web pages allowed to open a WebSocket, comma-separated; empty: same-origin pages only (clients without Origin are always allowed)",
+			validOrigins),
+	)...)
+}
+
+// validOrigins wants every pattern to be one path.Match can use.
+func validOrigins(patterns []string) (string, bool) {
+	for _, p := range patterns {
+		if _, err := path.Match(p, ""); err != nil {
+			return "want path.Match patterns", false
+		}
+	}
+	return "want path.Match patterns", true
+}
+
 func loadConfig(env *config.Env) (Config, error) {
-	cfg := Config{
-		HTTP:        httpserver.ConfigFromEnv(env, ":18081"),
-		Redis:       redisx.ConfigFromEnv(env),
-		RedisPrefix: env.String("PULSE_REDIS_PREFIX", "pulse"),
-		ReadTimeout: env.Duration("PULSE_QUERY_READ_TIMEOUT", time.Second),
-		MaxBatch:    env.Int("PULSE_QUERY_MAX_BATCH", 1000),
-		MaxBody:     int64(env.Int("PULSE_QUERY_MAX_BODY", 1<<20)),
-	}
-	cfg.Counts = countcache.Config{
-		Interval: env.Duration("PULSE_QUERY_COUNTS_INTERVAL", 100*time.Millisecond),
-		MaxAge:   env.Duration("PULSE_QUERY_COUNTS_MAX_AGE", time.Second),
-		Timeout:  cfg.ReadTimeout,
-	}
-	cfg.OperatorToken = httpserver.OperatorTokenFromEnv(env)
-	cfg.Kafka = kafkax.ConfigFromEnv(env, "pulse-query")
-	cfg.Feed = FeedConfig{
-		QueueSize:       env.Int("PULSE_FEED_QUEUE_SIZE", 1024),
-		ReplayBuffer:    env.Int("PULSE_FEED_REPLAY_BUFFER", 65536),
-		DedupeLookback:  env.Int("PULSE_FEED_DEDUPE_LOOKBACK", 1000),
-		MaxUsers:        env.Int("PULSE_FEED_MAX_USERS", 10000),
-		PingInterval:    env.Duration("PULSE_FEED_PING_INTERVAL", 25*time.Second),
-		WriteTimeout:    env.Duration("PULSE_FEED_WRITE_TIMEOUT", 10*time.Second),
-		SnapshotTimeout: env.Duration("PULSE_FEED_SNAPSHOT_TIMEOUT", 5*time.Second),
-		CatchUpTimeout:  env.Duration("PULSE_FEED_CATCH_UP_TIMEOUT", 5*time.Second),
-		MaxLogReplays:   env.Int("PULSE_FEED_MAX_LOG_REPLAYS", 8),
-		Origins:         env.List("PULSE_FEED_ORIGINS", nil),
-	}
+	var cfg Config
+	env.Load(cfg.vars()...)
+	cfg.Counts.Timeout = cfg.ReadTimeout
 	return cfg, errors.Join(env.Err(), cfg.Validate())
 }
 
-// Validate reports every setting that cannot work.
+// Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.HTTP.Validate(), c.Redis.Validate(), httpserver.ValidateOperatorToken(c.OperatorToken)}
-	if c.RedisPrefix == "" {
-		errs = append(errs, errors.New("PULSE_REDIS_PREFIX: must not be empty"))
-	}
-	if c.ReadTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("PULSE_QUERY_READ_TIMEOUT=%v: must be positive", c.ReadTimeout))
-	}
-	if c.MaxBatch < 1 || c.MaxBatch > 100000 {
-		errs = append(errs, fmt.Errorf("PULSE_QUERY_MAX_BATCH=%d: want 1..100000", c.MaxBatch))
-	}
-	if c.MaxBody < 1024 {
-		errs = append(errs, fmt.Errorf("PULSE_QUERY_MAX_BODY=%d: want at least 1024", c.MaxBody))
-	}
-	if err := c.Counts.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("PULSE_QUERY_COUNTS_INTERVAL=%v, PULSE_QUERY_COUNTS_MAX_AGE=%v: %w", c.Counts.Interval, c.Counts.MaxAge, err))
-	}
-	errs = append(errs, c.Kafka.Validate(), c.Feed.Validate())
-	return errors.Join(errs...)
-}
-
-// Validate reports every feed setting that cannot work.
-func (f FeedConfig) Validate() error {
-	var errs []error
-	intIn := func(name string, v, lo, hi int) {
-		if v < lo || v > hi {
-			errs = append(errs, fmt.Errorf("%s=%d: want %d..%d", name, v, lo, hi))
-		}
-	}
-	intIn("PULSE_FEED_QUEUE_SIZE", f.QueueSize, 1, 1_000_000)
-	intIn("PULSE_FEED_REPLAY_BUFFER", f.ReplayBuffer, 0, 10_000_000)
-	intIn("PULSE_FEED_DEDUPE_LOOKBACK", f.DedupeLookback, 0, 1_000_000)
-	intIn("PULSE_FEED_MAX_USERS", f.MaxUsers, 1, 1_000_000)
-	intIn("PULSE_FEED_MAX_LOG_REPLAYS", f.MaxLogReplays, 1, 1000)
-	if f.PingInterval < time.Second || f.PingInterval > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("PULSE_FEED_PING_INTERVAL=%v: want 1s..10m", f.PingInterval))
-	}
-	for name, d := range map[string]time.Duration{
-		"PULSE_FEED_WRITE_TIMEOUT":    f.WriteTimeout,
-		"PULSE_FEED_SNAPSHOT_TIMEOUT": f.SnapshotTimeout,
-		"PULSE_FEED_CATCH_UP_TIMEOUT": f.CatchUpTimeout,
-	} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%v: must be positive", name, d))
-		}
-	}
-	for _, o := range f.Origins {
-		if _, err := path.Match(o, ""); err != nil {
-			errs = append(errs, fmt.Errorf("PULSE_FEED_ORIGINS: pattern %q: %w", o, err))
-		}
+	errs := []error{c.Redis.Validate(), c.Kafka.Validate()}
+	if c.Counts.Interval > 0 && c.Counts.MaxAge < c.Counts.Interval {
+		errs = append(errs, fmt.Errorf("PULSE_QUERY_COUNTS_MAX_AGE=%v: want at least PULSE_QUERY_COUNTS_INTERVAL (%v)", c.Counts.MaxAge, c.Counts.Interval))
 	}
 	return errors.Join(errs...)
 }
