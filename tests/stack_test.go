@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // envOr returns the environment variable key, or def when it is unset or empty.
@@ -19,15 +21,15 @@ func envOr(key, def string) string {
 // Local-stack addresses: the services' own variables when set, else the stack's ports
 // (which deploy/local/stack.sh also reads, so a stack on other ports is found too).
 func kafkaBrokers() []string {
-	return strings.Split(envOr("PULSE_KAFKA_BROKERS", "127.0.0.1:"+envOr("PULSE_KAFKA_PORT", "19092")), ",")
+	return strings.Split(envOr("PULSE_KAFKA_BROKERS", "127.0.0.1:"+envOr("PULSE_KAFKA_PORT", strconv.Itoa(ports.Kafka))), ",")
 }
 
 func redisAddr() string {
-	return envOr("PULSE_REDIS_ADDR", "127.0.0.1:"+envOr("PULSE_REDIS_PORT", "16379"))
+	return envOr("PULSE_REDIS_ADDR", "127.0.0.1:"+envOr("PULSE_REDIS_PORT", strconv.Itoa(ports.Redis)))
 }
 
 func cassandraHost() string { return envOr("PULSE_CASSANDRA_HOSTS", "127.0.0.1") }
-func cassandraPort() string { return envOr("PULSE_CASSANDRA_PORT", "19042") }
+func cassandraPort() string { return envOr("PULSE_CASSANDRA_PORT", strconv.Itoa(ports.Cassandra)) }
 
 // partitions is what the stack created its topics with (PULSE_PARTITIONS, default 16).
 func partitions(t *testing.T) int {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	pulseports "github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // config is the parsed command line.
@@ -176,10 +177,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
 
 	cfg.ports = ports{
-		ingest: envInt("PULSE_INGEST_PORT", 18080), query: envInt("PULSE_QUERY_PORT", 18081),
-		aggregator: envInt("PULSE_AGGREGATOR_PORT", 18082), history: envInt("PULSE_HISTORY_PORT", 18083),
-		kafka: envInt("PULSE_KAFKA_PORT", 19092), redis: envInt("PULSE_REDIS_PORT", 16379),
-		cassandra: envInt("PULSE_CASSANDRA_PORT", 19042),
+		ingest: envInt("PULSE_INGEST_PORT", pulseports.Ingest), query: envInt("PULSE_QUERY_PORT", pulseports.Query),
+		aggregator: envInt("PULSE_AGGREGATOR_PORT", pulseports.Aggregator), history: envInt("PULSE_HISTORY_PORT", pulseports.History),
+		kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka), redis: envInt("PULSE_REDIS_PORT", pulseports.Redis),
+		cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
 	}
 	fs.StringVar(&cfg.keyspace, "keyspace", envString("PULSE_KEYSPACE", "pulse"), "Cassandra keyspace of the services bench starts")
 	fs.StringVar(&cfg.prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")

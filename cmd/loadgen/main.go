@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 func main() {
@@ -89,8 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintln(stderr, "usage: loadgen [flags]\n\nDrives open-loop load at Pulse's HTTP API; see `go doc ./cmd/loadgen`.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.ingestURL, "ingest", "http://127.0.0.1:18080", "ingest API base `URL`")
-	fs.StringVar(&cfg.queryURL, "query", "http://127.0.0.1:18081", "query API base `URL`")
+	fs.StringVar(&cfg.ingestURL, "ingest", ports.LocalURL(ports.Ingest), "ingest API base `URL`")
+	fs.StringVar(&cfg.queryURL, "query", ports.LocalURL(ports.Query), "query API base `URL`")
 	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "length of the measured run, after the warm-up")
 	fs.DurationVar(&cfg.warmup, "warmup", 3*time.Second, "load before the measured run, excluded from the numbers")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Second, "deadline of every request")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/migrate"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // migrateFlags are pulsectl migrate's settings.
@@ -36,7 +37,7 @@ func parseMigrateFlags(args []string, getenv func(string) string) (migrateFlags,
 	)
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.StringVar(&hosts, "hosts", "127.0.0.1", "comma-separated Cassandra contact points")
-	fs.IntVar(&f.cass.Port, "port", 19042, "Cassandra CQL port (19042 is the local stack's)")
+	fs.IntVar(&f.cass.Port, "port", ports.Cassandra, "Cassandra CQL port (the default is the local stack's)")
 	fs.StringVar(&f.cass.Username, "username", "", "Cassandra user, if authentication is on (password from $"+passwordEnv+")")
 	fs.StringVar(&f.cass.Consistency, "consistency", cassx.DefaultConsistency, "consistency of the migrator's reads and writes")
 	fs.StringVar(&f.keyspace, "keyspace", "pulse", "keyspace to migrate, substituted for {{keyspace}}")

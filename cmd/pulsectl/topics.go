@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
 // runTopics creates Pulse's topics, or checks existing ones: a topic that exists with
@@ -21,7 +22,7 @@ import (
 // users between partitions and so between aggregators and bitmap shards.
 func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("topics", flag.ContinueOnError)
-	brokers := fs.String("brokers", "127.0.0.1:19092", "comma-separated broker addresses")
+	brokers := fs.String("brokers", ports.LocalAddr(ports.Kafka), "comma-separated broker addresses")
 	partitions := fs.Int("partitions", 16, "partitions per topic (also Pulse's shard count)")
 	replication := fs.Int("replication", 1, "replication factor (3 in production)")
 	names := fs.String("topics", kafkax.DefaultEventsTopic+","+kafkax.DefaultChangesTopic, "topics to create")
