@@ -38,7 +38,7 @@ const (
 func OperatorTokenVar(token *string) *config.Var {
 	return config.String(token, OperatorTokenEnv, "",
 		"bearer token granting ?view=operator (invisible users shown as they are); empty: nobody",
-		config.Rule[string](validOperatorToken)).Secret()
+		validOperatorToken).Secret()
 }
 
 // OperatorTokenFromEnv reads PULSE_OPERATOR_TOKEN through e, which collects a bad value.
