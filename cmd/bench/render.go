@@ -128,73 +128,55 @@ func pipelineCPU(c map[string]ProcCPU) float64 {
 	return t
 }
 
+// markdown is results.md as it is written.
+type markdown struct{ strings.Builder }
+
+func (m *markdown) p(format string, a ...any) { fmt.Fprintf(m, format, a...) }
+
 // writeMarkdown renders r for people: targets first, then each phase's table.
 func writeMarkdown(w io.Writer, r *Results, command string) error {
-	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	kind := "full run"
-	if r.Quick {
-		kind = "quick run (-quick: fewer, shorter steps and fewer users than the targets are stated for)"
+	var m markdown
+	m.header(r, command)
+	m.targets(r.Targets)
+	for _, mode := range []*ModeResult{r.Batched, r.Single} {
+		if mode != nil {
+			m.steps(mode)
+		}
 	}
-	p("# Pulse benchmark, %s\n\n", r.StartedAt.Format("2006-01-02 15:04 UTC"))
-	dirty := ""
-	if r.Machine.GitDirty {
-		dirty = " with local changes"
+	if r.Half != nil {
+		m.half(r.Half)
 	}
-	p("%s, %.1f minutes. Machine: %d CPUs, %s memory, %s, commit %s%s, Redis appendonly %s.\n\n",
-		kind, r.FinishedAt.Sub(r.StartedAt).Minutes(), r.Machine.CPUs, bytesOf(int64(r.Machine.MemoryBytes)),
-		r.Machine.GoVersion, r.Machine.GitCommit, dirty, r.Machine.RedisAOF)
-	p("Command: `%s`\n\n", command)
-	p("Every process of the stack, the load generator and bench share these %d CPUs, so each number is what the whole pipeline does on one small machine, load generation included.\n\n", r.Machine.CPUs)
+	if all := allSteps(r); len(all) > 0 {
+		m.cpu(all)
+		m.internals(all)
+	}
+	if r.History != nil {
+		m.history(r.History)
+	}
+	if r.Scale != nil {
+		m.scale(r.Scale)
+	}
+	if len(r.Profiles) > 0 {
+		m.p("## Profiles\n\n")
+		for _, f := range r.Profiles {
+			m.p("- `%s` (`go tool pprof -top %s`)\n", f, f)
+		}
+		m.p("\n")
+	}
+	if len(r.Notes) > 0 {
+		m.p("## Notes\n\n")
+		for _, n := range r.Notes {
+			m.p("- %s\n", n)
+		}
+		m.p("\n")
+	}
+	m.p("Files: `results.json` (every number), `latency.png`, `raw/` (each loadgen run's report and table).\n")
+	_, err := io.WriteString(w, m.String())
+	return err
+}
 
-	p("## Targets\n\n")
-	p("Margin is the distance from the threshold as a share of it, positive on the good side.\n\n")
-	p("| target | required | measured | margin | result | context |\n|---|---|---|---|---|---|\n")
-	for _, t := range r.Targets {
-		val := "–"
-		if t.Measured {
-			val = fmtValue(t.Value, t.Unit)
-		}
-		op := "≥"
-		if t.Op == "<=" {
-			op = "≤"
-		}
-		p("| %s | %s %s | %s | %s | %s | %s |\n", t.What, op, fmtValue(t.Threshold, t.Unit), val, fmtMargin(t), fmtResult(t), t.Note)
-	}
-	p("\n")
-
-	for _, m := range []*ModeResult{r.Batched, r.Single} {
-		if m == nil {
-			continue
-		}
-		if m.Mode == "batched" {
-			p("## Ingest steps: batched POST /v1/events (%d events each)\n\n", m.BatchSize)
-		} else {
-			p("## Ingest steps: one event per POST /status\n\n")
-		}
-		if m.MaxOfferedEventsPerSec > 0 {
-			p("Highest rate that kept up: **%s events/s offered, %s accepted**.\n\n", num(m.MaxOfferedEventsPerSec), num(m.MaxAcceptedEventsPerSec))
-		} else if len(m.Steps) > 0 {
-			p("No step kept up: the first, at %s events/s, fell behind.\n\n", num(m.Steps[0].OfferedEventsPerSec))
-		}
-		stepTable(&b, m.Steps)
-	}
-	if h := r.Half; h != nil {
-		p("## At half the highest batched rate: %s events/s\n\n", num(h.OfferedEventsPerSec))
-		p("| measure | rate (achieved of target) | p50 | p99 | p99.9 | failed |\n|---|---|---|---|---|---|\n")
-		f := h.Freshness
-		p("| freshness (2xx of a status write → first read showing it) | %d probes, %d seen, %d timed out | %s | %s | %s | – |\n",
-			f.Probes, f.Seen, f.Timeouts, fmtMs(f.Ms.P50, f.Ms.Count), fmtMs(f.Ms.P99, f.Ms.Count), fmtMs(f.Ms.P999, f.Ms.Count))
-		p("| ingest POST /v1/events | %s of %s events/s | %s | %s | %s | %d |\n", num(h.AcceptedEventsPerSec), num(h.OfferedEventsPerSec),
-			fmtMs(h.IngestMs.P50, h.IngestMs.Count), fmtMs(h.IngestMs.P99, h.IngestMs.Count), fmtMs(h.IngestMs.P999, h.IngestMs.Count), h.FailedRequests)
-		for _, rd := range h.Reads {
-			p("| %s | %s of %s /s | %s | %s | %s | %d |\n", rd.Endpoint, num(rd.AchievedRate), num(rd.TargetRate),
-				fmtMs(rd.Ms.P50, rd.Ms.Count), fmtMs(rd.Ms.P99, rd.Ms.Count), fmtMs(rd.Ms.P999, rd.Ms.Count), rd.Failed)
-		}
-		p("\nAggregator lag over the window: %s. History: %s rows/s, %s records behind at the end.\n\n",
-			lagText(h.AggregatorLag), num(h.History.RowsPerSec), num(float64(h.History.LagRecords)))
-	}
-
+// allSteps is every measured step: the batched and single ones, then the half-max run.
+func allSteps(r *Results) []StepResult {
 	var all []StepResult
 	for _, m := range []*ModeResult{r.Batched, r.Single} {
 		if m != nil {
@@ -204,76 +186,142 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	if r.Half != nil {
 		all = append(all, *r.Half)
 	}
-	if len(all) > 0 {
-		p("## CPU per event\n\n")
-		p("Microseconds of CPU (user + system, all threads, from /proc/<pid>/stat) per event ingest accepted, from the start of each load until the aggregator caught up; in parentheses the cores the process kept busy meanwhile. *pipeline* sums the stack's seven processes.\n\n")
-		p("*machine* is every core's busy time over the window, in cores; *others* the part no watched process used (other work on the machine), *stolen* what the hypervisor withheld.\n\n")
-		p("| step | %s | pipeline | machine busy / others / stolen (cores) |\n|---|%s---|---|\n", strings.Join(cpuOrder, " | "), strings.Repeat("---|", len(cpuOrder)))
-		for _, s := range all {
-			p("| %s %s ev/s |", s.Mode, num(s.OfferedEventsPerSec))
-			for _, n := range cpuOrder {
-				c, ok := s.CPU[n]
-				if !ok {
-					p(" – |")
-					continue
-				}
-				p(" %s (%.2f) |", sig(c.SecondsPerEvent*1e6), c.Cores)
+	return all
+}
+
+func (m *markdown) header(r *Results, command string) {
+	kind := "full run"
+	if r.Quick {
+		kind = "quick run (-quick: fewer, shorter steps and fewer users than the targets are stated for)"
+	}
+	m.p("# Pulse benchmark, %s\n\n", r.StartedAt.Format("2006-01-02 15:04 UTC"))
+	dirty := ""
+	if r.Machine.GitDirty {
+		dirty = " with local changes"
+	}
+	m.p("%s, %.1f minutes. Machine: %d CPUs, %s memory, %s, commit %s%s, Redis appendonly %s.\n\n",
+		kind, r.FinishedAt.Sub(r.StartedAt).Minutes(), r.Machine.CPUs, bytesOf(int64(r.Machine.MemoryBytes)),
+		r.Machine.GoVersion, r.Machine.GitCommit, dirty, r.Machine.RedisAOF)
+	m.p("Command: `%s`\n\n", command)
+	m.p("Every process of the stack, the load generator and bench share these %d CPUs, so each number is what the whole pipeline does on one small machine, load generation included.\n\n", r.Machine.CPUs)
+}
+
+func (m *markdown) targets(ts []Target) {
+	m.p("## Targets\n\n")
+	m.p("Margin is the distance from the threshold as a share of it, positive on the good side.\n\n")
+	m.p("| target | required | measured | margin | result | context |\n|---|---|---|---|---|---|\n")
+	for _, t := range ts {
+		val := "–"
+		if t.Measured {
+			val = fmtValue(t.Value, t.Unit)
+		}
+		op := "≥"
+		if t.Op == "<=" {
+			op = "≤"
+		}
+		m.p("| %s | %s %s | %s | %s | %s | %s |\n", t.What, op, fmtValue(t.Threshold, t.Unit), val, fmtMargin(t), fmtResult(t), t.Note)
+	}
+	m.p("\n")
+}
+
+func (m *markdown) steps(mode *ModeResult) {
+	if mode.Mode == "batched" {
+		m.p("## Ingest steps: batched POST /v1/events (%d events each)\n\n", mode.BatchSize)
+	} else {
+		m.p("## Ingest steps: one event per POST /status\n\n")
+	}
+	if mode.MaxOfferedEventsPerSec > 0 {
+		m.p("Highest rate that kept up: **%s events/s offered, %s accepted**.\n\n", num(mode.MaxOfferedEventsPerSec), num(mode.MaxAcceptedEventsPerSec))
+	} else if len(mode.Steps) > 0 {
+		m.p("No step kept up: the first, at %s events/s, fell behind.\n\n", num(mode.Steps[0].OfferedEventsPerSec))
+	}
+	m.p("| offered ev/s | accepted ev/s | failed | ingest p50 | ingest p99 | fresh p50 | fresh p99 | GET /status p99 | aggregator lag (records) | aggregator ev/s | history rows/s | history behind (records) | result |\n")
+	m.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range mode.Steps {
+		read := "–"
+		for _, rd := range s.Reads {
+			if rd.Name == "read" {
+				read = fmtMs(rd.Ms.P99, rd.Ms.Count)
 			}
-			p(" %s | %s |\n", sig(pipelineCPU(s.CPU)*1e6), machineText(s.Machine))
 		}
-		p("\n")
+		res := "kept up"
+		if !s.KeptUp {
+			res = "**fell behind**: " + strings.Join(s.Reasons, "; ")
+		}
+		m.p("| %s | %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			num(s.OfferedEventsPerSec), num(s.AcceptedEventsPerSec), 100*s.FailedFraction,
+			fmtMs(s.IngestMs.P50, s.IngestMs.Count), fmtMs(s.IngestMs.P99, s.IngestMs.Count),
+			fmtMs(s.Freshness.Ms.P50, s.Freshness.Ms.Count), fmtMs(s.Freshness.Ms.P99, s.Freshness.Ms.Count), read,
+			lagText(s.AggregatorLag), num(s.AggregatorEventsPerSec), num(s.History.RowsPerSec),
+			num(float64(s.History.LagRecordsStart))+" → "+num(float64(s.History.LagRecords)), res)
 	}
+	m.p("\n")
+}
 
-	if len(all) > 0 {
-		p("## Inside the services\n\n")
-		p("p50 / p99 of the services' own histograms over each step (bucket-bounded): ingest's wait for Kafka's acknowledgement per request, the aggregator's time to make one window durable (state read, Redis write, changes produced, offsets committed), one Cassandra write of history.\n\n")
-		p("| step | ingest produce | aggregator flush | history write |\n|---|---|---|---|\n")
-		for _, s := range all {
-			p("| %s %s ev/s |", s.Mode, num(s.OfferedEventsPerSec))
-			for _, k := range []string{"ingestProduceSeconds", "aggregatorFlushSeconds", "historyWriteSeconds"} {
-				p50, ok1 := s.Internals[k+"P50"]
-				p99, ok2 := s.Internals[k+"P99"]
-				if !ok1 || !ok2 {
-					p(" – |")
-					continue
-				}
-				p(" %s / %s |", fmtMs(p50*1000, 1), fmtMs(p99*1000, 1))
+func (m *markdown) half(h *StepResult) {
+	m.p("## At half the highest batched rate: %s events/s\n\n", num(h.OfferedEventsPerSec))
+	m.p("| measure | rate (achieved of target) | p50 | p99 | p99.9 | failed |\n|---|---|---|---|---|---|\n")
+	f := h.Freshness
+	m.p("| freshness (2xx of a status write → first read showing it) | %d probes, %d seen, %d timed out | %s | %s | %s | – |\n",
+		f.Probes, f.Seen, f.Timeouts, fmtMs(f.Ms.P50, f.Ms.Count), fmtMs(f.Ms.P99, f.Ms.Count), fmtMs(f.Ms.P999, f.Ms.Count))
+	m.p("| ingest POST /v1/events | %s of %s events/s | %s | %s | %s | %d |\n", num(h.AcceptedEventsPerSec), num(h.OfferedEventsPerSec),
+		fmtMs(h.IngestMs.P50, h.IngestMs.Count), fmtMs(h.IngestMs.P99, h.IngestMs.Count), fmtMs(h.IngestMs.P999, h.IngestMs.Count), h.FailedRequests)
+	for _, rd := range h.Reads {
+		m.p("| %s | %s of %s /s | %s | %s | %s | %d |\n", rd.Endpoint, num(rd.AchievedRate), num(rd.TargetRate),
+			fmtMs(rd.Ms.P50, rd.Ms.Count), fmtMs(rd.Ms.P99, rd.Ms.Count), fmtMs(rd.Ms.P999, rd.Ms.Count), rd.Failed)
+	}
+	m.p("\nAggregator lag over the window: %s. History: %s rows/s, %s records behind at the end.\n\n",
+		lagText(h.AggregatorLag), num(h.History.RowsPerSec), num(float64(h.History.LagRecords)))
+}
+
+func (m *markdown) cpu(all []StepResult) {
+	m.p("## CPU per event\n\n")
+	m.p("Microseconds of CPU (user + system, all threads, from /proc/<pid>/stat) per event ingest accepted, from the start of each load until the aggregator caught up; in parentheses the cores the process kept busy meanwhile. *pipeline* sums the stack's seven processes.\n\n")
+	m.p("*machine* is every core's busy time over the window, in cores; *others* the part no watched process used (other work on the machine), *stolen* what the hypervisor withheld.\n\n")
+	m.p("| step | %s | pipeline | machine busy / others / stolen (cores) |\n|---|%s---|---|\n", strings.Join(cpuOrder, " | "), strings.Repeat("---|", len(cpuOrder)))
+	for _, s := range all {
+		m.p("| %s %s ev/s |", s.Mode, num(s.OfferedEventsPerSec))
+		for _, n := range cpuOrder {
+			c, ok := s.CPU[n]
+			if !ok {
+				m.p(" – |")
+				continue
 			}
-			p("\n")
+			m.p(" %s (%.2f) |", sig(c.SecondsPerEvent*1e6), c.Cores)
 		}
-		p("\n")
+		m.p(" %s | %s |\n", sig(pipelineCPU(s.CPU)*1e6), machineText(s.Machine))
 	}
+	m.p("\n")
+}
 
-	if h := r.History; h != nil {
-		p("## History (Cassandra)\n\n")
-		lag := "not measured"
-		if h.LagKnown {
-			lag = sig(h.LagSeconds) + " s (" + h.LagSource + ")"
+func (m *markdown) internals(all []StepResult) {
+	m.p("## Inside the services\n\n")
+	m.p("p50 / p99 of the services' own histograms over each step (bucket-bounded): ingest's wait for Kafka's acknowledgement per request, the aggregator's time to make one window durable (state read, Redis write, changes produced, offsets committed), one Cassandra write of history.\n\n")
+	m.p("| step | ingest produce | aggregator flush | history write |\n|---|---|---|---|\n")
+	for _, s := range all {
+		m.p("| %s %s ev/s |", s.Mode, num(s.OfferedEventsPerSec))
+		for _, h := range internalHistograms {
+			p50, ok1 := s.Internals[h.key+"P50"]
+			p99, ok2 := s.Internals[h.key+"P99"]
+			if !ok1 || !ok2 {
+				m.p(" – |")
+				continue
+			}
+			m.p(" %s / %s |", fmtMs(p50*1000, 1), fmtMs(p99*1000, 1))
 		}
-		p("At the batched step of %s events/s (%s accepted): **%s rows/s** written, lag %s, %s records behind at the step's end.\n\n",
-			num(h.AtOfferedEventsPerSec), num(h.AcceptedEventsPerSec), num(h.RowsPerSec), lag, num(float64(h.LagRecords)))
+		m.p("\n")
 	}
+	m.p("\n")
+}
 
-	if s := r.Scale; s != nil {
-		scaleTables(&b, s)
+func (m *markdown) history(h *HistoryCheck) {
+	m.p("## History (Cassandra)\n\n")
+	lag := "not measured"
+	if h.LagKnown {
+		lag = sig(h.LagSeconds) + " s (" + h.LagSource + ")"
 	}
-	if len(r.Profiles) > 0 {
-		p("## Profiles\n\n")
-		for _, f := range r.Profiles {
-			p("- `%s` (`go tool pprof -top %s`)\n", f, f)
-		}
-		p("\n")
-	}
-	if len(r.Notes) > 0 {
-		p("## Notes\n\n")
-		for _, n := range r.Notes {
-			p("- %s\n", n)
-		}
-		p("\n")
-	}
-	p("Files: `results.json` (every number), `latency.png`, `raw/` (each loadgen run's report and table).\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	m.p("At the batched step of %s events/s (%s accepted): **%s rows/s** written, lag %s, %s records behind at the step's end.\n\n",
+		num(h.AtOfferedEventsPerSec), num(h.AcceptedEventsPerSec), num(h.RowsPerSec), lag, num(float64(h.LagRecords)))
 }
 
 func machineText(m MachineCPU) string {
@@ -290,56 +338,28 @@ func lagText(l LagSummary) string {
 	return fmt.Sprintf("%s → %s records (max %s)", num(float64(l.Start)), num(float64(l.End)), num(float64(l.Max)))
 }
 
-func historyBehind(h HistoryObs) string {
-	return num(float64(h.LagRecordsStart)) + " → " + num(float64(h.LagRecords))
-}
-
-func stepTable(b *strings.Builder, steps []StepResult) {
-	fmt.Fprintf(b, "| offered ev/s | accepted ev/s | failed | ingest p50 | ingest p99 | fresh p50 | fresh p99 | GET /status p99 | aggregator lag (records) | aggregator ev/s | history rows/s | history behind (records) | result |\n")
-	fmt.Fprintf(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range steps {
-		read := "–"
-		for _, rd := range s.Reads {
-			if rd.Name == "read" {
-				read = fmtMs(rd.Ms.P99, rd.Ms.Count)
-			}
-		}
-		res := "kept up"
-		if !s.KeptUp {
-			res = "**fell behind**: " + strings.Join(s.Reasons, "; ")
-		}
-		fmt.Fprintf(b, "| %s | %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			num(s.OfferedEventsPerSec), num(s.AcceptedEventsPerSec), 100*s.FailedFraction,
-			fmtMs(s.IngestMs.P50, s.IngestMs.Count), fmtMs(s.IngestMs.P99, s.IngestMs.Count),
-			fmtMs(s.Freshness.Ms.P50, s.Freshness.Ms.Count), fmtMs(s.Freshness.Ms.P99, s.Freshness.Ms.Count), read,
-			lagText(s.AggregatorLag), num(s.AggregatorEventsPerSec), num(s.History.RowsPerSec),
-			historyBehind(s.History), res)
-	}
-	fmt.Fprintln(b)
-}
-
-func scaleTables(b *strings.Builder, s *ScaleResult) {
-	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	p("## Redis memory and counts at scale\n\n")
-	p("%s registered users, %s online (%.0f%%), %d shards, bulk-loaded into the stack's Redis: first in Pulse's layout through `statestore` (minimal states), then, after deleting it, in the seed's direct layout. Ratios are baseline ÷ Pulse.\n\n",
+func (m *markdown) scale(s *ScaleResult) {
+	m.p("## Redis memory and counts at scale\n\n")
+	m.p("%s registered users, %s online (%.0f%%), %d shards, bulk-loaded into the stack's Redis: first in Pulse's layout through `statestore` (minimal states), then, after deleting it, in the seed's direct layout. Ratios are baseline ÷ Pulse.\n\n",
 		num(float64(s.Users)), num(float64(s.Online)), 100*s.OnlineFraction, s.Shards)
-	p("| | Pulse (bitmaps) | baseline (seed) | baseline ÷ Pulse |\n|---|---|---|---|\n")
-	p("| bulk load | %.1f s | %.1f s | |\n", s.Pulse.LoadSeconds, s.Baseline.LoadSeconds)
-	p("| Redis memory (used_memory growth) | %s | %s | %s |\n", bytesOf(s.Pulse.UsedMemoryBytes), bytesOf(s.Baseline.UsedMemoryBytes),
+	m.p("| | Pulse (bitmaps) | baseline (seed) | baseline ÷ Pulse |\n|---|---|---|---|\n")
+	m.p("| bulk load | %.1f s | %.1f s | |\n", s.Pulse.LoadSeconds, s.Baseline.LoadSeconds)
+	m.p("| Redis memory (used_memory growth) | %s | %s | %s |\n", bytesOf(s.Pulse.UsedMemoryBytes), bytesOf(s.Baseline.UsedMemoryBytes),
 		sig(ratio(float64(s.Baseline.UsedMemoryBytes), float64(s.Pulse.UsedMemoryBytes))))
-	p("| per registered user | %s B | %s B | %s |\n", sig(s.Pulse.BytesPerRegisteredUser), sig(s.Baseline.BytesPerRegisteredUser), sig(s.RegisteredMemoryRatio))
-	p("| online structure (bitmaps / sorted set) | %s | %s | |\n", bytesOf(s.Pulse.OnlineStructureBytes), bytesOf(s.Baseline.OnlineStructureBytes))
-	p("| per online user | %s B | %s B | %s |\n", sig(s.Pulse.BytesPerOnlineUser), sig(s.Baseline.BytesPerOnlineUser), sig(s.OnlineMemoryRatio))
-	p("| counts p50 | %s | %s | %s |\n", fmtMs(s.Pulse.CountsMs.P50, s.Pulse.CountsMs.Count), fmtMs(s.Baseline.CountsMs.P50, s.Baseline.CountsMs.Count), sig(s.CountsP50Speedup))
-	p("| counts p99 | %s | %s | %s |\n", fmtMs(s.Pulse.CountsMs.P99, s.Pulse.CountsMs.Count), fmtMs(s.Baseline.CountsMs.P99, s.Baseline.CountsMs.Count), sig(s.CountsP99Speedup))
-	p("| counts p99.9 | %s | %s | |\n", fmtMs(s.Pulse.CountsMs.P999, s.Pulse.CountsMs.Count), fmtMs(s.Baseline.CountsMs.P999, s.Baseline.CountsMs.Count))
-	p("| counts read | %s | %s | |\n", s.Pulse.CountsCall, s.Baseline.CountsCall)
-	if s.Pulse.RedisCountsMs.Count > 0 {
-		p("| Redis read behind Pulse's count p50 / p99 | %s / %s | | %s (p50) |\n", fmtMs(s.Pulse.RedisCountsMs.P50, s.Pulse.RedisCountsMs.Count),
-			fmtMs(s.Pulse.RedisCountsMs.P99, s.Pulse.RedisCountsMs.Count), sig(ratio(s.Baseline.CountsMs.P50, s.Pulse.RedisCountsMs.P50)))
-		p("| what that read is | %s | | |\n", s.Pulse.RedisCountsCall)
+	m.p("| per registered user | %s B | %s B | %s |\n", sig(s.Pulse.BytesPerRegisteredUser), sig(s.Baseline.BytesPerRegisteredUser), sig(s.RegisteredMemoryRatio))
+	m.p("| online structure (bitmaps / sorted set) | %s | %s | |\n", bytesOf(s.Pulse.OnlineStructureBytes), bytesOf(s.Baseline.OnlineStructureBytes))
+	m.p("| per online user | %s B | %s B | %s |\n", sig(s.Pulse.BytesPerOnlineUser), sig(s.Baseline.BytesPerOnlineUser), sig(s.OnlineMemoryRatio))
+	pc, bc := s.Pulse.CountsMs, s.Baseline.CountsMs
+	m.p("| counts p50 | %s | %s | %s |\n", fmtMs(pc.P50, pc.Count), fmtMs(bc.P50, bc.Count), sig(s.CountsP50Speedup))
+	m.p("| counts p99 | %s | %s | %s |\n", fmtMs(pc.P99, pc.Count), fmtMs(bc.P99, bc.Count), sig(s.CountsP99Speedup))
+	m.p("| counts p99.9 | %s | %s | |\n", fmtMs(pc.P999, pc.Count), fmtMs(bc.P999, bc.Count))
+	m.p("| counts read | %s | %s | |\n", s.Pulse.CountsCall, s.Baseline.CountsCall)
+	if rc := s.Pulse.RedisCountsMs; rc.Count > 0 {
+		m.p("| Redis read behind Pulse's count p50 / p99 | %s / %s | | %s (p50) |\n", fmtMs(rc.P50, rc.Count),
+			fmtMs(rc.P99, rc.Count), sig(ratio(bc.P50, rc.P50)))
+		m.p("| what that read is | %s | | |\n", s.Pulse.RedisCountsCall)
 	}
-	p("| machine while timing counts: busy / others / stolen (cores) | %s | %s | |\n\n", machineText(s.Pulse.CountsMachine), machineText(s.Baseline.CountsMachine))
+	m.p("| machine while timing counts: busy / others / stolen (cores) | %s | %s | |\n\n", machineText(s.Pulse.CountsMachine), machineText(s.Baseline.CountsMachine))
 	for _, l := range []struct {
 		name string
 		l    Layout
@@ -348,6 +368,6 @@ func scaleTables(b *strings.Builder, s *ScaleResult) {
 		for _, k := range slices.Sorted(maps.Keys(l.l.Parts)) {
 			parts = append(parts, fmt.Sprintf("%s %s", k, bytesOf(l.l.Parts[k])))
 		}
-		p("%s memory by key family: %s.\n\n", l.name, strings.Join(parts, ", "))
+		m.p("%s memory by key family: %s.\n\n", l.name, strings.Join(parts, ", "))
 	}
 }

@@ -75,12 +75,7 @@ func run(ctx context.Context, args []string) error {
 	b.noteOthers()
 	res.History = historyCheck(res.Batched, cfg.historyAt)
 	res.Targets = evaluate(res, scaleGoal)
-	rss := st.rss()
-	for _, name := range append(append([]string{}, serverNames...), serviceNames...) {
-		if p, ok := st.procs[name]; ok {
-			res.Processes = append(res.Processes, ProcessInfo{Name: name, PID: p.pid, StartedByBench: p.started, RSSBytesAtEnd: rss[name]})
-		}
-	}
+	res.Processes = st.processes()
 	res.FinishedAt = time.Now().UTC()
 	command := "go run ./cmd/bench " + strings.Join(args, " ")
 	if err := b.write(command); err != nil {
@@ -167,16 +162,7 @@ func (b *bench) warmUp(ctx context.Context, rate float64) error {
 // steps: every number then understates what Pulse does alone.
 func (b *bench) noteOthers() {
 	var sum, stolen, n float64
-	var steps []StepResult
-	for _, m := range []*ModeResult{b.res.Batched, b.res.Single} {
-		if m != nil {
-			steps = append(steps, m.Steps...)
-		}
-	}
-	if b.res.Half != nil {
-		steps = append(steps, *b.res.Half)
-	}
-	for _, s := range steps {
+	for _, s := range allSteps(b.res) {
 		if s.Machine.Known {
 			sum, stolen, n = sum+s.Machine.OtherCores, stolen+s.Machine.StolenCores, n+1
 		}

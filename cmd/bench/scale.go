@@ -38,6 +38,15 @@ func scaleOnline(i int, fraction float64) bool {
 	return float64(splitmix(uint64(i))%1_000_000) < fraction*1_000_000
 }
 
+// scaleSeen is when bulk-loaded user i was last seen: within the last 30 s when online,
+// the last day otherwise. Both layouts store the same times.
+func scaleSeen(i int, online bool, now time.Time) time.Time {
+	if online {
+		return now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
+	}
+	return now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
+}
+
 // splitmix scatters neighbouring integers across 64 bits (SplitMix64's finaliser).
 func splitmix(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
@@ -128,25 +137,47 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		CountsCall:      fmt.Sprintf("countcache.Cache.Get as GET /v1/online/count uses it: the counts held in memory, re-read from Redis every %v in the background (query's default)", countsInterval),
 		RedisCountsCall: fmt.Sprintf("statestore.Store.Counts, the cache's re-read: one pipeline of HMGET cnt + HGET meta next per shard (%d shards)", shards)}
 	store := statestore.New(rdb, scalePulsePrefix)
-	mem0, err := quietMemory(ctx, rdb)
+	err := b.loadAndMeasure(ctx, rdb, &l, func(ctx context.Context) error {
+		if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
+			return err
+		}
+		return b.loadPulse(ctx, store, shards)
+	})
 	if err != nil {
 		return l, err
 	}
-	start := time.Now()
-	if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
+	if err := pulseParts(ctx, rdb, store, shards, &l); err != nil {
 		return l, err
 	}
-	if err := b.loadPulse(ctx, store, shards); err != nil {
-		return l, err
+	l.OnlineStructureBytes = l.Parts["onlineBitmaps"]
+	l.BytesPerOnlineUser = float64(l.OnlineStructureBytes) / float64(online)
+	err = b.pulseCounts(ctx, store, online, &l)
+	return l, err
+}
+
+// loadAndMeasure runs load and records in l how long it took and how much Redis's
+// memory grew.
+func (b *bench) loadAndMeasure(ctx context.Context, rdb *redis.Client, l *Layout, load func(context.Context) error) error {
+	mem0, err := quietMemory(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := load(ctx); err != nil {
+		return err
 	}
 	l.LoadSeconds = time.Since(start).Seconds()
 	mem1, err := quietMemory(ctx, rdb)
 	if err != nil {
-		return l, err
+		return err
 	}
 	l.UsedMemoryBytes = mem1 - mem0
 	l.BytesPerRegisteredUser = float64(l.UsedMemoryBytes) / float64(b.cfg.scaleUsers)
+	return nil
+}
 
+// pulseParts breaks the memory of Pulse's layout down by key family into l.Parts.
+func pulseParts(ctx context.Context, rdb *redis.Client, store *statestore.Store, shards int, l *Layout) error {
 	keys := store.Keys()
 	family := func(name string, key func(int) string) error {
 		var sum int64
@@ -161,7 +192,7 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		return nil
 	}
 	if err := family("onlineBitmaps", func(sh int) string { return keys.Bitmap(sh, presence.Online) }); err != nil {
-		return l, err
+		return err
 	}
 	// The bucketed families are named from the layout (buckets per shard, and one rev
 	// bucket per 128 registered users) rather than found by SCAN, which would walk every
@@ -171,11 +202,11 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 	// which stays in the rest.
 	perShard, err := store.Buckets(ctx)
 	if err != nil {
-		return l, err
+		return err
 	}
 	counts, err := store.ShardCounts(ctx, shards)
 	if err != nil {
-		return l, err
+		return err
 	}
 	var stateKeys, revKeys []string
 	for sh := range shards {
@@ -187,34 +218,37 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		}
 	}
 	if l.Parts["stateBuckets"], err = memoryOf(ctx, rdb, stateKeys); err != nil {
-		return l, err
+		return err
 	}
 	if l.Parts["revBuckets"], err = memoryOf(ctx, rdb, revKeys); err != nil {
-		return l, err
+		return err
 	}
 	var strlen int64
 	for sh := range shards {
 		n, err := rdb.StrLen(ctx, keys.Bitmap(sh, presence.Online)).Result()
 		if err != nil {
-			return l, err
+			return err
 		}
 		strlen += n
 	}
 	l.Parts["onlineBitmapsPayload"] = strlen
 	l.Parts["rest"] = l.UsedMemoryBytes - l.Parts["onlineBitmaps"] - l.Parts["stateBuckets"] - l.Parts["revBuckets"]
-	l.OnlineStructureBytes = l.Parts["onlineBitmaps"]
-	l.BytesPerOnlineUser = float64(l.OnlineStructureBytes) / float64(online)
+	return nil
+}
 
+// pulseCounts checks the loaded counts and times them twice: the Redis read, and a
+// count as a request pays it.
+func (b *bench) pulseCounts(ctx context.Context, store *statestore.Store, online int, l *Layout) error {
 	c, err := store.Counts(ctx)
 	if err != nil {
-		return l, err
+		return err
 	}
 	if c.Registered != uint64(b.cfg.scaleUsers) || c.Online != uint64(online) {
-		return l, fmt.Errorf("counts after the bulk load: %d registered, %d online; loaded %d and %d", c.Registered, c.Online, b.cfg.scaleUsers, online)
+		return fmt.Errorf("counts after the bulk load: %d registered, %d online; loaded %d and %d", c.Registered, c.Online, b.cfg.scaleUsers, online)
 	}
 	l.CountsOnline = c.Online
 	if l.RedisCountsMs, _, err = b.timeCounts(ctx, func() error { _, err := store.Counts(ctx); return err }); err != nil {
-		return l, err
+		return err
 	}
 	// What a count request costs: the query service answers from a cache the background
 	// loop refreshes, so the Redis read above happens once per interval, not per request.
@@ -229,7 +263,7 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		}
 		return err
 	})
-	return l, err
+	return err
 }
 
 // countsInterval is the query service's default PULSE_QUERY_COUNTS_INTERVAL.
@@ -271,47 +305,20 @@ func (b *bench) loadPulse(ctx context.Context, store *statestore.Store, shards i
 		jobs[i] = make(chan job, 4)
 	}
 	now := time.Now()
-	type shardState struct {
-		next   uint32
-		window int64
-		online *roaring.Bitmap
-	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			states := map[int]*shardState{}
+			states := map[int]*scaleShard{}
 			for j := range jobs[w] {
 				if ctx.Err() != nil {
 					continue
 				}
-				sh, users := j.shard, j.users
-				s := states[sh]
+				s := states[j.shard]
 				if s == nil {
-					s = &shardState{online: roaring.New()}
-					states[sh] = s
+					s = &scaleShard{online: roaring.New()}
+					states[j.shard] = s
 				}
-				win := &statestore.Window{Shard: sh, LastOffset: s.window, Users: make(map[string]*presence.User, len(users))}
-				win.Bitmaps = [3]*roaring.Bitmap{s.online, roaring.New(), roaring.New()}
-				win.Dirty[0] = true
-				for _, i := range users {
-					id := scaleUserID(i)
-					u := &presence.User{Index: s.next, Status: presence.Offline, Offset: s.window}
-					if scaleOnline(i, b.cfg.scaleOnline) {
-						u.Status = presence.Online
-						u.LastSeen = now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
-						u.LastUpdated, u.LastActive = u.LastSeen, u.LastSeen
-						s.online.Add(s.next)
-					} else {
-						u.LastUpdated = now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
-						u.LastSeen, u.LastActive = u.LastUpdated, u.LastUpdated
-					}
-					win.NewIDs = append(win.NewIDs, statestore.NewID{UserID: id, Index: s.next})
-					win.Users[id] = u
-					s.next++
-				}
-				win.Next = s.next
-				s.window++
-				if _, err := store.WriteWindow(ctx, win); err != nil {
+				if _, err := store.WriteWindow(ctx, s.window(j.shard, j.users, b.cfg.scaleOnline, now)); err != nil {
 					cancel(err)
 				}
 			}
@@ -350,6 +357,36 @@ func (b *bench) loadPulse(ctx context.Context, store *statestore.Store, shards i
 	return ctx.Err()
 }
 
+// scaleShard is what the aggregator keeps of a shard between its windows.
+type scaleShard struct {
+	next   uint32 // the next user's index
+	offset int64  // stands for the window's last Kafka offset
+	online *roaring.Bitmap
+}
+
+// window is the shard's next window, registering users with minimal states.
+func (s *scaleShard) window(shard int, users []int, fraction float64, now time.Time) *statestore.Window {
+	win := &statestore.Window{Shard: shard, LastOffset: s.offset, Users: make(map[string]*presence.User, len(users))}
+	win.Bitmaps = [3]*roaring.Bitmap{s.online, roaring.New(), roaring.New()}
+	win.Dirty[0] = true
+	for _, i := range users {
+		id := scaleUserID(i)
+		online := scaleOnline(i, fraction)
+		seen := scaleSeen(i, online, now)
+		u := &presence.User{Index: s.next, Status: presence.Offline, Offset: s.offset, LastSeen: seen, LastUpdated: seen, LastActive: seen}
+		if online {
+			u.Status = presence.Online
+			s.online.Add(s.next)
+		}
+		win.NewIDs = append(win.NewIDs, statestore.NewID{UserID: id, Index: s.next})
+		win.Users[id] = u
+		s.next++
+	}
+	win.Next = s.next
+	s.offset++
+	return win
+}
+
 // scaleBaseline bulk-loads the seed's direct layout — per user HSET <p>:user:<id>
 // status … lastUpdated …, and for online users ZADD <p>:online <lastSeen ms> <id> —
 // then measures memory and its online count, one ZCOUNT of the last minute.
@@ -357,58 +394,9 @@ func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int
 	zkey := scaleBaselinePrefix + ":online"
 	l := Layout{Prefix: scaleBaselinePrefix, Parts: map[string]int64{},
 		CountsCall: "ZCOUNT " + zkey + " <now−60 s> +inf: users seen within the offline timeout"}
-	mem0, err := quietMemory(ctx, rdb)
-	if err != nil {
+	if err := b.loadAndMeasure(ctx, rdb, &l, func(ctx context.Context) error { return b.loadBaseline(ctx, rdb, zkey) }); err != nil {
 		return l, err
 	}
-	start := time.Now()
-	now := time.Now()
-	jobs := make(chan [2]int)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	for range b.cfg.scaleWorkers {
-		wg.Go(func() {
-			for r := range jobs {
-				if ctx.Err() != nil {
-					continue
-				}
-				pipe := rdb.Pipeline()
-				for i := r[0]; i < r[1]; i++ {
-					id := scaleUserID(i)
-					if scaleOnline(i, b.cfg.scaleOnline) {
-						seen := now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
-						pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", "online", "lastUpdated", seen.UTC().Format(seedTime))
-						pipe.ZAdd(ctx, zkey, redis.Z{Score: float64(seen.UnixMilli()), Member: id})
-					} else {
-						upd := now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
-						pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", "offline", "lastUpdated", upd.UTC().Format(seedTime))
-					}
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					cancel(fmt.Errorf("bulk-loading the baseline: %w", err))
-				}
-			}
-		})
-	}
-	for lo := 0; lo < b.cfg.scaleUsers && ctx.Err() == nil; lo += b.cfg.scaleWindow {
-		select {
-		case jobs <- [2]int{lo, min(lo+b.cfg.scaleWindow, b.cfg.scaleUsers)}:
-		case <-ctx.Done():
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return l, err
-	}
-	l.LoadSeconds = time.Since(start).Seconds()
-	mem1, err := quietMemory(ctx, rdb)
-	if err != nil {
-		return l, err
-	}
-	l.UsedMemoryBytes = mem1 - mem0
-	l.BytesPerRegisteredUser = float64(l.UsedMemoryBytes) / float64(b.cfg.scaleUsers)
 	z, err := rdb.MemoryUsage(ctx, zkey, 0).Result()
 	if err != nil {
 		return l, fmt.Errorf("MEMORY USAGE %s: %w", zkey, err)
@@ -431,6 +419,51 @@ func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int
 	l.CountsOnline = uint64(n)
 	l.CountsMs, l.CountsMachine, err = b.timeCounts(ctx, func() error { _, err := count(); return err })
 	return l, err
+}
+
+// loadBaseline writes every user in the seed's layout, a pipeline per -scale-window
+// users, from -scale-workers writers.
+func (b *bench) loadBaseline(ctx context.Context, rdb *redis.Client, zkey string) error {
+	now := time.Now()
+	jobs := make(chan [2]int)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for range b.cfg.scaleWorkers {
+		wg.Go(func() {
+			for r := range jobs {
+				if ctx.Err() != nil {
+					continue
+				}
+				pipe := rdb.Pipeline()
+				for i := r[0]; i < r[1]; i++ {
+					id := scaleUserID(i)
+					online := scaleOnline(i, b.cfg.scaleOnline)
+					seen := scaleSeen(i, online, now)
+					status := "offline"
+					if online {
+						status = "online"
+					}
+					pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", status, "lastUpdated", seen.UTC().Format(seedTime))
+					if online {
+						pipe.ZAdd(ctx, zkey, redis.Z{Score: float64(seen.UnixMilli()), Member: id})
+					}
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					cancel(fmt.Errorf("bulk-loading the baseline: %w", err))
+				}
+			}
+		})
+	}
+	for lo := 0; lo < b.cfg.scaleUsers && ctx.Err() == nil; lo += b.cfg.scaleWindow {
+		select {
+		case jobs <- [2]int{lo, min(lo+b.cfg.scaleWindow, b.cfg.scaleUsers)}:
+		case <-ctx.Done():
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return context.Cause(ctx)
 }
 
 // seedTime is how the seed API writes lastUpdated.

@@ -250,17 +250,20 @@ const (
 	stealKey   = "steal"
 )
 
-// rss reads the resident memory of every watched process, in bytes.
-func (s *stack) rss() map[string]int64 {
-	page := int64(os.Getpagesize())
-	out := map[string]int64{}
-	for name, p := range s.procs {
-		if p.pid == 0 {
+// processes describes every watched process, servers first, with its resident memory
+// now.
+func (s *stack) processes() []ProcessInfo {
+	var out []ProcessInfo
+	for _, name := range slices.Concat(serverNames, serviceNames) {
+		p, ok := s.procs[name]
+		if !ok {
 			continue
 		}
-		if t, err := readProc(strconv.Itoa(p.pid)); err == nil {
-			out[name] = t.RSSPages * page
+		info := ProcessInfo{Name: name, PID: p.pid, StartedByBench: p.started}
+		if t, err := readProc(strconv.Itoa(p.pid)); err == nil && p.pid != 0 {
+			info.RSSBytesAtEnd = t.RSSPages * int64(os.Getpagesize())
 		}
+		out = append(out, info)
 	}
 	return out
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
 // bench holds what every phase uses.
@@ -118,9 +120,28 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 	after := b.snapshot(ctx)
 	r.SettleSeconds, r.Settled = settleFor.Seconds(), settled
 
-	rep := lr.report
+	r.readReport(lr.report, sp.workload)
+	// Lag over the measured window: after the warm-up, until the load's scheduled end.
+	to := lr.from.Add(sp.load.duration).Add(b.cfg.lagEvery / 2)
+	r.AggregatorLag = summarize(samples, lr.from, to, func(s lagSample) int64 { return s.Aggregator })
+	hist := summarize(samples, lr.from, to, func(s lagSample) int64 { return s.HistoryEvents + s.HistoryChanges })
+	r.History.LagRecordsStart, r.History.LagRecords, r.History.MaxLagRecords = hist.Start, hist.End, hist.Max
+	if lagErrs > 0 {
+		b.note("%s step at %.0f events/s: %d consumer-lag reads failed", sp.mode, sp.offered, lagErrs)
+	}
+	// Without ingest's metrics, the events are what loadgen saw accepted, warm-up included.
+	fallback := lr.report.AcceptedEventsPerSec * (lr.report.MeasuredSeconds + sp.load.warmup.Seconds())
+	r.readCPU(before, after, lr.cpuSeconds, fallback)
+	r.readServices(before, after)
+	r.judge(b.cfg.crit)
+	return r, ctx.Err()
+}
+
+// readReport takes what loadgen measured: the ingest workload's, the freshness
+// probes' and the readers'.
+func (r *StepResult) readReport(rep loadreport.Report, workload string) {
 	r.MeasuredSeconds = rep.MeasuredSeconds
-	if w, ok := rep.Workload(sp.workload); ok {
+	if w, ok := rep.Workload(workload); ok {
 		r.AcceptedEventsPerSec = w.EventsPerSec
 		r.Requests, r.FailedRequests = w.Scheduled, w.Failed()
 		if w.Scheduled > 0 {
@@ -138,27 +159,20 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 				AchievedRate: w.AchievedRate, OK: w.OK, Failed: w.Failed(), Ms: w.LatencyMs})
 		}
 	}
+}
 
-	// Lag over the measured window: after the warm-up, until the load's scheduled end.
-	to := lr.from.Add(sp.load.duration).Add(b.cfg.lagEvery / 2)
-	r.AggregatorLag = summarize(samples, lr.from, to, func(s lagSample) int64 { return s.Aggregator })
-	hist := summarize(samples, lr.from, to, func(s lagSample) int64 { return s.HistoryEvents + s.HistoryChanges })
-	r.History.LagRecordsStart, r.History.LagRecords, r.History.MaxLagRecords = hist.Start, hist.End, hist.Max
-	if lagErrs > 0 {
-		b.note("%s step at %.0f events/s: %d consumer-lag reads failed", sp.mode, sp.offered, lagErrs)
-	}
-
-	// CPU and counters over the CPU window.
+// readCPU divides each process's CPU time between two snapshots by the events ingest
+// accepted meanwhile (fallback when its metrics are missing).
+func (r *StepResult) readCPU(before, after snapshot, loadgenSeconds, fallback float64) {
 	window := after.at.Sub(before.at).Seconds()
 	r.CPUWindowSeconds = window
 	events, ok := counterDelta(before, after, "ingest", "pulse_ingest_events_accepted_total")
 	if !ok || events == 0 {
-		// No ingest metrics: what loadgen saw accepted, warm-up included.
-		events = rep.AcceptedEventsPerSec * (rep.MeasuredSeconds + sp.load.warmup.Seconds())
+		events = fallback
 	}
 	r.EventsInWindow = events
 	cpu := cpuDelta(before.cpu, after.cpu)
-	cpu["loadgen"] = lr.cpuSeconds
+	cpu["loadgen"] = loadgenSeconds
 	r.Machine = machineOver(cpu, window)
 	delete(cpu, machineKey)
 	delete(cpu, stealKey)
@@ -172,6 +186,12 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 		}
 		r.CPU[name] = pc
 	}
+}
+
+// readServices reads the services' own metrics over the CPU window: the aggregator's
+// folded events, history's rows and commit lag, and the internal histograms.
+func (r *StepResult) readServices(before, after snapshot) {
+	window := r.CPUWindowSeconds
 	if d, ok := counterDelta(before, after, "aggregator", "pulse_aggregator_events_total"); ok && window > 0 {
 		r.AggregatorEventsPerSec = d / window
 	}
@@ -191,21 +211,22 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 			r.History.CommitLagP99Seconds = p99
 		}
 	}
-
 	r.Internals = internals(before, after)
+}
 
+// judge decides whether the step kept up.
+func (r *StepResult) judge(c criteria) {
 	v := decide(stepObservation{
-		Offered: sp.offered, Accepted: r.AcceptedEventsPerSec,
+		Offered: r.OfferedEventsPerSec, Accepted: r.AcceptedEventsPerSec,
 		Scheduled: r.Requests, Failed: r.FailedRequests,
 		LagKnown: r.AggregatorLag.Known, LagStart: r.AggregatorLag.Start, LagEnd: r.AggregatorLag.End,
 		FreshProbes: r.Freshness.Probes, FreshSeen: r.Freshness.Seen, FreshTimeouts: r.Freshness.Timeouts,
 		FreshP99: time.Duration(r.Freshness.Ms.P99 * float64(time.Millisecond)),
-	}, b.cfg.crit)
+	}, c)
 	r.KeptUp, r.Reasons = v.KeptUp, v.Reasons
 	if !r.AggregatorLag.Known {
 		r.Reasons = append(r.Reasons, "(aggregator lag not judged: too few lag samples)")
 	}
-	return r, ctx.Err()
 }
 
 // internalHistograms are the services' histograms whose step quantiles bench keeps:
