@@ -228,11 +228,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
 	fs.BoolVar(&cfg.keepServices, "keep-services", false, "leave the services bench started running at the end")
 
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.quick {
 		set := map[string]bool{}
@@ -265,8 +262,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if !filepath.IsAbs(cfg.outDir) {
 		cfg.outDir = filepath.Join(root, cfg.outDir)
 	}
-	cfg.flags = map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
+	cfg.flags = cli.Values(fs)
 	return cfg, cfg.validate()
 }
 

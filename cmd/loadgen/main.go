@@ -116,19 +116,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.probeUsers, "probe-users", 0, "probe users lg-probe-0 … (0: enough that each is reused every 30 s)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to `FILE`")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	m, err := parseMix(*mixFlag)
 	if err != nil {
 		return cfg, fmt.Errorf("-mix: %w", err)
 	}
 	cfg.mix = m
-	cfg.flags = map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { cfg.flags[f.Name] = f.Value.String() })
+	cfg.flags = cli.Values(fs)
 	return cfg, cfg.validate()
 }
 

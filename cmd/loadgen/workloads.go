@@ -156,6 +156,15 @@ func (c *client) call(ctx context.Context, method, url string, body any, into an
 	return o
 }
 
+// postEvent sends one event to ingest's path; it counts as accepted with a 2xx.
+func (c *client) postEvent(ctx context.Context, path string, body any) outcome {
+	o := c.call(ctx, http.MethodPost, c.ingest+path, body, nil)
+	if o.class == classOK {
+		o.events = 1
+	}
+	return o
+}
+
 // failed classifies a request that got no usable answer: the shutdown's abort is
 // not the server's fault; anything else (the -timeout included) is.
 func (c *client) failed(ctx context.Context) outcome {
@@ -235,11 +244,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 	all := []*workload{
 		{name: "single", endpoint: "POST /status", rate: cfg.singleRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				o := c.call(ctx, http.MethodPost, c.ingest+"/status", statusBody{UserID: g.user(rng), Status: g.status(rng)}, nil)
-				if o.class == classOK {
-					o.events = 1
-				}
-				return o
+				return c.postEvent(ctx, "/status", statusBody{UserID: g.user(rng), Status: g.status(rng)})
 			}},
 		{name: "batch", endpoint: "POST /v1/events", rate: cfg.batchRate, perReq: cfg.batchSize,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
@@ -256,11 +261,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "heartbeat", endpoint: "POST /v1/heartbeat", rate: cfg.heartbeatRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				o := c.call(ctx, http.MethodPost, c.ingest+"/v1/heartbeat", heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)}, nil)
-				if o.class == classOK {
-					o.events = 1
-				}
-				return o
+				return c.postEvent(ctx, "/v1/heartbeat", heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)})
 			}},
 		{name: "read", endpoint: "GET /status/{id}", rate: cfg.readRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {

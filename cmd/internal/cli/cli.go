@@ -30,6 +30,24 @@ func Main(name string, run func(ctx context.Context) error) {
 	}
 }
 
+// Parse parses args into fs's flags; the tools take no other arguments.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
+// Values is every flag's final value by name, so a report records how it was made.
+func Values(fs *flag.FlagSet) map[string]string {
+	v := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { v[f.Name] = f.Value.String() })
+	return v
+}
+
 // Problems collects what is wrong with a command line, so one attempt names all of it.
 type Problems []error
 
