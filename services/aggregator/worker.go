@@ -217,8 +217,8 @@ func (w *worker) committed(ctx context.Context) (int64, error) {
 	return max(off, 0), err
 }
 
-// flush folds the pending records as one window and makes it durable, in DESIGN.md's
-// order: Redis, then changes, then the offset commit.
+// flush folds the pending records as one window and makes it durable in the order of
+// docs/design.md guarantee 6: Redis, then changes, then the offset commit.
 func (w *worker) flush(ctx context.Context) error {
 	if len(w.pending) == 0 {
 		return nil
