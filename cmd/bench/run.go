@@ -96,32 +96,28 @@ func (b *bench) phases(ctx context.Context) error {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	first := true
 	// Every phase starts from caught-up consumers: a step that fell behind leaves a
 	// backlog whose catching up would otherwise load the next phase.
 	idle := func(before string) {
-		if !first {
-			fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator and history to be idle\n", b.cfg.idleWait)
-		}
+		fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator and history to be idle\n", b.cfg.idleWait)
 		b.waitIdle(ctx, before)
-		first = false
 	}
-	fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator and history to be idle\n", b.cfg.idleWait)
-	for _, mode := range []string{"batch", "single"} {
-		if !b.cfg.phases[mode] {
+	for _, p := range []struct {
+		phase, mode, before string
+		into                **ModeResult
+	}{
+		{"batch", "batched", "the batched steps", &b.res.Batched},
+		{"single", "single", "the single-event steps", &b.res.Single},
+	} {
+		if !b.cfg.phases[p.phase] {
 			continue
 		}
-		idle(map[string]string{"batch": "the batched steps", "single": "the single-event steps"}[mode])
-		name := map[string]string{"batch": "batched", "single": "single"}[mode]
-		fmt.Fprintf(b.out, "==> %s ingest steps\n", name)
-		m, err := b.stepMode(ctx, name)
-		if mode == "batch" {
-			b.res.Batched = m
-		} else {
-			b.res.Single = m
-		}
+		idle(p.before)
+		fmt.Fprintf(b.out, "==> %s ingest steps\n", p.mode)
+		m, err := b.stepMode(ctx, p.mode)
+		*p.into = m
 		if err != nil {
-			return fmt.Errorf("%s steps: %w", name, err)
+			return fmt.Errorf("%s steps: %w", p.mode, err)
 		}
 	}
 	if b.cfg.phases["half"] {
@@ -152,8 +148,7 @@ func (b *bench) phases(ctx context.Context) error {
 func (b *bench) warmUp(ctx context.Context, rate float64) error {
 	_, err := b.runLoad(ctx, load{
 		name: "warmup", duration: b.cfg.warmupRun,
-		args: []string{"-batch-rate", ff(rate / float64(b.cfg.batchSize)), "-batch-size", strconv.Itoa(b.cfg.batchSize),
-			"-fresh-rate", "5", "-fresh-poll", b.cfg.freshPoll.String(), "-seed", "999"},
+		args: append(b.batchArgs(rate), "-fresh-rate", "5", "-fresh-poll", b.cfg.freshPoll.String(), "-seed", "999"),
 	})
 	return err
 }

@@ -305,7 +305,7 @@ func (b *bench) stepMode(ctx context.Context, mode string) (*ModeResult, error) 
 		if mode == "single" {
 			args = append(args, "-single-rate", ff(rate))
 		} else {
-			args = append(args, "-batch-rate", ff(rate/float64(b.cfg.batchSize)), "-batch-size", strconv.Itoa(b.cfg.batchSize))
+			args = append(args, b.batchArgs(rate)...)
 		}
 		r, err := b.runStep(ctx, stepSpec{
 			mode: mode, offered: rate, workload: workload,
@@ -320,7 +320,7 @@ func (b *bench) stepMode(ctx context.Context, mode string) (*ModeResult, error) 
 			break
 		}
 		if i == len(rs)-1 {
-			b.note("%s: every step kept up, the highest rate (%.0f events/s) is a floor, not the maximum; add higher -%s-rates", mode, rate, mode)
+			b.note("%s: every step kept up, the highest rate (%.0f events/s) is a floor, not the maximum; add higher -%s-rates", mode, rate, workload)
 		}
 	}
 	m.MaxOfferedEventsPerSec, m.MaxAcceptedEventsPerSec = maxKeptUp(m.Steps)
@@ -328,6 +328,11 @@ func (b *bench) stepMode(ctx context.Context, mode string) (*ModeResult, error) 
 }
 
 func ff(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// batchArgs are loadgen's flags for batched ingest at rate events/s.
+func (b *bench) batchArgs(rate float64) []string {
+	return []string{"-batch-rate", ff(rate / float64(b.cfg.batchSize)), "-batch-size", strconv.Itoa(b.cfg.batchSize)}
+}
 
 // halfMax runs reads and freshness at half the highest batched rate that kept up.
 func (b *bench) halfMax(ctx context.Context) (*StepResult, error) {
@@ -343,12 +348,11 @@ func (b *bench) halfMax(ctx context.Context) (*StepResult, error) {
 		rate = b.cfg.batchRates[0] / 2
 		b.note("half-max phase: batched steps did not run; ran at half the first -batch-rates, %.0f events/s", rate)
 	}
-	args := []string{
-		"-batch-rate", ff(rate / float64(b.cfg.batchSize)), "-batch-size", strconv.Itoa(b.cfg.batchSize),
+	args := append(b.batchArgs(rate),
 		"-read-rate", ff(b.cfg.halfReads), "-batch-read-rate", ff(b.cfg.halfBatchReads),
 		"-read-batch-size", strconv.Itoa(b.cfg.readBatch), "-count-rate", ff(b.cfg.halfCounts),
 		"-fresh-rate", ff(b.cfg.halfFresh), "-fresh-poll", b.cfg.freshPoll.String(), "-seed", "1000",
-	}
+	)
 	sp := stepSpec{
 		mode: "half", offered: rate, workload: "batch",
 		load: load{name: fmt.Sprintf("half-%.0f", rate), duration: b.cfg.halfTime, warmup: b.cfg.warmup, args: args},
