@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // historyCheck picks the batched step closest to rate and reads history's numbers
@@ -34,15 +35,18 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 // evaluate judges every target of the issue on r; a target whose phase did not run
 // is listed as not measured.
 func evaluate(r *Results, scaleGoal int) []Target {
-	nan := math.NaN()
-	var ts []Target
-	add := func(t Target, v float64, note string) {
-		t = t.judge(v)
-		t.Note = note
-		ts = append(ts, t)
-	}
+	return slices.Concat(throughputTargets(r), halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History))
+}
 
-	batched, single := nan, nan
+// judged is t judged on v (NaN: not measured), with note as its context.
+func judged(t Target, v float64, note string) Target {
+	t = t.judge(v)
+	t.Note = note
+	return t
+}
+
+func throughputTargets(r *Results) []Target {
+	batched, single := math.NaN(), math.NaN()
 	var bNote, sNote string
 	if m := r.Batched; m != nil {
 		batched, bNote = m.MaxAcceptedEventsPerSec, modeNote(m)
@@ -50,12 +54,16 @@ func evaluate(r *Results, scaleGoal int) []Target {
 	if m := r.Single; m != nil {
 		single, sNote = m.MaxAcceptedEventsPerSec, modeNote(m)
 	}
-	add(Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}, batched, bNote)
-	add(Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}, single, sNote)
+	return []Target{
+		judged(Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}, batched, bNote),
+		judged(Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}, single, sNote),
+	}
+}
 
-	f50, f99, read99 := nan, nan, nan
+func halfTargets(h *StepResult) []Target {
+	f50, f99, read99 := math.NaN(), math.NaN(), math.NaN()
 	var hNote, readNote string
-	if h := r.Half; h != nil {
+	if h != nil {
 		hNote = fmt.Sprintf("at %s events/s (half the max batched rate)", num(h.OfferedEventsPerSec))
 		if h.Freshness.Seen > 0 {
 			f50, f99 = h.Freshness.Ms.P50, h.Freshness.Ms.P99
@@ -67,13 +75,17 @@ func evaluate(r *Results, scaleGoal int) []Target {
 			}
 		}
 	}
-	add(Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}, f50, hNote)
-	add(Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}, f99, hNote)
-	add(Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}, read99, readNote)
+	return []Target{
+		judged(Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}, f50, hNote),
+		judged(Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}, f99, hNote),
+		judged(Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}, read99, readNote),
+	}
+}
 
-	c99, speed, online, registered := nan, nan, nan, nan
+func scaleTargets(s *ScaleResult, scaleGoal int) []Target {
+	c99, speed, online, registered := math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	var scNote, speedNote string
-	if s := r.Scale; s != nil {
+	if s != nil {
 		scNote = fmt.Sprintf("%s registered users, %s online", num(float64(s.Users)), num(float64(s.Online)))
 		if s.Users < scaleGoal {
 			scNote += fmt.Sprintf(" (the target is stated at %s)", num(float64(scaleGoal)))
@@ -97,23 +109,28 @@ func evaluate(r *Results, scaleGoal int) []Target {
 			registered = s.RegisteredMemoryRatio
 		}
 	}
-	add(Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}, c99, scNote)
-	add(Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}, speed, speedNote)
-	add(Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}, online, scNote)
-	add(Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}, registered, scNote)
+	return []Target{
+		judged(Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}, c99, scNote),
+		judged(Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}, speed, speedNote),
+		judged(Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}, online, scNote),
+		judged(Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}, registered, scNote),
+	}
+}
 
-	rows, lag := nan, nan
+func historyTargets(h *HistoryCheck) []Target {
+	rows, lag := math.NaN(), math.NaN()
 	var histNote string
-	if h := r.History; h != nil {
+	if h != nil {
 		rows = h.RowsPerSec
 		if h.LagKnown {
 			lag = h.LagSeconds
 		}
 		histNote = fmt.Sprintf("batched step at %s events/s (%s accepted); lag: %s", num(h.AtOfferedEventsPerSec), num(h.AcceptedEventsPerSec), h.LagSource)
 	}
-	add(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote)
-	add(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote)
-	return ts
+	return []Target{
+		judged(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote),
+		judged(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote),
+	}
 }
 
 func modeNote(m *ModeResult) string {
