@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -84,32 +83,24 @@ func (l *lagReader) partitions(ctx context.Context) (int, error) {
 	return len(t.Partitions), nil
 }
 
-// lagSampler samples lag every interval in the background until stopped.
-type lagSampler struct {
-	mu      sync.Mutex
-	samples []lagSample
-	errs    int
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func startSampler(ctx context.Context, l *lagReader, every time.Duration) *lagSampler {
-	s := &lagSampler{stop: make(chan struct{}), done: make(chan struct{})}
+// sampleLag samples lag every interval in the background until the function it
+// returns is called, which answers the samples taken and how many reads failed.
+func sampleLag(ctx context.Context, l *lagReader, every time.Duration) (finish func() ([]lagSample, int)) {
+	var samples []lagSample
+	errs := 0
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(s.done)
+		defer close(done)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			smp, err := l.sample(ctx)
-			s.mu.Lock()
-			if err != nil {
-				s.errs++
+			if s, err := l.sample(ctx); err != nil {
+				errs++
 			} else {
-				s.samples = append(s.samples, smp)
+				samples = append(samples, s)
 			}
-			s.mu.Unlock()
 			select {
-			case <-s.stop:
+			case <-stop:
 				return
 			case <-ctx.Done():
 				return
@@ -117,16 +108,11 @@ func startSampler(ctx context.Context, l *lagReader, every time.Duration) *lagSa
 			}
 		}
 	}()
-	return s
-}
-
-// finish stops sampling and returns the samples taken.
-func (s *lagSampler) finish() ([]lagSample, int) {
-	close(s.stop)
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.samples, s.errs
+	return func() ([]lagSample, int) {
+		close(stop)
+		<-done
+		return samples, errs
+	}
 }
 
 // LagSummary is the aggregator's lag over a measured window.

@@ -104,13 +104,13 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 	r := StepResult{Mode: sp.mode, OfferedEventsPerSec: sp.offered, CPU: map[string]ProcCPU{},
 		Raw: filepath.Join("raw", sp.load.name+".json")}
 	before := b.snapshot(ctx)
-	sampler := startSampler(ctx, b.lag, b.cfg.lagEvery)
+	finishLag := sampleLag(ctx, b.lag, b.cfg.lagEvery)
 	var wg sync.WaitGroup
 	if sp.during != nil {
 		wg.Go(func() { sp.during(ctx, time.Now().Add(sp.load.warmup)) })
 	}
 	lr, err := b.runLoad(ctx, sp.load)
-	samples, lagErrs := sampler.finish()
+	samples, lagErrs := finishLag()
 	if err != nil {
 		wg.Wait()
 		return r, err
