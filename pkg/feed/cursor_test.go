@@ -34,6 +34,17 @@ func TestCursorRoundTrip(t *testing.T) {
 	if a, b := TopicFingerprint("a"), TopicFingerprint("b"); a == b {
 		t.Error("two topics share a fingerprint")
 	}
+	// Cursors clients hold from before the envelope was shared read as they were
+	// written, and positions encode to them still.
+	for s, want := range map[string]Cursor{
+		"AS_N6tsDAAWAgICAgCC8uPIC": {Topic: TopicFingerprint("presence.changes"), Offsets: []int64{0, 5, 1 << 40}},
+		"ATsp10oBKp1ZH3A":          {Topic: TopicFingerprint("changes"), Offsets: []int64{42}},
+	} {
+		c, err := DecodeCursor(s)
+		if err != nil || c.Topic != want.Topic || !slices.Equal(c.Offsets, want.Offsets) || want.String() != s {
+			t.Errorf("cursor %q = %+v, %v; want %+v, encoding to it", s, c, err, want)
+		}
+	}
 }
 
 func TestDecodeCursorRejects(t *testing.T) {
