@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/online"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -26,12 +27,12 @@ import (
 // Each sub-benchmark reports the median and 99th percentile latency beside the mean.
 func BenchmarkOnline(b *testing.B) {
 	store, _ := testStore(b)
-	const shards, online = 16, 1_000_000
+	const shards, onlineUsers = 16, 1_000_000
 	f := newFixture(b, store, shards)
 	rng := rand.New(rand.NewPCG(1, 1))
 	f.gap = func() uint32 { return uint32(rng.IntN(3)) } // on average one offline user between two online ones
 	now := time.Now()
-	users := make([]testUser, online)
+	users := make([]testUser, onlineUsers)
 	for i := range users {
 		users[i] = testUser{
 			id:         fmt.Sprintf("bench-user-%07d", i),
@@ -44,7 +45,7 @@ func BenchmarkOnline(b *testing.B) {
 	}
 	start := time.Now()
 	f.set(users, 10_000)
-	b.Logf("wrote %d users in %v", online, time.Since(start).Round(time.Millisecond))
+	b.Logf("wrote %d users in %v", onlineUsers, time.Since(start).Round(time.Millisecond))
 	srv := newTestServer(b, store)
 
 	list := func(query string) func(b *testing.B) {
@@ -75,7 +76,7 @@ func BenchmarkOnline(b *testing.B) {
 	// 10,000 ids: 8,000 known users, 2,000 unknown, shuffled.
 	ids := make([]string, 0, 10_000)
 	for range 8000 {
-		ids = append(ids, users[rng.IntN(online)].id)
+		ids = append(ids, users[rng.IntN(onlineUsers)].id)
 	}
 	for i := range 2000 {
 		ids = append(ids, fmt.Sprintf("bench-unknown-%d", i))
@@ -96,7 +97,7 @@ func BenchmarkOnline(b *testing.B) {
 	// Without the cache every request loads every involved shard's bitmaps.
 	uncached := echo.New()
 	h := &onlineHandlers{api: &api{store: store, timeout: 5 * time.Second, maxBody: 1 << 20, logger: slog.New(slog.DiscardHandler)},
-		cache: newBitmapCache(store, 0, time.Now), now: time.Now}
+		cache: online.NewBitmapCache(store, 0, time.Now), now: time.Now}
 	uncached.POST("/v1/online/filter", h.filter)
 	b.Run("filter/10000ids/uncached", filter(uncached))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +22,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/online"
 	"github.com/pulse-presence/pulse/pkg/openapi"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/redisx"
@@ -97,35 +97,6 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	}
 }
 
-func TestCursorRoundTrip(t *testing.T) {
-	for _, c := range []cursor{
-		{shards: 1, pos: position{}},
-		{shards: 16, pos: position{shard: 15, from: math.MaxUint32}},
-		{shards: 1024, pos: position{shard: 700, from: 123456}},
-	} {
-		got, err := decodeCursor(c.encode())
-		if err != nil || got != c {
-			t.Errorf("decode(encode(%+v)) = %+v, %v", c, got, err)
-		}
-	}
-	// The document's example is a real cursor.
-	if c, err := decodeCursor("AQgDgA-XjM3B"); err != nil || c != (cursor{shards: 8, pos: position{shard: 3, from: 1920}}) {
-		t.Errorf("the OpenAPI example cursor = %+v, %v", c, err)
-	}
-	for _, bad := range []string{
-		"", "!!!", "AA", // not ours
-		cursor{shards: 4, pos: position{shard: 4}}.encode(), // shard beyond the count
-		cursor{shards: 4}.encode() + "A",                    // trailing data
-		"AgQAAIxEv0s",                                       // another version, checksum right
-		"AQgDgA-XjM3C",                                      // a mangled character
-		"AQgDgA-XjM3",                                       // truncated
-	} {
-		if c, err := decodeCursor(bad); err == nil {
-			t.Errorf("decodeCursor(%q) = %+v, want an error", bad, c)
-		}
-	}
-}
-
 func TestParseListQuery(t *testing.T) {
 	on, idle, inv := presence.Online, presence.Idle, presence.Invisible
 	tests := []struct {
@@ -169,50 +140,29 @@ func TestParseListQuery(t *testing.T) {
 	}
 }
 
+// A cursor the listing cannot read is a 400 naming it, in the same words whatever is
+// wrong with it.
+func TestListRefusesBadCursors(t *testing.T) {
+	srv := newTestServer(t, offlineStore(t))
+	want := `{"error":{"code":"invalid_request","message":"is not a cursor this API returned; send the nextCursor of the previous page, or none","field":"cursor"}}`
+	for _, c := range []string{
+		"nope",                   // too short
+		"AQgDgA-XjM3C",           // a mangled character
+		"AQgDgA-XjM3",            // truncated
+		"AgQAAIxEv0s",            // another version
+		"ATsp10oBKp1ZH3A",        // a change feed cursor
+		strings.Repeat("A", 100), // far too long
+	} {
+		if r := call(t, srv, http.MethodGet, "/v1/online?cursor="+c, "", false); r.code != http.StatusBadRequest || r.body != want {
+			t.Errorf("cursor %q: %d %s, want 400 %s", c, r.code, r.body, want)
+		}
+	}
+}
+
 func asError(err error, target **httpserver.Error) bool {
 	e, ok := err.(*httpserver.Error)
 	*target = e
 	return ok
-}
-
-// collect walks shards in order from the position, takes exactly what it wants, and
-// says where to go on: never past a user it did not take.
-func TestCollect(t *testing.T) {
-	bms := func(online, idle []uint32) statestore.ShardBitmaps {
-		return statestore.ShardBitmaps{roaring.BitmapOf(online...), roaring.BitmapOf(idle...), nil}
-	}
-	shards := []int{1, 3}
-	loaded := []statestore.ShardBitmaps{bms([]uint32{0, 5, 9}, []uint32{2, 7}), bms([]uint32{4}, nil)}
-	type taken struct {
-		shard int
-		index uint32
-	}
-	tests := []struct {
-		pos  position
-		want int
-		got  []taken
-		next position
-	}{
-		{position{shard: 1}, 3, []taken{{1, 0}, {1, 2}, {1, 5}}, position{1, 6}},
-		{position{shard: 1, from: 6}, 2, []taken{{1, 7}, {1, 9}}, position{shard: 2}},
-		{position{shard: 1, from: 6}, 10, []taken{{1, 7}, {1, 9}, {3, 4}}, position{shard: 4}},
-		{position{shard: 1, from: 10}, 1, []taken{{3, 4}}, position{shard: 4}},
-		{position{shard: 1}, 6, []taken{{1, 0}, {1, 2}, {1, 5}, {1, 7}, {1, 9}, {3, 4}}, position{shard: 4}},
-	}
-	for _, tt := range tests {
-		cands, next := collect(shards, loaded, tt.pos, tt.want)
-		var got []taken
-		for _, c := range cands {
-			got = append(got, taken{c.shard, c.index})
-		}
-		if !slices.Equal(got, tt.got) || next != tt.next {
-			t.Errorf("collect from %+v want %d = %v then %+v; want %v then %+v", tt.pos, tt.want, got, next, tt.got, tt.next)
-		}
-	}
-	cands, _ := collect(shards, loaded, position{shard: 1}, 3)
-	if cands[1].status != presence.Idle || cands[2].status != presence.Online {
-		t.Errorf("statuses = %v %v, want idle online", cands[1].status, cands[2].status)
-	}
 }
 
 func TestFilterRefusesBadInput(t *testing.T) {
@@ -504,7 +454,7 @@ func TestListWalksEveryShard(t *testing.T) {
 	if r := call(t, srv, http.MethodGet, "/v1/online?view=operator", "", false); r.code != 403 {
 		t.Errorf("operator view without token = %d %s, want 403", r.code, r.body)
 	}
-	other := cursor{shards: 16, pos: position{shard: 3}}.encode()
+	other := online.Cursor{Shards: 16, Pos: online.Position{Shard: 3}}.Encode()
 	if r := call(t, srv, http.MethodGet, "/v1/online?cursor="+other, "", false); r.code != 400 || !strings.Contains(r.body, "start the walk again") {
 		t.Errorf("cursor of another shard count = %d %s, want 400", r.code, r.body)
 	}
@@ -573,7 +523,7 @@ func TestListActiveWithinScansInBoundedPages(t *testing.T) {
 	now := time.Now()
 	var users []testUser
 	want := map[string]bool{}
-	for i := range maxScan + 3000 {
+	for i := range online.MaxScan + 3000 {
 		u := testUser{id: fmt.Sprintf("a-%d", i), status: presence.Online, lastActive: now.Add(-2 * time.Hour)}
 		if i%1500 == 7 {
 			u.lastActive = now.Add(-time.Minute)
@@ -646,36 +596,6 @@ func firstDiff(a, b []onlineUser) int {
 		}
 	}
 	return min(len(a), len(b))
-}
-
-// The bitmap cache serves a shard's bitmaps for its TTL, then loads them again.
-func TestBitmapCacheExpires(t *testing.T) {
-	store, _ := testStore(t)
-	f := newFixture(t, store, 2)
-	f.set([]testUser{{id: "a", status: presence.Online}}, 10)
-	sh := shard.For("a", 2)
-	clock := time.Unix(1000, 0)
-	c := newBitmapCache(store, time.Second, func() time.Time { return clock })
-	get := func() *statestore.ShardBitmaps {
-		bms, err := c.get(context.Background(), []int{sh})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bms[sh]
-	}
-	idx := f.users["a"].Index
-	if st, ok := get().StatusOf(idx); !ok || st != presence.Online {
-		t.Fatalf("a = %v %v, want online", st, ok)
-	}
-	f.set([]testUser{{id: "a", status: presence.Idle}}, 10)
-	clock = clock.Add(999 * time.Millisecond)
-	if st, _ := get().StatusOf(idx); st != presence.Online {
-		t.Fatalf("within the TTL a = %v, want the cached online", st)
-	}
-	clock = clock.Add(time.Millisecond)
-	if st, _ := get().StatusOf(idx); st != presence.Idle {
-		t.Fatalf("after the TTL a = %v, want idle", st)
-	}
 }
 
 // Operators see invisible users as they are; everyone else sees them offline, and

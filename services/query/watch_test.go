@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -148,6 +149,41 @@ func TestWatchRejectsBadRequestsBeforeUpgrading(t *testing.T) {
 				t.Fatalf("GET %s = %d %+v, want %d naming %q", tt.path, res.StatusCode, body, tt.status, tt.field)
 			}
 		})
+	}
+}
+
+// A cursor the feed cannot read is a 400 naming where it came from and saying what is
+// wrong with it.
+func TestWatchRefusesBadCursors(t *testing.T) {
+	url, _, _ := watchServer(t)
+	const advice = ": send the cursor of the last message received, or none"
+	for _, tt := range []struct {
+		query, lastEventID, field, message string
+	}{
+		{"&cursor=!!", "", "cursor", "invalid cursor: not base64url"},
+		{"&cursor=AQgDgA-XjM3B", "", "cursor", "invalid cursor: too short"}, // a listing cursor
+		{"&cursor=ATsp11oBKp1ZH3A", "", "cursor", "invalid cursor: checksum mismatch"},
+		{"&cursor=" + strings.Repeat("A", feed.MaxCursorLen+1), "", "cursor", fmt.Sprintf("invalid cursor: longer than %d characters", feed.MaxCursorLen)},
+		{"", "nope", "Last-Event-ID", "invalid cursor: too short"},
+		{"&cursor=!!", "ATsp10oBKp1ZH3A", "cursor", "invalid cursor: not base64url"}, // the parameter wins
+	} {
+		req, _ := http.NewRequest(http.MethodGet, url+"/v1/watch/sse?userIds=a"+tt.query, nil)
+		if tt.lastEventID != "" {
+			req.Header.Set("Last-Event-ID", tt.lastEventID)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code, Message, Field string } `json:"error"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusBadRequest || body.Error.Code != "invalid_request" ||
+			body.Error.Field != tt.field || body.Error.Message != tt.message+advice {
+			t.Errorf("%.60s (Last-Event-ID %q) = %d %+v, want 400 naming %s: %s", tt.query, tt.lastEventID, res.StatusCode, body, tt.field, tt.message+advice)
+		}
 	}
 }
 
