@@ -305,15 +305,15 @@ func (s *Session) expire(why string) error {
 // resumeStep takes the resume one step further, and the session live once it is
 // done, or afresh when the cursor cannot be served.
 func (s *Session) resumeStep(ctx context.Context) error {
-	p, err := s.resume.step(ctx)
+	res, err := s.resume.step(ctx)
 	if err != nil {
 		return err
 	}
-	s.pending = append(s.pending, p.out...)
+	s.pending = append(s.pending, res.out...)
 	switch {
-	case p.expired != "":
-		return s.expire(p.expired)
-	case p.live:
+	case res.expired != "":
+		return s.expire(res.expired)
+	case res.live:
 		s.endResume()
 		s.phase = phaseLive
 	}
