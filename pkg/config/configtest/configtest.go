@@ -101,3 +101,27 @@ func README(t testing.TB, path string, vars []*config.Var, groups ...string) {
 		}
 	}
 }
+
+// Help checks a service's -help text: every variable of the service (vars) and of the
+// process frame (PULSE_LOG_LEVEL, PULSE_LOG_FORMAT) is listed exactly once, nothing
+// else is, and each of want appears as a whole line (e.g. "PULSE_X (default 10s)").
+func Help(t testing.TB, help string, vars []*config.Var, want ...string) {
+	t.Helper()
+	names := []string{"PULSE_LOG_LEVEL", "PULSE_LOG_FORMAT"}
+	for _, v := range vars {
+		names = append(names, v.Name())
+	}
+	for _, name := range names {
+		if n := strings.Count(help, "\n  "+name+" ("); n != 1 {
+			t.Errorf("help lists %s %d times, want once", name, n)
+		}
+	}
+	if got := strings.Count(help, "\n  PULSE_"); got != len(names) {
+		t.Errorf("help lists %d variables, want %d", got, len(names))
+	}
+	for _, line := range want {
+		if !strings.Contains(help, "\n  "+line+"\n") {
+			t.Errorf("help lacks %q:\n%s", line, help)
+		}
+	}
+}
