@@ -570,3 +570,6 @@ func TestCheckpointResumesExactly(t *testing.T) {
 		}
 	}
 }
+
+// genRunForFuzz is a small history whose checkpoints seed the fuzzer.
+func genRunForFuzz() *run { return genRun(rand.New(rand.NewPCG(5, 6)), 20) }

@@ -221,6 +221,9 @@ func decode(data []byte) (*Fold, error) {
 		}
 		u.sessDirty, u.inDirty = d.flag(0), d.flag(1)
 		d.next()
+		if u.sessDirty && !present(u.status) {
+			d.fail("open session of an offline user")
+		}
 		u.days = make([]dayPart, d.count(8))
 		for i := range u.days {
 			p := &u.days[i]
