@@ -396,7 +396,9 @@ func (f *Fold) extend(t int64) {
 	for end := f.hourStart + int64(len(f.hours)); h >= end; end++ {
 		f.hours = append(f.hours, hour{users: f.alive.Clone(), dirty: true})
 	}
-	f.dayDone, f.dayBegun = min(f.dayDone, d), min(f.dayBegun, d)
+	// A day before the first one seen only gets parts from changes; dayBegun stays, as
+	// nobody can have entered such a day present.
+	f.dayDone = min(f.dayDone, d)
 }
 
 // Flush hands out every row that may have changed since the last Flush and drops the
@@ -407,6 +409,9 @@ func (f *Fold) Flush() Rows {
 	if !f.started {
 		return r
 	}
+	// Rows come out in key order: visiting the touched users in id order makes most of
+	// them so without sorting the rows themselves, which are large.
+	slices.SortFunc(f.dirty, func(a, b *user) int { return cmp.Compare(a.id, b.id) })
 	f.flushMinutes(&r)
 	f.flushHours(&r)
 	f.flushSessions(&r)
@@ -415,13 +420,8 @@ func (f *Fold) Flush() Rows {
 		u.inDirty = false
 		f.forgetIfDone(u)
 	}
+	clear(f.dirty)
 	f.dirty = f.dirty[:0]
-	slices.SortFunc(r.Sessions, func(a, b Session) int {
-		return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Start.Compare(b.Start))
-	})
-	slices.SortFunc(r.Days, func(a, b Day) int {
-		return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Day.Compare(b.Day))
-	})
 	return r
 }
 
@@ -482,17 +482,19 @@ func (f *Fold) flushHours(r *Rows) {
 	f.hourStart += int64(done)
 }
 
+// flushSessions merges the closed sessions with the open ones of the touched users,
+// both in (user, start) order; an open session starts after every closed one of its
+// user.
 func (f *Fold) flushSessions(r *Rows) {
-	for _, c := range f.closed {
-		end := time.UnixMicro(c.end).UTC()
-		r.Sessions = append(r.Sessions, Session{
-			UserID: c.user, Start: time.UnixMicro(c.start).UTC(), End: end,
-			Online: micros(c.spent[0]), Idle: micros(c.spent[1]), Invisible: micros(c.spent[2]),
-			Through: end, Status: presence.Offline,
-		})
-	}
-	f.closed = f.closed[:0]
+	slices.SortFunc(f.closed, func(a, b closedSession) int {
+		return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(a.start, b.start))
+	})
+	closed := f.closed
 	for _, u := range f.dirty {
+		for len(closed) > 0 && closed[0].user <= u.id {
+			r.Sessions = append(r.Sessions, closed[0].row())
+			closed = closed[1:]
+		}
 		if !u.sessDirty {
 			continue
 		}
@@ -504,6 +506,20 @@ func (f *Fold) flushSessions(r *Rows) {
 			Online: micros(spent[0]), Idle: micros(spent[1]), Invisible: micros(spent[2]),
 			Open: true, Through: time.UnixMicro(f.now).UTC(), Status: u.status,
 		})
+	}
+	for _, c := range closed {
+		r.Sessions = append(r.Sessions, c.row())
+	}
+	clear(f.closed)
+	f.closed = f.closed[:0]
+}
+
+func (c *closedSession) row() Session {
+	end := time.UnixMicro(c.end).UTC()
+	return Session{
+		UserID: c.user, Start: time.UnixMicro(c.start).UTC(), End: end,
+		Online: micros(c.spent[0]), Idle: micros(c.spent[1]), Invisible: micros(c.spent[2]),
+		Through: end, Status: presence.Offline,
 	}
 }
 
@@ -555,6 +571,9 @@ func (f *Fold) flushDays(r *Rows) {
 	}
 	f.dayDone = done
 	f.dayBegun = max(firstBegun, lastBegun+1)
+	slices.SortFunc(r.Days, func(a, b Day) int {
+		return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Day.Compare(b.Day))
+	})
 }
 
 // dayRow is the user's row for day d: the part p from spans already closed (nil when

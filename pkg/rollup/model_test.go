@@ -199,7 +199,15 @@ type table struct {
 func upsert(t *testing.T, flushes []rollup.Rows) table {
 	t.Helper()
 	tb := table{map[string]rollup.Session{}, map[string]rollup.Day{}, map[int64]rollup.Minute{}, map[int64][]uint32{}}
-	for _, r := range flushes {
+	for i, r := range flushes {
+		if !slices.IsSortedFunc(r.Sessions, func(a, b rollup.Session) int {
+			return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Start.Compare(b.Start))
+		}) || !slices.IsSortedFunc(r.Days, func(a, b rollup.Day) int {
+			return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Day.Compare(b.Day))
+		}) || !slices.IsSortedFunc(r.Minutes, func(a, b rollup.Minute) int { return a.Minute.Compare(b.Minute) }) ||
+			!slices.IsSortedFunc(r.Hours, func(a, b rollup.Hour) int { return a.Hour.Compare(b.Hour) }) {
+			t.Fatalf("flush %d: rows out of key order", i)
+		}
 		for _, s := range r.Sessions {
 			tb.sessions[s.UserID+" "+s.Start.Format(time.RFC3339Nano)] = s
 		}
