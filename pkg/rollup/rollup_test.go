@@ -193,6 +193,13 @@ func TestPresentAllDayGetsTodaysRow(t *testing.T) {
 	if !slices.Equal(r.Days, want) {
 		t.Errorf("days:\n got %+v\nwant %+v", r.Days, want)
 	}
+	// Written once: more time passing rewrites no day row until the day ends.
+	for _, w := range []string{"2026-03-15T00:30:00Z", "2026-03-15T12:00:00Z", "2026-03-16T00:09:59Z"} {
+		s.f.Advance(at(w))
+		if r := s.f.Flush(); len(r.Days) != 0 {
+			t.Errorf("at %s rewrote %+v", w, r.Days)
+		}
+	}
 }
 
 // A change from before the frontier is beyond the promised lateness: it is moved up to
