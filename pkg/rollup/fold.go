@@ -182,8 +182,6 @@ func slot(s presence.Status) int {
 	return -1
 }
 
-var slotStatus = [3]presence.Status{presence.Online, presence.Idle, presence.Invisible}
-
 func present(s presence.Status) bool { return slot(s) >= 0 }
 
 func floorDiv(a, b int64) int64 {
