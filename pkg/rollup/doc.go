@@ -81,7 +81,10 @@
 // dropped at the next Flush. A change from before the frontier (later than promised) is
 // moved up to the frontier, still in order for its user, and counted in Stats.Late;
 // a change not after its user's previous one is a repeat (presence.changes is delivered
-// at least once) and is dropped.
+// at least once) and is dropped. Until the first Advance, the first change's time stands
+// in for the watermark; a change dated more than a day past the fold's time is corrupt
+// (no clock is that far off) and is dropped, so that no single record can make the fold
+// hold years of minutes.
 //
 // The fold's time is the latest of the watermark and every change time applied. Rows
 // exist for every minute and hour from the first the fold saw up to the one holding
@@ -94,7 +97,8 @@
 //
 // The fold keeps per user only what an unfinished day or session needs: nothing for a
 // user who is offline and whose days are all final. It keeps per-second counts for
-// unfinished minutes and a bitmap per unfinished hour. MarshalBinary captures all of it,
+// unfinished minutes and a bitmap per unfinished hour; what became final is dropped by
+// Flush, which the caller therefore calls regularly. MarshalBinary captures all of it,
 // so that folding a prefix of the log, checkpointing, restoring and folding the rest
 // hands out exactly the rows that folding everything at once would have.
 package rollup

@@ -45,8 +45,8 @@ type Stats struct {
 	Applied uint64
 	// Late changes came from before the frontier and were moved up to it.
 	Late uint64
-	// Dropped changes were not after their user's previous change (repeats), or had
-	// no valid status or time.
+	// Dropped changes were not after their user's previous change (repeats), had no
+	// valid status or time, or were dated more than a day past the fold's time.
 	Dropped uint64
 	// Mismatched changes had a Previous other than the status the fold held; those
 	// whose Current equals that status change nothing.
@@ -63,6 +63,10 @@ const (
 	usHour   = 60 * usMinute
 	usDay    = 24 * usHour
 )
+
+// maxAhead is how far past the fold's time a change may be dated: ingest keeps event
+// times within minutes of its clock, so a change a day ahead is corrupt.
+const maxAhead = usDay
 
 // noFrontier is the frontier before any Advance: nothing is final, nothing is late.
 // Far from MinInt64 so that arithmetic on it cannot overflow.
@@ -232,13 +236,24 @@ func (f *Fold) Advance(t time.Time) {
 	f.extend(f.now)
 }
 
-// Apply folds in c, the next change of the shard in log order.
+// Apply folds in c, the next change of the shard in log order. Until the first
+// Advance, the first change's time stands in for the watermark, so that the fold has
+// a frontier from the start.
 func (f *Fold) Apply(c Change) {
 	if !valid(c.Current) || c.At.IsZero() {
 		f.stats.Dropped++
 		return
 	}
 	raw := c.At.UnixMicro()
+	if f.watermark == noFrontier {
+		f.Advance(c.At)
+	}
+	if raw > f.now+maxAhead {
+		// No clock skew explains it, and believing it would make the fold hold every
+		// minute up to it.
+		f.stats.Dropped++
+		return
+	}
 	u := f.users[c.UserID]
 	if u != nil && raw <= u.last {
 		f.stats.Dropped++

@@ -229,6 +229,27 @@ func TestLateChangeIsMovedToTheFrontier(t *testing.T) {
 	}
 }
 
+// Before the first Advance the first change stands for the watermark, and a change
+// dated a day past the fold's time is corrupt: neither can make the fold hold years of
+// minutes.
+func TestImplausibleTimes(t *testing.T) {
+	s := newShard(t)
+	s.change("u1", on, "2026-03-14T10:00:00Z")
+	s.change("u2", on, "2026-03-14T09:00:00Z") // beyond lateness of the first change
+	s.f.Apply(rollup.Change{UserID: "u3", Index: 13, Previous: off, Current: on, At: at("2026-03-15T10:00:00.000001Z")})
+	s.f.Apply(rollup.Change{UserID: "u4", Index: 14, Previous: off, Current: on, At: at("1970-01-01T00:00:01Z")})
+	r := s.f.Flush()
+	if st := s.f.Stats(); st.Applied != 3 || st.Late != 2 || st.Dropped != 1 || st.Minutes != 11 {
+		t.Errorf("stats %+v, want 3 applied, 2 late, 1 dropped, 11 minutes held", st)
+	}
+	if len(r.Sessions) != 3 || r.Sessions[1].UserID != "u2" || r.Sessions[1].Start != at("2026-03-14T09:50:00Z") {
+		t.Errorf("sessions %+v", r.Sessions)
+	}
+	if s.f.Watermark() != at("2026-03-14T10:00:00Z") || s.f.Frontier() != at("2026-03-14T09:50:00Z") {
+		t.Errorf("watermark %v, frontier %v", s.f.Watermark(), s.f.Frontier())
+	}
+}
+
 func TestRepeatsAndMismatches(t *testing.T) {
 	s := newShard(t)
 	s.change("u1", on, "2026-03-14T10:00:00Z")
