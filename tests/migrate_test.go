@@ -270,8 +270,8 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pending before Apply: %v", err)
 	}
-	if got := versionsOf(pending); !reflect.DeepEqual(got, []int{1, 2, 3, 4}) {
-		t.Fatalf("Pending before Apply = %v, want [1 2 3 4]", got)
+	if got := versionsOf(pending); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("Pending before Apply = %v, want [1 2 3 4 5]", got)
 	}
 
 	start := time.Now()
@@ -279,13 +279,13 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4}) {
-		t.Fatalf("Apply applied %v, want [1 2 3 4]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("Apply applied %v, want [1 2 3 4 5]", got)
 	}
 
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))
 	assertRecorded(t, session, ks, migrations, start)
-	if got, want := migTables(t, session, ks), []string{"schema_migrations", "schema_migrations_lock", "user_activity", "user_status"}; !reflect.DeepEqual(got, want) {
+	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "uniques", "user_activity", "user_daily", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 
@@ -400,7 +400,7 @@ func TestMigrateBrokenStatement(t *testing.T) {
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)
 	files := migFiles(t)
-	files["0005_broken.cql"] = &fstest.MapFile{Data: []byte(`-- the first statement works, the second names a type that does not exist
+	files["9001_broken.cql"] = &fstest.MapFile{Data: []byte(`-- the first statement works, the second names a type that does not exist
 CREATE TABLE IF NOT EXISTS {{keyspace}}.broken_ok (id text PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS {{keyspace}}.broken (
   id text PRIMARY KEY,
@@ -416,31 +416,31 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 	if !errors.As(err, &se) {
 		t.Fatalf("Apply error = %v, want *migrate.StatementError", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4}) {
-		t.Errorf("Apply applied %v before failing, want [1 2 3 4]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5}) {
+		t.Errorf("Apply applied %v before failing, want [1 2 3 4 5]", got)
 	}
 	wantStmt := "CREATE TABLE IF NOT EXISTS " + ks + ".broken (\n  id text PRIMARY KEY,\n  value no_such_type\n)"
-	if se.File != "0005_broken.cql" || se.Index != 2 || se.Statement != wantStmt {
-		t.Errorf("StatementError = {File: %q, Index: %d, Statement: %q}, want {0005_broken.cql, 2, %q}", se.File, se.Index, se.Statement, wantStmt)
+	if se.File != "9001_broken.cql" || se.Index != 2 || se.Statement != wantStmt {
+		t.Errorf("StatementError = {File: %q, Index: %d, Statement: %q}, want {9001_broken.cql, 2, %q}", se.File, se.Index, se.Statement, wantStmt)
 	}
 	var reqErr gocql.RequestError
 	if !errors.As(se.Err, &reqErr) || reqErr.Code() != gocql.ErrCodeInvalid || !strings.Contains(reqErr.Message(), "no_such_type") {
 		t.Errorf("StatementError.Err = %#v, want the server's invalid-request error naming no_such_type", se.Err)
 	}
-	wantMsg := "0005_broken.cql: statement 2 failed: " + se.Err.Error() + "\n  CREATE TABLE IF NOT EXISTS " + ks + ".broken (\n    id text PRIMARY KEY,\n    value no_such_type\n  )"
+	wantMsg := "9001_broken.cql: statement 2 failed: " + se.Err.Error() + "\n  CREATE TABLE IF NOT EXISTS " + ks + ".broken (\n    id text PRIMARY KEY,\n    value no_such_type\n  )"
 	if err.Error() != wantMsg {
 		t.Errorf("error text =\n%s\nwant\n%s", err.Error(), wantMsg)
 	}
 
-	// 1..4 stay recorded, 5 is not; Cassandra has no transactional DDL, so the statement
+	// 1..5 stay recorded, 9001 is not; Cassandra has no transactional DDL, so the statement
 	// before the failing one stays applied and the one after never ran.
-	assertRecorded(t, session, ks, migrations[:4], start)
-	if got, want := migTables(t, session, ks), []string{"broken_ok", "schema_migrations", "schema_migrations_lock", "user_activity", "user_status"}; !reflect.DeepEqual(got, want) {
+	assertRecorded(t, session, ks, migrations[:5], start)
+	if got, want := migTables(t, session, ks), []string{"broken_ok", "concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "uniques", "user_activity", "user_daily", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 	pending, err := m.Pending(ctx)
-	if err != nil || !reflect.DeepEqual(versionsOf(pending), []int{5}) {
-		t.Errorf("Pending after the failure = %v, %v; want [5]", versionsOf(pending), err)
+	if err != nil || !reflect.DeepEqual(versionsOf(pending), []int{9001}) {
+		t.Errorf("Pending after the failure = %v, %v; want [9001]", versionsOf(pending), err)
 	}
 }
 
@@ -457,7 +457,7 @@ func TestMigrateRefusesChangedChecksum(t *testing.T) {
 	files := migFiles(t)
 	edited := append([]byte("-- an innocent-looking edit\n"), files["0002_user_status.cql"].Data...)
 	files["0002_user_status.cql"] = &fstest.MapFile{Data: edited}
-	files["0005_more.cql"] = &fstest.MapFile{Data: []byte("CREATE TABLE IF NOT EXISTS {{keyspace}}.more (id text PRIMARY KEY);")}
+	files["9001_more.cql"] = &fstest.MapFile{Data: []byte("CREATE TABLE IF NOT EXISTS {{keyspace}}.more (id text PRIMARY KEY);")}
 	m2, migrations2 := migNew(t, session, ks, files)
 
 	want := &migrate.ChecksumError{File: "0002_user_status.cql", Recorded: migrations[1].Checksum, Current: migrations2[1].Checksum}
@@ -478,9 +478,9 @@ func TestMigrateRefusesChangedChecksum(t *testing.T) {
 		}
 	}
 
-	// Nothing was applied: not the pending 0005, and 0002 was not re-applied.
+	// Nothing was applied: not the pending 9001, and 0002 was not re-applied.
 	assertRecorded(t, session, ks, migrations, start)
-	if got, want := migTables(t, session, ks), []string{"schema_migrations", "schema_migrations_lock", "user_activity", "user_status"}; !reflect.DeepEqual(got, want) {
+	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "uniques", "user_activity", "user_daily", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 }
@@ -514,8 +514,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	t.Logf("migrator a applied %v, b applied %v", versionsOf(applied[0]), versionsOf(applied[1]))
 	all := append(versionsOf(applied[0]), versionsOf(applied[1])...)
 	sort.Ints(all)
-	if !reflect.DeepEqual(all, []int{1, 2, 3, 4}) {
-		t.Errorf("applied by the two migrators: %v and %v, want 1, 2, 3 and 4 once in all", versionsOf(applied[0]), versionsOf(applied[1]))
+	if !reflect.DeepEqual(all, []int{1, 2, 3, 4, 5}) {
+		t.Errorf("applied by the two migrators: %v and %v, want 1 to 5 once in all", versionsOf(applied[0]), versionsOf(applied[1]))
 	}
 	assertRecorded(t, session, ks, migrations, start)
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))

@@ -233,6 +233,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{2, "0002_user_status.cql", 1},
 		{3, "0003_user_activity.cql", 1},
 		{4, "0004_user_status_compaction.cql", 1},
+		{5, "0005_history_rollups.cql", 6},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
