@@ -2,41 +2,21 @@ package online
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/servertest"
 	"github.com/pulse-presence/pulse/pkg/shard"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
-// testStore is a store under a prefix of its own in the Redis at PULSE_REDIS_ADDR
-// (default the local stack's), deleted afterwards; the test is skipped when that
-// Redis does not answer, as unit tests need no server.
+// testStore is a store under a prefix of its own in the Redis of pkg/servertest.Redis.
 func testStore(t *testing.T) *statestore.Store {
 	t.Helper()
-	rdb := redisx.NewClient(redisx.ConfigFromEnv(config.NewEnv(nil)))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		t.Skipf("no Redis to test against (start the stack with make up): %v", err)
-	}
-	prefix := fmt.Sprintf("unit-%x", rand.Uint64())
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+":*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-		rdb.Close()
-	})
+	rdb, prefix := servertest.Redis(t, nil)
 	return statestore.New(rdb, prefix)
 }
 

@@ -3,7 +3,6 @@ package statestore
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -11,9 +10,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/redisx"
 	"github.com/pulse-presence/pulse/pkg/servertest"
 	"github.com/pulse-presence/pulse/pkg/shard"
 )
@@ -38,27 +35,10 @@ func TestStatusOf(t *testing.T) {
 	}
 }
 
-// readStore is a store under a prefix of its own in the Redis at PULSE_REDIS_ADDR
-// (default the local stack's), deleted afterwards. When that Redis does not answer the
-// test is skipped, or fails where the servers are required (pkg/servertest).
+// readStore is a store under a prefix of its own in the Redis of pkg/servertest.Redis.
 func readStore(t *testing.T) *Store {
 	t.Helper()
-	rdb := redisx.NewClient(redisx.ConfigFromEnv(config.NewEnv(nil)))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		servertest.Unavailable(t, "Redis", err)
-	}
-	prefix := fmt.Sprintf("unit-%x", rand.Uint64())
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+":*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-		rdb.Close()
-	})
+	rdb, prefix := servertest.Redis(t, nil)
 	return New(rdb, prefix)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/openapi"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/servertest"
 	"github.com/pulse-presence/pulse/pkg/shard"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
@@ -214,46 +215,15 @@ func TestFilterRefusesBadInput(t *testing.T) {
 
 // ---- against Redis ----
 
-// testStore is a store under a prefix of its own in the Redis at PULSE_REDIS_ADDR
-// (default the local stack's), deleted afterwards; the test is skipped when that
-// Redis does not answer, as unit tests need no server.
+// testStore is a store under a prefix of its own in the Redis of pkg/servertest.Redis.
 func testStore(tb testing.TB) (*statestore.Store, redis.UniversalClient) {
 	tb.Helper()
-	cfg := redisx.ConfigFromEnv(config.NewEnv(nil))
-	// Bulk loads send windows of megabytes; a retry after a timed-out write that did
-	// land is refused by the offset guard, so the first attempt must have the time.
-	cfg.ReadTimeout, cfg.WriteTimeout = 30*time.Second, 30*time.Second
-	rdb := redisx.NewClient(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		tb.Skipf("no Redis to test against (start the stack with make up): %v", err)
-	}
-	prefix := fmt.Sprintf("unit-%x", rand.Uint64())
-	tb.Cleanup(func() {
-		deletePrefix(tb, rdb, prefix)
-		rdb.Close()
+	rdb, prefix := servertest.Redis(tb, func(cfg *redisx.Config) {
+		// Bulk loads send windows of megabytes; a retry after a timed-out write that did
+		// land is refused by the offset guard, so the first attempt must have the time.
+		cfg.ReadTimeout, cfg.WriteTimeout = 30*time.Second, 30*time.Second
 	})
 	return statestore.New(rdb, prefix), rdb
-}
-
-func deletePrefix(tb testing.TB, rdb redis.UniversalClient, prefix string) {
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, prefix+":*", 10_000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 10_000 {
-			rdb.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		rdb.Unlink(ctx, batch...)
-	}
-	if err := iter.Err(); err != nil {
-		tb.Errorf("deleting %s: %v", prefix, err)
-	}
 }
 
 // testUser is a user as the tests place it in the state.
