@@ -109,6 +109,7 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 			DeviceId:        e.DeviceID,
 			SourcePartition: st.partition,
 			SourceOffset:    r.offset,
+			UserIndex:       u.Index,
 		})
 	}
 	w.Outbox.LastOffset = w.LastOffset

@@ -63,14 +63,14 @@ func TestFoldWindow(t *testing.T) {
 		t.Error("fold changed the worker's bitmaps before the write succeeded")
 	}
 	want := []string{
-		"alice a1 offline->online @10",
-		"bob b1 offline->online @11",
-		"bob b2 online->invisible @14",
-		"alice a3 online->idle @15",
+		"alice#0 a1 offline->online @10",
+		"bob#1 b1 offline->online @11",
+		"bob#1 b2 online->invisible @14",
+		"alice#0 a3 online->idle @15",
 	}
 	got := make([]string, len(w.Outbox.Changes))
 	for i, c := range w.Outbox.Changes {
-		got[i] = fmt.Sprintf("%s %s %s->%s @%d", c.UserId, c.EventId, presence.StatusFromPB(c.Previous), presence.StatusFromPB(c.Current), c.SourceOffset)
+		got[i] = fmt.Sprintf("%s#%d %s %s->%s @%d", c.UserId, c.UserIndex, c.EventId, presence.StatusFromPB(c.Previous), presence.StatusFromPB(c.Current), c.SourceOffset)
 		if c.SourcePartition != 3 || c.Cause != pulsev1.Cause_CAUSE_EVENT {
 			t.Errorf("change %d: partition %d cause %v", i, c.SourcePartition, c.Cause)
 		}

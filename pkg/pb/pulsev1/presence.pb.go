@@ -406,8 +406,11 @@ type Change struct {
 	// produces the same position again.
 	SourcePartition int32 `protobuf:"varint,8,opt,name=source_partition,json=sourcePartition,proto3" json:"source_partition,omitempty"`
 	SourceOffset    int64 `protobuf:"varint,9,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The user's dense index in the shard (docs/design.md guarantee 8), the same the
+	// aggregator's bitmaps use: history numbers unique users by it without a lookup.
+	UserIndex     uint32 `protobuf:"varint,10,opt,name=user_index,json=userIndex,proto3" json:"user_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
@@ -499,6 +502,13 @@ func (x *Change) GetSourcePartition() int32 {
 func (x *Change) GetSourceOffset() int64 {
 	if x != nil {
 		return x.SourceOffset
+	}
+	return 0
+}
+
+func (x *Change) GetUserIndex() uint32 {
+	if x != nil {
+		return x.UserIndex
 	}
 	return 0
 }
@@ -763,7 +773,7 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\x0ereceived_at_us\x18\a \x01(\x03R\freceivedAtUs\x12(\n" +
 	"\x06source\x18\b \x01(\x0e2\x10.pulse.v1.SourceR\x06source\x12 \n" +
 	"\flast_seen_us\x18\t \x01(\x03R\n" +
-	"lastSeenUs\"\xce\x02\n" +
+	"lastSeenUs\"\xed\x02\n" +
 	"\x06Change\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12,\n" +
@@ -773,7 +783,10 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\x05cause\x18\x06 \x01(\x0e2\x0f.pulse.v1.CauseR\x05cause\x12\x1b\n" +
 	"\tdevice_id\x18\a \x01(\tR\bdeviceId\x12)\n" +
 	"\x10source_partition\x18\b \x01(\x05R\x0fsourcePartition\x12#\n" +
-	"\rsource_offset\x18\t \x01(\x03R\fsourceOffset\"v\n" +
+	"\rsource_offset\x18\t \x01(\x03R\fsourceOffset\x12\x1d\n" +
+	"\n" +
+	"user_index\x18\n" +
+	" \x01(\rR\tuserIndex\"v\n" +
 	"\vDeviceState\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12 \n" +
