@@ -289,7 +289,8 @@ func histDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // histBuildModel folds what was produced, in log order per user, as docs/design.md
 // (History) says history must: a repeated event id writes nothing; an event older than the newest of
 // its device is recorded as stale and moves no status column; the newest event and
-// change win.
+// change win. Heartbeats are no user_activity rows (PULSE_HISTORY_HEARTBEATS=none, the
+// default) but still move last_seen and decide staleness.
 func histBuildModel(events []histEvent, changes []histChange) histModel {
 	m := histModel{rows: map[string]histRow{}, status: map[string]histStatus{}}
 	seen := map[string]bool{}
@@ -319,7 +320,9 @@ func histBuildModel(events []histEvent, changes []histChange) histModel {
 		r := histRow{User: e.UserID, Bucket: histDay(t), EntryID: "e:" + e.ID, EntryType: "event", Kind: e.Kind.String(),
 			Status: status, Device: e.DeviceID, Source: e.Source.String(), OccurredAt: histMillis(t),
 			ReceivedAt: histMillis(e.ReceivedAt), Stale: stale, Partition: he.partition, Offset: he.offset}
-		m.rows[r.User+"|"+r.Bucket+"|"+r.EntryID] = r
+		if e.Kind != presence.KindHeartbeat {
+			m.rows[r.User+"|"+r.Bucket+"|"+r.EntryID] = r
+		}
 		if stale {
 			continue
 		}

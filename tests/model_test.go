@@ -25,7 +25,8 @@ type modelUser struct {
 	lastActive  time.Time
 	lastSeen    time.Time
 	// rows is the user_activity rows history must write: every non-duplicate event
-	// (stale included) and every change.
+	// (stale included) but heartbeats (PULSE_HISTORY_HEARTBEATS=none, the default),
+	// and every change.
 	rows    int
 	changes []modelChange
 	// changed is whether any change happened (user_status.status is set only then).
@@ -62,7 +63,9 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			u = &modelUser{devices: map[string]*modelDevice{}, status: "offline"}
 			m.users[e.UserId] = u
 		}
-		u.rows++
+		if e.Kind != pulsev1.Kind_KIND_HEARTBEAT {
+			u.rows++
+		}
 		if e.Source == pulsev1.Source_SOURCE_TIMEOUT {
 			if !m.timeout(u, e) {
 				m.stale++

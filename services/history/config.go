@@ -54,7 +54,18 @@ type Config struct {
 	SessionTimeout time.Duration
 	// RebuildTimeout bounds one attempt to re-read a partition's horizon from the log.
 	RebuildTimeout time.Duration
+	// Heartbeats is heartbeatsNone (a heartbeat updates user_status only) or
+	// heartbeatsAll (each one is also a user_activity row, for audit). Heartbeats are
+	// most of the traffic and say nothing the changes and last_seen do not, so by
+	// default they cost no row.
+	Heartbeats string
 }
+
+// PULSE_HISTORY_HEARTBEATS values.
+const (
+	heartbeatsNone = "none"
+	heartbeatsAll  = "all"
+)
 
 // vars is pulse-history's configuration table, bound to c: every variable it reads.
 func (c *Config) vars() []*config.Var {
@@ -85,6 +96,9 @@ func (c *Config) vars() []*config.Var {
 			config.Positive),
 		config.Duration(&c.RebuildTimeout, "PULSE_HISTORY_REBUILD_TIMEOUT", 2*time.Minute,
 			"bounds one attempt to re-read a partition's horizon from the log", config.Positive),
+		config.String(&c.Heartbeats, "PULSE_HISTORY_HEARTBEATS", heartbeatsNone,
+			"none: a heartbeat updates user_status (last_seen) but writes no user_activity row; all: every heartbeat is also a user_activity row, for audit",
+			config.OneOf(heartbeatsNone, heartbeatsAll)),
 	)...)
 }
 

@@ -59,6 +59,9 @@ type group struct {
 // batchPlan collects the statements of one batch of records: user_activity rows by
 // partition key, in first-seen key order, and user_status updates coalesced per user.
 type batchPlan struct {
+	// heartbeats: every heartbeat gets a user_activity row (PULSE_HISTORY_HEARTBEATS=all).
+	heartbeats bool
+
 	activity []*keyStmts
 	index    map[string]int
 	status   map[string]*statusRow
@@ -197,19 +200,22 @@ func orUnset(s string) any {
 // addEvent plans the writes of event e found at partition/offset. A stale event is
 // recorded in user_activity only; a fresh one also advances user_status, unless it is
 // a timeout: a timeout is not a sign of life, and its change reaches user_status
-// through presence.changes.
+// through presence.changes. A heartbeat has a user_activity row only when the plan
+// keeps heartbeats.
 func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, offset int64) {
 	t := e.Time()
-	bucket := bucketOf(t)
-	status := ""
-	if e.Kind == presence.KindStatus {
-		status = e.Status.String()
+	if e.Kind != presence.KindHeartbeat || b.heartbeats {
+		bucket := bucketOf(t)
+		status := ""
+		if e.Kind == presence.KindStatus {
+			status = e.Status.String()
+		}
+		b.add(activityKey(e.UserID, bucket), stmt{tableActivity, insertEventCQL, []any{
+			e.UserID, bucket, t, "e:" + e.ID,
+			e.Kind.String(), orUnset(status), e.DeviceID, e.Source.String(), e.ReceivedAt, stale, partition, offset,
+			presence.Micros(e.ReceivedAt),
+		}})
 	}
-	b.add(activityKey(e.UserID, bucket), stmt{tableActivity, insertEventCQL, []any{
-		e.UserID, bucket, t, "e:" + e.ID,
-		e.Kind.String(), orUnset(status), e.DeviceID, e.Source.String(), e.ReceivedAt, stale, partition, offset,
-		presence.Micros(e.ReceivedAt),
-	}})
 	if stale || e.Source == presence.SourceTimeout {
 		return
 	}

@@ -181,7 +181,7 @@ func describeKeys(ks []*keyStmts) []string {
 }
 
 func TestPlan(t *testing.T) {
-	var p batchPlan
+	p := batchPlan{heartbeats: true}
 	// A status event just before midnight UTC, received just after: the bucket follows
 	// the event's time; the write timestamp follows received-at.
 	st := event("e1", "u1", "phone", presence.KindStatus, ms(500), ms(1500))
@@ -208,6 +208,22 @@ func TestPlan(t *testing.T) {
 	}
 	if n := len(p.keys()); n != 3 {
 		t.Errorf("%d partition keys, want 3", n)
+	}
+}
+
+// By default a heartbeat is no user_activity row, fresh or stale; a fresh one still
+// moves last_seen.
+func TestPlanWithoutHeartbeats(t *testing.T) {
+	var p batchPlan
+	hb := event("e2", "u1", "phone", presence.KindHeartbeat, time.Time{}, ms(2000))
+	p.addEvent(&hb, false, 3, 11)
+	old := event("e3", "u1", "phone", presence.KindHeartbeat, ms(100), ms(2100))
+	p.addEvent(&old, true, 3, 12)
+	want := []string{
+		"user_status|u1: seen user=u1 ts=" + fmt.Sprint(presence.Micros(ms(2000))) + " last_seen=2026-03-02T00:00:01.000 event=e2",
+	}
+	if got := describeKeys(p.keys()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -109,7 +109,7 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 // handle plans and writes one batch; it returns only when every write succeeded, or
 // with ctx's error.
 func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
-	var plan batchPlan
+	plan := batchPlan{heartbeats: w.h.cfg.Heartbeats == heartbeatsAll}
 	for _, r := range batch {
 		if w.events {
 			w.planEvent(&plan, r)

@@ -194,7 +194,8 @@ func TestEventsWorker(t *testing.T) {
 		synctest.Wait()
 		// u1's user_status gets the newest of its fresh active events only (e1 at 10s;
 		// e5 at 2s would lose to it in Cassandra anyway).
-		want := []string{"active:e1", "e:e1", "e:e3(stale)", "e:e4", "e:e5", "seen:e4"}
+		// Heartbeats are no user_activity rows by default (e4 only moves last_seen).
+		want := []string{"active:e1", "e:e1", "e:e3(stale)", "e:e5", "seen:e4"}
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
 		}
@@ -205,8 +206,8 @@ func TestEventsWorker(t *testing.T) {
 		if d, u, s := testutil.ToFloat64(m.skipped.WithLabelValues(skipDuplicate)), testutil.ToFloat64(m.skipped.WithLabelValues(skipUndecodable)), testutil.ToFloat64(m.stale); d != 1 || u != 1 || s != 1 {
 			t.Errorf("skipped duplicate=%v undecodable=%v stale=%v, want 1 each", d, u, s)
 		}
-		if rows := testutil.ToFloat64(m.rows.WithLabelValues(tableActivity)); rows != 4 {
-			t.Errorf("activity rows metric = %v, want 4", rows)
+		if rows := testutil.ToFloat64(m.rows.WithLabelValues(tableActivity)); rows != 3 {
+			t.Errorf("activity rows metric = %v, want 3", rows)
 		}
 
 		// Within the horizon the id is still known and the device's newest time too.
@@ -220,7 +221,7 @@ func TestEventsWorker(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Run = %v", err)
 		}
-		want = append(want, "e:e6(stale)", "e:e7", "seen:e7")
+		want = append(want, "seen:e7")
 		slices.Sort(want)
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
@@ -255,7 +256,7 @@ func TestRebuildFromLog(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"e:old", "e:w", "e:z(stale)", "seen:old", "seen:w"}
+		want := []string{"seen:old", "seen:w"}
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
 		}
@@ -390,7 +391,7 @@ func TestChangesWorker(t *testing.T) {
 // Writes run concurrently, never more than WriteConcurrency at once.
 func TestWriteConcurrencyBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hs := newHarness(t, func(c *Config) { c.WriteConcurrency = 5 })
+		hs := newHarness(t, func(c *Config) { c.WriteConcurrency = 5; c.Heartbeats = heartbeatsAll })
 		hs.store.delay = 10 * time.Millisecond
 		recs, done := hs.start(t.Context(), "ev")
 		var batch []*kgo.Record
