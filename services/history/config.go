@@ -59,6 +59,9 @@ type Config struct {
 	// most of the traffic and say nothing the changes and last_seen do not, so by
 	// default they cost no row.
 	Heartbeats string
+	// CheckpointInterval is the least time between two checkpoints of a changes
+	// partition's rollup fold; a partition taken over re-reads the log written since.
+	CheckpointInterval time.Duration
 }
 
 // PULSE_HISTORY_HEARTBEATS values.
@@ -99,6 +102,9 @@ func (c *Config) vars() []*config.Var {
 		config.String(&c.Heartbeats, "PULSE_HISTORY_HEARTBEATS", heartbeatsNone,
 			"none: a heartbeat updates user_status (last_seen) but writes no user_activity row; all: every heartbeat is also a user_activity row, for audit",
 			config.OneOf(heartbeatsNone, heartbeatsAll)),
+		config.Duration(&c.CheckpointInterval, "PULSE_HISTORY_CHECKPOINT_INTERVAL", time.Minute,
+			"least time between two checkpoints of a presence.changes partition's rollups (and on revoke and shutdown); a partition taken over re-reads the log written since the last one",
+			config.Positive),
 	)...)
 }
 

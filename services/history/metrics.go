@@ -14,6 +14,15 @@ type metrics struct {
 	commitFailures prometheus.Counter
 	windowEntries  prometheus.Gauge
 	rebuilt        prometheus.Counter
+
+	rollupChanges      *prometheus.CounterVec
+	rollupUsers        prometheus.Gauge
+	rollupMinutes      prometheus.Gauge
+	rollupHours        prometheus.Gauge
+	rollupReplayed     prometheus.Counter
+	checkpoints        prometheus.Counter
+	checkpointBytes    prometheus.Histogram
+	checkpointFailures prometheus.Counter
 }
 
 // Reasons a record is skipped.
@@ -66,14 +75,53 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pulse_history_horizon_records_replayed_total",
 			Help: "Records re-read from the log to rebuild horizons on assignment.",
 		}),
+		rollupChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_history_rollup_changes_total",
+			Help: "Changes given to the rollups, by outcome: applied, late (moved up to the frontier), dropped (not after the user's previous one, or corrupt), mismatched (previous status other than the fold's), repeated (source position already folded).",
+		}, []string{"outcome"}),
+		rollupUsers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_history_rollup_users",
+			Help: "Users the rollup folds hold (with an unfinished session or day).",
+		}),
+		rollupMinutes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_history_rollup_minutes",
+			Help: "Unfinished minutes the rollup folds hold.",
+		}),
+		rollupHours: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_history_rollup_hours",
+			Help: "Unfinished hours the rollup folds hold.",
+		}),
+		rollupReplayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_rollup_records_replayed_total",
+			Help: "presence.changes records re-read after a checkpoint to restore rollup folds on assignment.",
+		}),
+		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_rollup_checkpoints_total",
+			Help: "Rollup checkpoints written.",
+		}),
+		checkpointBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pulse_history_rollup_checkpoint_bytes",
+			Help:    "Size of each rollup checkpoint written.",
+			Buckets: prometheus.ExponentialBuckets(1024, 4, 10),
+		}),
+		checkpointFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_rollup_checkpoint_unusable_total",
+			Help: "Checkpoints that could not be restored; the fold started empty.",
+		}),
 	}
 	reg.MustRegister(m.rows, m.writeSeconds, m.retries, m.cassandraUp, m.skipped, m.stale,
-		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt)
+		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt,
+		m.rollupChanges, m.rollupUsers, m.rollupMinutes, m.rollupHours, m.rollupReplayed,
+		m.checkpoints, m.checkpointBytes, m.checkpointFailures)
+	for _, o := range []string{"applied", "late", "dropped", "mismatched", "repeated"} {
+		m.rollupChanges.WithLabelValues(o)
+	}
 	m.cassandraUp.Set(1)
 	for _, r := range []string{skipDuplicate, skipUndecodable} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, t := range []string{tableActivity, tableStatus} {
+	for _, t := range []string{tableActivity, tableStatus, tableSessions, tableUserDaily, tableDailyUsers,
+		tableConcurrency, tableUniques, tableCheckpoints} {
 		m.rows.WithLabelValues(t)
 	}
 	return m

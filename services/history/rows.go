@@ -253,6 +253,7 @@ type change struct {
 	DeviceID        string
 	SourcePartition int32
 	SourceOffset    int64
+	UserIndex       uint32 // dense index in the shard (guarantee 8)
 }
 
 // decodeChange reads a presence.changes record.
@@ -273,6 +274,7 @@ func decodeChange(r *kgo.Record) (change, error) {
 		DeviceID:        p.GetDeviceId(),
 		SourcePartition: p.GetSourcePartition(),
 		SourceOffset:    p.GetSourceOffset(),
+		UserIndex:       p.GetUserIndex(),
 	}
 	switch p.GetCause() {
 	case pulsev1.Cause_CAUSE_EVENT:

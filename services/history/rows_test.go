@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,17 @@ func describe(s stmt) string {
 		return fmt.Sprintf("active user=%v ts=%v last_seen=%v last_active=%v event=%v", a[4], a[0], val(a[1]), val(a[2]), a[3])
 	case updateStatusCQL:
 		return fmt.Sprintf("status user=%v ts=%v status=%v last_updated=%v", a[3], a[0], a[1], val(a[2]))
+	}
+	if slices.Contains(rollupTables, s.table) {
+		vals := make([]string, len(a))
+		for i, v := range a {
+			if b, ok := v.([]byte); ok {
+				vals[i] = fmt.Sprintf("%x", b)
+				continue
+			}
+			vals[i] = val(v)
+		}
+		return s.table + " " + strings.Join(vals, " ")
 	}
 	return "unknown statement " + s.cql
 }

@@ -42,10 +42,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		cfg:    cfg,
 		writer: newWriter(cassStore{session}, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
 		// Workers start only once cons.Run runs, so cons is set by then.
-		commit:    func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
-		readRange: horizon.FromKafka(cfg.Kafka, logger),
-		logger:    logger,
-		m:         m,
+		commit:      func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
+		readRange:   horizon.FromKafka(cfg.Kafka, logger),
+		checkpoints: cassStore{session},
+		logger:      logger,
+		m:           m,
 	}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,

@@ -28,8 +28,10 @@ type history struct {
 	writer    *writer
 	commit    committer
 	readRange horizon.ReadRange
-	logger    *slog.Logger
-	m         *metrics
+	// checkpoints reads the rollup folds' checkpoints (the writer writes them).
+	checkpoints checkpointLoader
+	logger      *slog.Logger
+	m           *metrics
 }
 
 // newWorker is the consumer's consume.NewWorker: events partitions get a horizon, and
@@ -63,6 +65,9 @@ type worker struct {
 
 	poisonLogged  time.Time
 	poisonSkipped int // since the last log line
+
+	rollup         *rollupState // changes only, from the first batch on
+	lastCheckpoint time.Time
 }
 
 var _ consume.Worker = (*worker)(nil)
@@ -71,6 +76,8 @@ var _ consume.Worker = (*worker)(nil)
 // wrote and returns, on loss (ctx cancelled) it returns at once without committing.
 func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	defer w.h.m.windowEntries.Sub(float64(w.windowLen))
+	defer w.dropRollupGauges()
+	w.lastCheckpoint = time.Now()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -79,19 +86,37 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 		select {
 		case batch, ok := <-recs:
 			if !ok {
+				// Revoked or shutting down: the checkpoint covers what was written, so
+				// whoever takes the partition over re-reads nothing.
+				if w.rollup != nil && ctx.Err() == nil {
+					if err := w.checkpointRollup(ctx); err != nil {
+						return nil
+					}
+				}
 				w.commitPending(ctx)
 				return nil
 			}
 			if !started {
 				started = true
-				if w.events {
-					if err := w.rebuild(ctx, batch[0]); err != nil {
-						return nil // only ctx ends a rebuild: the partition is lost
-					}
+				rebuild := w.rebuild
+				if !w.events {
+					rebuild = w.restoreRollup
+				}
+				if err := rebuild(ctx, batch[0]); err != nil {
+					return nil // only ctx ends a rebuild: the partition is lost
 				}
 			}
 			if err := w.handle(ctx, batch); err != nil {
 				return nil // only ctx ends a write: lost, or too slow to revoke
+			}
+			if w.rollup != nil && time.Since(w.lastCheckpoint) >= w.h.cfg.CheckpointInterval {
+				// The checkpoint goes first: an offset is committed only once a checkpoint
+				// at or past it exists or the log after the checkpoint still holds it.
+				if err := w.checkpointRollup(ctx); err != nil {
+					return nil
+				}
+				w.commitPending(ctx)
+				continue
 			}
 			if w.h.cfg.CommitInterval == 0 || time.Since(w.lastCommit) >= w.h.cfg.CommitInterval {
 				w.commitPending(ctx)
@@ -116,6 +141,12 @@ func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
 		} else {
 			w.planChange(&plan, r)
 		}
+	}
+	if st := w.rollup; st != nil {
+		st.fold.Advance(st.maxAt)
+		rows := st.fold.Flush()
+		plan.addRollup(&rows, w.partition, st.fold.Watermark())
+		w.reportRollup()
 	}
 	if w.window != nil {
 		n := w.window.Len()
@@ -176,6 +207,9 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 		return
 	}
 	plan.addChange(&c)
+	if w.rollup != nil && w.rollup.apply(&c, r.Offset) {
+		w.h.m.rollupChanges.WithLabelValues("repeated").Inc()
+	}
 }
 
 // poison counts a record that cannot be decoded and skips it: one bad record must not

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// rollupLog is a shard's changes: two users, sessions across midnight, and a change
+// the aggregator emitted twice (offset 3 repeats the source position of offset 2).
+func rollupLog() []*kgo.Record {
+	on, off, idle := pulsev1.Status_STATUS_ONLINE, pulsev1.Status_STATUS_OFFLINE, pulsev1.Status_STATUS_IDLE
+	type ch struct {
+		user      string
+		index     uint32
+		prev, cur pulsev1.Status
+		at        time.Time
+		src       int64
+	}
+	midnight := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	changes := []ch{
+		{"u1", 0, off, on, midnight.Add(-90 * time.Second), 10},
+		{"u2", 1, off, on, midnight.Add(-30 * time.Second), 11},
+		{"u1", 0, on, idle, midnight.Add(20 * time.Second), 12},
+		{"u1", 0, on, idle, midnight.Add(20 * time.Second), 12}, // repeat
+		{"u2", 1, on, off, midnight.Add(45 * time.Second), 14},
+		{"u1", 0, idle, off, midnight.Add(3 * time.Minute), 15},
+		{"u2", 1, off, on, midnight.Add(4 * time.Minute), 16},
+	}
+	var recs []*kgo.Record
+	for i, c := range changes {
+		recs = append(recs, changeRecord(int64(i), &pulsev1.Change{
+			UserId: c.user, EventId: fmt.Sprint("e", c.src), Previous: c.prev, Current: c.cur,
+			ChangedAtUs: presence.Micros(c.at), Cause: pulsev1.Cause_CAUSE_EVENT, DeviceId: "phone",
+			SourcePartition: 3, SourceOffset: c.src, UserIndex: c.index,
+		}))
+	}
+	return recs
+}
+
+// finalRollup is what Cassandra keeps of the rollup rows written: per key (the first
+// three values), the write with the highest timestamp.
+func finalRollup(hs *harness) map[string]string {
+	type kept struct {
+		ts  int64
+		row string
+	}
+	rows := map[string]kept{}
+	hs.store.mu.Lock()
+	defer hs.store.mu.Unlock()
+	for _, st := range hs.store.stmts {
+		if st.table == tableCheckpoints || st.table == tableActivity || st.table == tableStatus {
+			continue
+		}
+		d := describe(st)
+		f := strings.Fields(d)
+		key := strings.Join(f[:4], " ")
+		ts := st.args[len(st.args)-1].(int64)
+		if k, ok := rows[key]; !ok || ts >= k.ts {
+			rows[key] = kept{ts, d}
+		}
+	}
+	out := map[string]string{}
+	for k, v := range rows {
+		// A minute's or hour's write time is the watermark of the flush that last
+		// touched it, which depends on how the log was cut into batches; its content
+		// does not.
+		if strings.HasPrefix(k, tableConcurrency) || strings.HasPrefix(k, tableUniques) {
+			v.row = v.row[:strings.LastIndexByte(v.row, ' ')]
+		}
+		out[k] = v.row
+	}
+	return out
+}
+
+func runChanges(t *testing.T, hs *harness, batches ...[]*kgo.Record) {
+	t.Helper()
+	recs, done := hs.start(t.Context(), "ch")
+	for _, b := range batches {
+		recs <- b
+	}
+	close(recs)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The changes worker writes the rollups of its partition; a worker that takes the
+// partition over restores the checkpoint written on revoke, re-reads the log after it
+// and ends with the rows of a worker that saw everything.
+func TestRollupRowsAndCheckpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := rollupLog()
+		whole := newHarness(t, nil)
+		runChanges(t, whole, log)
+		want := finalRollup(whole)
+		// u1's session crosses midnight: one session row, a row for each day.
+		var sessions, days int
+		for k, v := range want {
+			if strings.HasPrefix(k, tableSessions) && strings.Contains(k, " u1 ") {
+				sessions++
+				if !strings.Contains(v, " 2026-03-01T23:58:30.000 2026-03-02T00:03:00.000 false 110000000 160000000 0 ") {
+					t.Errorf("u1's session = %s", v)
+				}
+			}
+			if strings.HasPrefix(k, tableUserDaily) && strings.Contains(k, " u1 ") {
+				days++
+			}
+		}
+		if sessions != 1 || days != 2 {
+			t.Errorf("u1: %d sessions, %d user_daily rows; want 1 and 2:\n%v", sessions, days, want)
+		}
+		m := whole.h.m
+		if got := testutilValue(m.rollupChanges.WithLabelValues("repeated")); got != 1 {
+			t.Errorf("repeated changes = %v, want 1", got)
+		}
+
+		// First worker: the first four records, then a revoke (checkpoint at offset 3).
+		store := &fakeStore{}
+		first := newHarness(t, nil)
+		first.store = store
+		first.h.writer.store, first.h.checkpoints = store, store
+		runChanges(t, first, log[:2], log[2:4])
+		cp, ok, err := store.loadCheckpoint(t.Context(), "", 3)
+		if err != nil || !ok || cp.offset != 3 || cp.generation != 1 {
+			t.Fatalf("checkpoint %+v ok=%v err=%v, want generation 1 at offset 3", cp, ok, err)
+		}
+		// The group hands the next worker offset 5 on: offset 4 comes from the log.
+		second := newHarness(t, nil)
+		second.store = store
+		second.h.writer.store, second.h.checkpoints = store, store
+		second.log = log
+		runChanges(t, second, log[5:])
+		if got := finalRollup(second); !reflect.DeepEqual(got, want) {
+			t.Errorf("rows after a takeover:\n%s\nwant:\n%s", render(got), render(want))
+		}
+		if len(second.reads) != 1 {
+			t.Errorf("log reads %v, want one", second.reads)
+		}
+		if cp, _, _ := store.loadCheckpoint(t.Context(), "", 3); cp.offset != 6 || cp.generation != 2 {
+			t.Errorf("checkpoint after the second worker %+v, want generation 2 at offset 6", cp)
+		}
+	})
+}
+
+func render(m map[string]string) string {
+	var lines []string
+	for _, v := range m {
+		lines = append(lines, v)
+	}
+	slicesSort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func slicesSort(s []string) { slices.Sort(s) }
+
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
