@@ -1,6 +1,8 @@
 // Command pulsectl runs Pulse's operational chores against real servers: waiting for
 // the local stack to become ready, creating the Kafka topics and applying the Cassandra
 // migrations. deploy/local/stack.sh drives it; operators can run it against any cluster.
+// For analysts, history, sessions and stats print what the query service's history
+// routes answer (docs/analytics.md).
 package main
 
 import (
@@ -27,6 +29,9 @@ func commands() []command {
 		{"wait", "wait until Kafka, Cassandra or Redis answers real requests", runWait},
 		{"topics", "create Pulse's Kafka topics (idempotent)", runTopics},
 		{"migrate", "apply pending Cassandra migrations", runMigrate},
+		{"history", "a user's timeline (history user ID) or daily totals (history daily ID)", runHistory},
+		{"sessions", "a user's sessions (sessions ID)", runSessions},
+		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
 	}
 }
 

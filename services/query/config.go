@@ -6,6 +6,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/feed"
@@ -36,6 +37,11 @@ type Config struct {
 	Feed FeedConfig
 	// Counts is how GET /v1/online/count is served from memory (pkg/countcache).
 	Counts countcache.Config
+	// Cassandra is where the history routes read the analysts' tables.
+	Cassandra cassx.Config
+	// HistoryTimeout bounds a history request's Cassandra work, every partition read
+	// of it together; past it the reader gets a 503.
+	HistoryTimeout time.Duration
 }
 
 // FeedConfig is the change feed's settings.
@@ -74,6 +80,7 @@ func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Query))
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-query")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
+	vars = append(vars, cassx.Vars(&c.Cassandra)...)
 	f := &c.Feed
 	return append(vars, config.Group("query",
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key; the aggregator's setting"),
@@ -85,6 +92,9 @@ func (c *Config) vars() []*config.Var {
 			config.NotNegative),
 		config.Duration(&c.Counts.MaxAge, "PULSE_QUERY_COUNTS_MAX_AGE", time.Second,
 			"oldest background read a count is answered from; at least PULSE_QUERY_COUNTS_INTERVAL"),
+		config.Duration(&c.HistoryTimeout, "PULSE_QUERY_HISTORY_TIMEOUT", 10*time.Second,
+			"bounds a history request's Cassandra work (every partition it reads); past it the answer is a 503",
+			config.Positive),
 		httpserver.OperatorTokenVar(&c.OperatorToken),
 		config.Int(&f.QueueSize, "PULSE_FEED_QUEUE_SIZE", 1024,
 			"changes waiting for one feed connection; a connection whose queue fills is closed as a slow consumer",
@@ -133,6 +143,9 @@ func loadConfig(env *config.Env) (Config, error) {
 // Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
 	errs := []error{c.Redis.Validate(), c.Kafka.Validate()}
+	if c.Cassandra.Username == "" && c.Cassandra.Password != "" {
+		errs = append(errs, errors.New("PULSE_CASSANDRA_USERNAME: empty while PULSE_CASSANDRA_PASSWORD is set; the driver authenticates with Username and Password together"))
+	}
 	if c.Counts.Interval > 0 && c.Counts.MaxAge < c.Counts.Interval {
 		errs = append(errs, fmt.Errorf("PULSE_QUERY_COUNTS_MAX_AGE=%v: want at least PULSE_QUERY_COUNTS_INTERVAL (%v)", c.Counts.MaxAge, c.Counts.Interval))
 	}

@@ -27,6 +27,10 @@ type api struct {
 	logger   *slog.Logger
 	// feed serves the live change feed (watch.go); nil: no feed routes.
 	feed *watcher
+	// history reads the analysts' tables (history.go); nil or not yet connected:
+	// the history routes answer 503.
+	history        *historyDB
+	historyTimeout time.Duration
 }
 
 func (a *api) routes(e *echo.Echo) {
@@ -36,6 +40,7 @@ func (a *api) routes(e *echo.Echo) {
 	e.GET("/v1/online/count", a.getOnlineCount)
 	a.onlineRoutes(e)
 	a.watchRoutes(e)
+	a.historyRoutes(e)
 }
 
 // seedStatus is the seed API's shape of a status: lastUpdated is null for users Pulse

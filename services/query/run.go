@@ -23,7 +23,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
-		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic)
+		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String())
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -43,7 +43,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed: &watcher{hub: hub, cfg: cfg.Feed, logger: logger}}
+		feed:    &watcher{hub: hub, cfg: cfg.Feed, logger: logger},
+		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout}
 	a.routes(srv.Echo)
 	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
 	openapi.Register(srv.Echo)
@@ -56,7 +57,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	go func() { hubDone <- hub.Run(hctx) }()
 	countsDone := make(chan error, 1)
 	go func() { countsDone <- counts.Run(hctx) }()
+	// History's Cassandra is connected in the background: query serves the live
+	// routes, and is ready, whether or not Cassandra answers.
+	historyDone := make(chan error, 1)
+	go func() { historyDone <- a.history.Run(hctx) }()
 	err = srv.Run(ctx)
 	stopHub()
-	return errors.Join(err, <-hubDone, <-countsDone)
+	return errors.Join(err, <-hubDone, <-countsDone, <-historyDone)
 }

@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/ports"
+)
+
+// The analysts' commands: history, sessions and stats read the query service's
+// history routes over HTTP (docs/analytics.md) and print tables, or CSV with -csv.
+// They follow cursors to the end of the range, so one command prints everything.
+
+// readFlags are the flags every analysts' command takes.
+type readFlags struct {
+	url     string
+	csv     bool
+	timeout time.Duration
+	from    string
+	to      string
+}
+
+func newReadFlags(name string, getenv func(string) string, from, to string) (*flag.FlagSet, *readFlags) {
+	f := &readFlags{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	base := getenv("PULSE_QUERY_URL")
+	if base == "" {
+		base = ports.LocalURL(ports.Query)
+	}
+	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL)")
+	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
+	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
+	fs.StringVar(&f.from, "from", "", from)
+	fs.StringVar(&f.to, "to", "", to)
+	return fs, f
+}
+
+// parseInterspersed parses flags wherever they stand among the positional arguments
+// ("history user alice -from 2026-11-22"), and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// queryClient calls the query service's history routes.
+type queryClient struct {
+	base string
+	http *http.Client
+}
+
+// apiError is the error shape of every Pulse route.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+func (c *queryClient) get(ctx context.Context, path string, q url.Values, out any) error {
+	u := strings.TrimRight(c.base, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("GET %s: reading the answer: %w", u, err)
+	}
+	if res.StatusCode != http.StatusOK {
+		var e apiError
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			msg := e.Error.Message
+			if e.Error.Field != "" {
+				msg = e.Error.Field + ": " + msg
+			}
+			if ra := res.Header.Get("Retry-After"); ra != "" {
+				msg += " (retry after " + ra + "s)"
+			}
+			return fmt.Errorf("%s: %d %s", path, res.StatusCode, msg)
+		}
+		return fmt.Errorf("%s: %s", path, res.Status)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s: decoding the answer: %w", path, err)
+	}
+	return nil
+}
+
+// table collects rows and prints them aligned, or as CSV.
+type table struct {
+	header []string
+	rows   [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) print(w io.Writer, asCSV bool) error {
+	if asCSV {
+		cw := csv.NewWriter(w)
+		_ = cw.Write(t.header)
+		_ = cw.WriteAll(t.rows) // flushes
+		return cw.Error()
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// Cell formats: tables are for people, CSV for tools.
+
+func fmtTime(t *time.Time, asCSV bool) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	if asCSV {
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000")
+}
+
+func fmtSeconds(s float64, asCSV bool) string {
+	if asCSV {
+		return strconv.FormatFloat(s, 'f', -1, 64)
+	}
+	return (time.Duration(math.Round(s*1e6)) * time.Microsecond).Round(time.Millisecond).String()
+}
+
+func fmtInt[T ~int | ~int64 | ~uint64](n T) string { return strconv.FormatInt(int64(n), 10) }
+
+// runAnalytics runs one analysts' command: it parses flags, wants nargs positional
+// arguments, and prints what fetch collects.
+func runAnalytics(ctx context.Context, fs *flag.FlagSet, f *readFlags, args []string, nargs int, usage string,
+	stdout io.Writer, fetch func(ctx context.Context, c *queryClient, pos []string) (*table, error)) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: pulsectl %s\n", usage)
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != nargs {
+		fs.Usage()
+		return fmt.Errorf("usage: pulsectl %s", usage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	t, err := fetch(ctx, &queryClient{base: f.url, http: &http.Client{}}, pos)
+	if err != nil {
+		return err
+	}
+	return t.print(stdout, f.csv)
+}
+
+func rangeQuery(f *readFlags) url.Values {
+	q := url.Values{}
+	if f.from != "" {
+		q.Set("from", f.from)
+	}
+	if f.to != "" {
+		q.Set("to", f.to)
+	}
+	return q
+}
+
+const (
+	timeRangeFrom = "start, included: an RFC 3339 time or a date (midnight UTC)"
+	timeRangeTo   = "end, excluded: an RFC 3339 time or a date (midnight UTC); default now"
+	dayRangeFrom  = "first day, included (YYYY-MM-DD)"
+	dayRangeTo    = "last day, included (YYYY-MM-DD)"
+)
+
+// pulsectl history user ID | history daily ID
+func runHistory(ctx context.Context, args []string, stdout io.Writer) error {
+	return runHistoryEnv(ctx, args, stdout, os.Getenv)
+}
+
+func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	if len(args) == 0 || (args[0] != "user" && args[0] != "daily") {
+		return errors.New("usage: pulsectl history user ID [-from -to] | pulsectl history daily ID [-from -to]")
+	}
+	if args[0] == "daily" {
+		fs, f := newReadFlags("history daily", getenv, dayRangeFrom+"; default 30 days before -to", dayRangeTo+"; default today")
+		return runAnalytics(ctx, fs, f, args[1:], 1, "history daily ID [-from DAY] [-to DAY] [-csv]", stdout,
+			func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
+				var ans struct {
+					Days []struct {
+						Day string `json:"day"`
+						dayTotalsJSON
+					} `json:"days"`
+				}
+				if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/daily", rangeQuery(f), &ans); err != nil {
+					return nil, err
+				}
+				t := &table{header: dayHeader("DAY")}
+				for _, d := range ans.Days {
+					t.add(append([]string{d.Day}, d.cells(f.csv)...)...)
+				}
+				return t, nil
+			})
+	}
+	fs, f := newReadFlags("history user", getenv, timeRangeFrom+"; default 24 hours before -to", timeRangeTo)
+	limit := fs.Int("limit", 1000, "entries per request (1-1000)")
+	return runAnalytics(ctx, fs, f, args[1:], 1, "history user ID [-from TIME] [-to TIME] [-csv]", stdout,
+		func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
+			t := &table{header: []string{"OCCURRED_AT", "TYPE", "KIND", "STATUS", "PREVIOUS", "DEVICE", "SOURCE", "CAUSE", "STALE", "RECEIVED_AT", "ENTRY_ID"}}
+			q := rangeQuery(f)
+			q.Set("limit", strconv.Itoa(*limit))
+			for {
+				var page struct {
+					Entries []struct {
+						OccurredAt     time.Time  `json:"occurredAt"`
+						EntryID        string     `json:"entryId"`
+						EntryType      string     `json:"entryType"`
+						Kind           string     `json:"kind"`
+						Status         string     `json:"status"`
+						PreviousStatus string     `json:"previousStatus"`
+						DeviceID       string     `json:"deviceId"`
+						Source         string     `json:"source"`
+						Cause          string     `json:"cause"`
+						ReceivedAt     *time.Time `json:"receivedAt"`
+						Stale          bool       `json:"stale"`
+					} `json:"entries"`
+					NextCursor *string `json:"nextCursor"`
+				}
+				if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/timeline", q, &page); err != nil {
+					return nil, err
+				}
+				for _, e := range page.Entries {
+					t.add(fmtTime(&e.OccurredAt, f.csv), e.EntryType, e.Kind, e.Status, e.PreviousStatus, e.DeviceID,
+						e.Source, e.Cause, strconv.FormatBool(e.Stale), fmtTime(e.ReceivedAt, f.csv), e.EntryID)
+				}
+				if page.NextCursor == nil {
+					return t, nil
+				}
+				q.Set("cursor", *page.NextCursor)
+			}
+		})
+}
+
+// pulsectl sessions ID
+func runSessions(ctx context.Context, args []string, stdout io.Writer) error {
+	return runSessionsEnv(ctx, args, stdout, os.Getenv)
+}
+
+func runSessionsEnv(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	fs, f := newReadFlags("sessions", getenv, timeRangeFrom+"; default 31 days before -to", timeRangeTo)
+	return runAnalytics(ctx, fs, f, args, 1, "sessions ID [-from TIME] [-to TIME] [-csv]", stdout,
+		func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
+			var ans struct {
+				Sessions []struct {
+					Start            time.Time  `json:"start"`
+					End              *time.Time `json:"end"`
+					Open             bool       `json:"open"`
+					OnlineSeconds    float64    `json:"onlineSeconds"`
+					IdleSeconds      float64    `json:"idleSeconds"`
+					InvisibleSeconds float64    `json:"invisibleSeconds"`
+					Through          time.Time  `json:"through"`
+					Status           string     `json:"status"`
+				} `json:"sessions"`
+				Truncated bool `json:"truncated"`
+			}
+			if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/sessions", rangeQuery(f), &ans); err != nil {
+				return nil, err
+			}
+			t := &table{header: []string{"START", "END", "OPEN", "DURATION", "ONLINE", "IDLE", "INVISIBLE", "THROUGH", "STATUS"}}
+			for _, s := range ans.Sessions {
+				end := s.Through
+				if s.End != nil {
+					end = *s.End
+				}
+				t.add(fmtTime(&s.Start, f.csv), fmtTime(s.End, f.csv), strconv.FormatBool(s.Open),
+					fmtSeconds(end.Sub(s.Start).Seconds(), f.csv), fmtSeconds(s.OnlineSeconds, f.csv),
+					fmtSeconds(s.IdleSeconds, f.csv), fmtSeconds(s.InvisibleSeconds, f.csv), fmtTime(&s.Through, f.csv), s.Status)
+			}
+			if ans.Truncated {
+				fmt.Fprintln(os.Stderr, "pulsectl: more than 10,000 sessions in the range; the newest are listed, narrow -from")
+			}
+			return t, nil
+		})
+}
+
+// dayTotalsJSON is a day's totals as the daily routes answer them.
+type dayTotalsJSON struct {
+	OnlineSeconds    float64    `json:"onlineSeconds"`
+	IdleSeconds      float64    `json:"idleSeconds"`
+	InvisibleSeconds float64    `json:"invisibleSeconds"`
+	Sessions         int        `json:"sessions"`
+	FirstSeen        *time.Time `json:"firstSeen"`
+	LastSeen         *time.Time `json:"lastSeen"`
+	Through          time.Time  `json:"through"`
+	Status           string     `json:"status"`
+}
+
+func dayHeader(first ...string) []string {
+	return append(first, "ONLINE", "IDLE", "INVISIBLE", "SESSIONS", "FIRST_SEEN", "LAST_SEEN", "THROUGH", "STATUS")
+}
+
+func (d *dayTotalsJSON) cells(asCSV bool) []string {
+	return []string{fmtSeconds(d.OnlineSeconds, asCSV), fmtSeconds(d.IdleSeconds, asCSV), fmtSeconds(d.InvisibleSeconds, asCSV),
+		fmtInt(d.Sessions), fmtTime(d.FirstSeen, asCSV), fmtTime(d.LastSeen, asCSV), fmtTime(&d.Through, asCSV), d.Status}
+}
+
+// pulsectl stats daily|concurrency|uniques
+func runStats(ctx context.Context, args []string, stdout io.Writer) error {
+	return runStatsEnv(ctx, args, stdout, os.Getenv)
+}
+
+func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	const usage = "usage: pulsectl stats daily|concurrency|uniques -from -to [-step minute|hour|day] [-period hour|day|week|month] [-csv]"
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "daily":
+		fs, f := newReadFlags("stats daily", getenv, dayRangeFrom+"; default yesterday", dayRangeTo+"; default -from")
+		return runAnalytics(ctx, fs, f, args[1:], 0, "stats daily [-from DAY] [-to DAY] [-csv]", stdout,
+			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
+				return statsDaily(ctx, c, f)
+			})
+	case "concurrency":
+		fs, f := newReadFlags("stats concurrency", getenv, timeRangeFrom+"; default an hour before -to", timeRangeTo)
+		st := fs.String("step", "minute", "minute, hour or day")
+		return runAnalytics(ctx, fs, f, args[1:], 0, "stats concurrency [-from TIME] [-to TIME] [-step minute|hour|day] [-csv]", stdout,
+			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
+				q := rangeQuery(f)
+				q.Set("step", *st)
+				var ans struct {
+					Points []struct {
+						At             time.Time `json:"at"`
+						CloseOnline    int64     `json:"closeOnline"`
+						CloseIdle      int64     `json:"closeIdle"`
+						CloseInvisible int64     `json:"closeInvisible"`
+						PeakOnline     int64     `json:"peakOnline"`
+						Minutes        int       `json:"minutes"`
+					} `json:"points"`
+				}
+				if err := c.get(ctx, "/v1/stats/concurrency", q, &ans); err != nil {
+					return nil, err
+				}
+				t := &table{header: []string{"AT", "CLOSE_ONLINE", "CLOSE_IDLE", "CLOSE_INVISIBLE", "PEAK_ONLINE", "MINUTES"}}
+				for _, p := range ans.Points {
+					t.add(fmtTime(&p.At, f.csv), fmtInt(p.CloseOnline), fmtInt(p.CloseIdle), fmtInt(p.CloseInvisible), fmtInt(p.PeakOnline), fmtInt(p.Minutes))
+				}
+				return t, nil
+			})
+	case "uniques":
+		fs, f := newReadFlags("stats uniques", getenv, timeRangeFrom+"; default 24 hours before -to", timeRangeTo)
+		period := fs.String("period", "day", "hour, day, week or month")
+		return runAnalytics(ctx, fs, f, args[1:], 0, "stats uniques [-from TIME] [-to TIME] [-period hour|day|week|month] [-csv]", stdout,
+			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
+				q := rangeQuery(f)
+				q.Set("period", *period)
+				var ans struct {
+					Points []struct {
+						Start            time.Time `json:"start"`
+						End              time.Time `json:"end"`
+						Users            uint64    `json:"users"`
+						Shards           int       `json:"shards"`
+						BitmapBytes      uint64    `json:"bitmapBytes"`
+						HyperLogLogBytes uint64    `json:"hyperLogLogBytes"`
+					} `json:"points"`
+				}
+				if err := c.get(ctx, "/v1/stats/uniques", q, &ans); err != nil {
+					return nil, err
+				}
+				t := &table{header: []string{"START", "END", "USERS", "SHARDS", "BITMAP_BYTES", "HLL_BYTES"}}
+				for _, p := range ans.Points {
+					t.add(fmtTime(&p.Start, f.csv), fmtTime(&p.End, f.csv), fmtInt(p.Users), fmtInt(p.Shards), fmtInt(p.BitmapBytes), fmtInt(p.HyperLogLogBytes))
+				}
+				return t, nil
+			})
+	}
+	return fmt.Errorf("unknown stats %q; %s", args[0], usage)
+}
+
+// statsDaily lists every user's totals of each day from -from to -to, following
+// each day's cursor to its end.
+func statsDaily(ctx context.Context, c *queryClient, f *readFlags) (*table, error) {
+	parse := func(name, s string, def time.Time) (time.Time, error) {
+		if s == "" {
+			return def, nil
+		}
+		t, err := time.Parse(time.DateOnly, s)
+		if err != nil {
+			return t, fmt.Errorf("-%s: want a day such as 2026-11-22, got %q", name, s)
+		}
+		return t, nil
+	}
+	now := time.Now().UTC()
+	from, err := parse("from", f.from, time.Date(now.Year(), now.Month(), now.Day()-1, 0, 0, 0, 0, time.UTC))
+	if err != nil {
+		return nil, err
+	}
+	to, err := parse("to", f.to, from)
+	if err != nil {
+		return nil, err
+	}
+	if to.Before(from) || to.Sub(from) > 366*24*time.Hour {
+		return nil, fmt.Errorf("-from %s -to %s: want -to on or after -from, at most a year later", from.Format(time.DateOnly), to.Format(time.DateOnly))
+	}
+	t := &table{header: dayHeader("DAY", "USER")}
+	for d := from; !d.After(to); d = d.AddDate(0, 0, 1) {
+		q := url.Values{"day": {d.Format(time.DateOnly)}, "limit": {"1000"}}
+		for {
+			var page struct {
+				Day   string `json:"day"`
+				Users []struct {
+					UserID string `json:"userId"`
+					dayTotalsJSON
+				} `json:"users"`
+				NextCursor *string `json:"nextCursor"`
+			}
+			if err := c.get(ctx, "/v1/stats/daily", q, &page); err != nil {
+				return nil, err
+			}
+			for _, u := range page.Users {
+				t.add(append([]string{page.Day, u.UserID}, u.cells(f.csv)...)...)
+			}
+			if page.NextCursor == nil {
+				break
+			}
+			q.Set("cursor", *page.NextCursor)
+		}
+	}
+	return t, nil
+}
