@@ -336,6 +336,10 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		return ""
 	})
 
+	if _, body := get(t, q.url+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 1\n") {
+		t.Errorf("/metrics lacks pulse_query_history_connected 1")
+	}
+
 	t.Run("timeline", func(t *testing.T) {
 		var got []hapiEntry
 		pages := 0
@@ -649,6 +653,9 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 		if code, body := get(t, q.url+target); code != http.StatusOK {
 			t.Errorf("GET %s = %d %s, want 200 without Cassandra", target, code, body)
 		}
+	}
+	if _, body := get(t, q.url+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 0\n") {
+		t.Errorf("/metrics lacks pulse_query_history_connected 0")
 	}
 	cmd := exec.Command(binary("pulsectl"), "stats", "concurrency", "-url", q.url)
 	out, err := cmd.CombinedOutput()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
 )
@@ -58,4 +59,19 @@ func (d *historyDB) Run(ctx context.Context) error {
 		}
 		wait = min(2*wait, d.retry)
 	}
+}
+
+// connectedGauge reports whether the history routes can reach Cassandra: the
+// informational counterpart of a readiness check, which query must not have, since
+// its live routes do not need Cassandra.
+func (d *historyDB) connectedGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pulse_query_history_connected",
+		Help: "1 while query holds a Cassandra session for the history routes, else 0 (they answer 503).",
+	}, func() float64 {
+		if d.get() != nil {
+			return 1
+		}
+		return 0
+	})
 }

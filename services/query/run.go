@@ -45,6 +45,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed:    &watcher{hub: hub, cfg: cfg.Feed, logger: logger},
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout}
+	reg.MustRegister(a.history.connectedGauge())
 	a.routes(srv.Echo)
 	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
 	openapi.Register(srv.Echo)
