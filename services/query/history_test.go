@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/rollup"
 )
 
@@ -255,5 +259,33 @@ func TestHistoryRoutesWithoutCassandra(t *testing.T) {
 		if r.code != http.StatusBadRequest || !strings.Contains(r.body, `"field":"`+field+`"`) {
 			t.Errorf("GET %s = %d %s, want a 400 naming %s", target, r.code, r.body, field)
 		}
+	}
+}
+
+// Run keeps retrying while Cassandra is unreachable, leaves the session nil, and ends
+// with its context.
+func TestHistoryDBRetriesUntilStopped(t *testing.T) {
+	db := newHistoryDB(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: 1, ConnectTimeout: 100 * time.Millisecond},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	db.retry = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- db.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	if db.get() != nil {
+		t.Fatal("a session without Cassandra")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not end with its context")
+	}
+	var nilDB *historyDB
+	if nilDB.get() != nil {
+		t.Fatal("a nil historyDB has a session")
 	}
 }
