@@ -48,6 +48,8 @@ func TestParseRange(t *testing.T) {
 		{name: "empty range", q: vals("from", "2026-11-02", "to", "2026-11-02"), field: "from"},
 		{name: "bad to", q: vals("to", "yesterday"), field: "to"},
 		{name: "bad from", q: vals("from", "2026-13-01"), field: "from"},
+		{name: "before 1970", q: vals("from", "1969-12-31T23:59:59Z", "to", "1970-01-02"), field: "from"},
+		{name: "year 9999", q: vals("from", "9998-12-31", "to", "9999-01-01"), field: "to"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -57,13 +57,27 @@ func checkParams(q url.Values, known ...string) error {
 	return nil
 }
 
+// History holds nothing before the Unix epoch, and a range must leave room to round
+// up to a whole month and still be a year JSON can write.
+var (
+	earliest = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	latest   = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func inBounds(name, s string, t time.Time) (time.Time, error) {
+	if t.Before(earliest) || !t.Before(latest) {
+		return time.Time{}, httpserver.BadRequest(name, fmt.Sprintf("must be from 1970-01-01 to 9998-12-31, got %q", s))
+	}
+	return t, nil
+}
+
 // parseTime reads an RFC 3339 time or a date (midnight UTC).
 func parseTime(name, s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
+		return inBounds(name, s, t.UTC())
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
-		return t, nil
+		return inBounds(name, s, t)
 	}
 	return time.Time{}, httpserver.BadRequest(name, fmt.Sprintf("must be %s, got %q", timeHint, s))
 }
@@ -74,7 +88,7 @@ func parseDate(name, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, httpserver.BadRequest(name, fmt.Sprintf("must be a date such as 2026-11-23, got %q", s))
 	}
-	return t, nil
+	return inBounds(name, s, t)
 }
 
 // spanText writes a bound in days when it is whole days.
