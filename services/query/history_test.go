@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/pkg/cursor"
+	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/rollup"
 )
 
@@ -290,4 +293,59 @@ func TestHistoryDBRetriesUntilStopped(t *testing.T) {
 	if nilDB.get() != nil {
 		t.Fatal("a nil historyDB has a session")
 	}
+}
+
+// Whatever a client sends as a history cursor is refused as invalid or names a
+// position that encodes back to a cursor naming the same position.
+func FuzzDecodeHistoryCursors(f *testing.F) {
+	f.Add(timelineCursor{At: time.UnixMilli(1763900000123).UTC(), EntryID: "e:01JDX3Q6Z0"}.Encode())
+	f.Add(dailyCursor{Buckets: 16, Bucket: 15, After: "alice"}.Encode())
+	f.Add("AQgDgA-XjM3B")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		if c, err := decodeTimelineCursor(s); err == nil {
+			if again, err := decodeTimelineCursor(c.Encode()); err != nil || again != c {
+				t.Fatalf("timeline cursor %+v does not round trip: %+v, %v", c, again, err)
+			}
+		} else if !errors.Is(err, cursor.ErrInvalid) {
+			t.Fatalf("error %v does not wrap cursor.ErrInvalid", err)
+		}
+		if c, err := decodeDailyCursor(s); err == nil {
+			if c.Bucket < 0 || c.Bucket >= c.Buckets {
+				t.Fatalf("decoded %q to %+v", s, c)
+			}
+			if again, err := decodeDailyCursor(c.Encode()); err != nil || again != c {
+				t.Fatalf("daily cursor %+v does not round trip: %+v, %v", c, again, err)
+			}
+		} else if !errors.Is(err, cursor.ErrInvalid) {
+			t.Fatalf("error %v does not wrap cursor.ErrInvalid", err)
+		}
+	})
+}
+
+// Whatever a client sends as from and to is a range within the bounds or a 400.
+func FuzzParseRange(f *testing.F) {
+	f.Add("2026-11-01", "2026-11-02T10:00:00.5+01:00")
+	f.Add("", "9998-12-31T23:59:59.999999999Z")
+	f.Add("1970-01-01T00:00:00-01:00", "")
+	f.Fuzz(func(t *testing.T, from, to string) {
+		q := url.Values{}
+		if from != "" {
+			q.Set("from", from)
+		}
+		if to != "" {
+			q.Set("to", to)
+		}
+		lo, hi, err := parseRange(q, now, day, 31*day)
+		if err != nil {
+			var he *httpserver.Error
+			if !errors.As(err, &he) || he.Status != http.StatusBadRequest || (he.Field != "from" && he.Field != "to") {
+				t.Fatalf("parseRange(%q, %q) = %v, want a 400 naming from or to", from, to, err)
+			}
+			return
+		}
+		if !lo.Before(hi) || hi.Sub(lo) > 31*day || lo.Before(earliest) || !hi.Before(latest) {
+			t.Fatalf("parseRange(%q, %q) = %v, %v", from, to, lo, hi)
+		}
+	})
 }
