@@ -21,9 +21,15 @@ import (
 
 // The analysts' tables (migrations/0005_history_rollups.cql), written from each
 // presence.changes partition's rollup.Fold. Rows of unfinished periods are rewritten as
-// they grow, each with USING TIMESTAMP of the fold's log time: a session's or day's
-// Through, a minute's or hour's watermark at the flush. Both only grow, so the last
-// row written stays, and a replay writes the same rows with the same timestamps.
+// they grow, so the row Cassandra keeps must be the one written from the longest prefix
+// of the log. Every row of a flush is written USING TIMESTAMP flushTimestamp: the
+// fold's watermark in microseconds plus the offset of the last change folded. Both only
+// grow along the log, the offset strictly, and both are functions of the log prefix
+// alone, so the latest flush wins however the log was cut into batches and across a
+// crash and replay. A row's own time (a session's or day's Through, a minute's
+// watermark) would not do: changes of different users arrive up to the lateness out of
+// order, so an open session can be written with a Through later than the change that
+// then closes it, and two flushes at one watermark tie with different contents.
 const (
 	insertSessionCQL = `INSERT INTO user_sessions (user_id, month, session_start, session_end, open,
  online_us, idle_us, invisible_us, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
@@ -172,8 +178,10 @@ func (s *rollupState) apply(c *change, offset int64) (repeat bool) {
 		return true
 	}
 	s.sources[c.SourcePartition] = c.SourceOffset
+	dropped := s.fold.Stats().Dropped
 	s.fold.Apply(rollup.Change{UserID: c.UserID, Index: c.UserIndex, Previous: c.Previous, Current: c.Current, At: c.At})
-	if c.At.After(s.maxAt) {
+	// A change the fold dropped (one dated a day ahead, say) must not move the watermark.
+	if c.At.After(s.maxAt) && s.fold.Stats().Dropped == dropped {
 		s.maxAt = c.At
 	}
 	return false
@@ -224,8 +232,13 @@ func (s *rollupState) unmarshal(data []byte) error {
 	return nil
 }
 
-// planRows adds the statements of a Flush to plan.
-func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, watermark time.Time) {
+// flushTimestamp is the write time of the rows of a flush (see above).
+func (s *rollupState) flushTimestamp() int64 {
+	return presence.Micros(s.fold.Watermark()) + s.through
+}
+
+// addRollup adds the statements of a Flush to plan, each with write time ts.
+func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64) {
 	for i := range rows.Sessions {
 		s := &rows.Sessions[i]
 		month := time.Date(s.Start.Year(), s.Start.Month(), 1, 0, 0, 0, 0, time.UTC)
@@ -236,7 +249,7 @@ func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, watermark time.Tim
 		b.add(tableSessions+"\x00"+s.UserID+"\x00"+month.Format(time.DateOnly), stmt{tableSessions, insertSessionCQL, []any{
 			s.UserID, month, s.Start, end, s.Open,
 			s.Online.Microseconds(), s.Idle.Microseconds(), s.Invisible.Microseconds(), s.Through, s.Status.String(),
-			presence.Micros(s.Through),
+			ts,
 		}})
 	}
 	for i := range rows.Days {
@@ -246,13 +259,12 @@ func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, watermark time.Tim
 			first, last = d.FirstSeen, d.LastSeen
 		}
 		vals := []any{d.Online.Microseconds(), d.Idle.Microseconds(), d.Invisible.Microseconds(),
-			d.Sessions, first, last, d.Through, d.Status.String(), presence.Micros(d.Through)}
+			d.Sessions, first, last, d.Through, d.Status.String(), ts}
 		b.add(tableUserDaily+"\x00"+d.UserID+"\x00"+fmt.Sprint(d.Day.Year()), stmt{tableUserDaily, insertUserDailyCQL,
 			append([]any{d.UserID, d.Day.Year(), d.Day}, vals...)})
 		b.add(tableDailyUsers+"\x00"+d.Day.Format(time.DateOnly)+"\x00"+fmt.Sprint(shard), stmt{tableDailyUsers, insertDailyUsersCQL,
 			append([]any{d.Day, int(shard), d.UserID}, vals...)})
 	}
-	ts := presence.Micros(watermark)
 	for i := range rows.Minutes {
 		m := &rows.Minutes[i]
 		day := bucketOf(m.Minute)

@@ -81,6 +81,10 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// A partition whose changes stop still gets its checkpoint once the interval passes.
+	checkpointTimer := time.NewTimer(time.Hour)
+	checkpointTimer.Stop()
+	defer checkpointTimer.Stop()
 	started := false
 	for {
 		select {
@@ -109,14 +113,18 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			if err := w.handle(ctx, batch); err != nil {
 				return nil // only ctx ends a write: lost, or too slow to revoke
 			}
-			if w.rollup != nil && time.Since(w.lastCheckpoint) >= w.h.cfg.CheckpointInterval {
-				// The checkpoint goes first: an offset is committed only once a checkpoint
-				// at or past it exists or the log after the checkpoint still holds it.
-				if err := w.checkpointRollup(ctx); err != nil {
-					return nil
+			if w.rollup != nil {
+				if wait := w.h.cfg.CheckpointInterval - time.Since(w.lastCheckpoint); wait > 0 {
+					checkpointTimer.Reset(wait)
+				} else {
+					// The checkpoint goes first: a committed offset is covered by the
+					// checkpoint, or the log after the checkpoint still holds it.
+					if err := w.checkpointRollup(ctx); err != nil {
+						return nil
+					}
+					w.commitPending(ctx)
+					continue
 				}
-				w.commitPending(ctx)
-				continue
 			}
 			if w.h.cfg.CommitInterval == 0 || time.Since(w.lastCommit) >= w.h.cfg.CommitInterval {
 				w.commitPending(ctx)
@@ -124,6 +132,11 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				timer.Reset(w.h.cfg.CommitInterval - time.Since(w.lastCommit))
 			}
 		case <-timer.C:
+			w.commitPending(ctx)
+		case <-checkpointTimer.C:
+			if err := w.checkpointRollup(ctx); err != nil {
+				return nil
+			}
 			w.commitPending(ctx)
 		case <-ctx.Done():
 			return nil
@@ -145,7 +158,7 @@ func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
 	if st := w.rollup; st != nil {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
-		plan.addRollup(&rows, w.partition, st.fold.Watermark())
+		plan.addRollup(&rows, w.partition, st.flushTimestamp())
 		w.reportRollup()
 	}
 	if w.window != nil {
