@@ -1,0 +1,588 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// The analysts' tables written by history from presence.changes (sessions, daily
+// totals, concurrency per second, hourly uniques), checked against a model computed
+// here from the changes the aggregator logged. The workload is dated on a day of the
+// past no other test uses, so that the tables' partitions (by day) hold this test's
+// rows alone; occurred-at times straddle that day's midnight.
+
+const rollupLateness = 10 * time.Minute // pkg/rollup.DefaultLateness
+
+// rollupTimeline is one user's effective statuses, as presence.changes says.
+type rollupTimeline struct {
+	user  string
+	shard int32
+	index uint32
+	at    []int64 // changed_at, µs, increasing
+	st    []presence.Status
+}
+
+// statusAt is the user's status at instant t (µs): that of the latest change at or
+// before t, offline before the first.
+func (tl *rollupTimeline) statusAt(t int64) presence.Status {
+	i := sort.Search(len(tl.at), func(i int) bool { return tl.at[i] > t })
+	if i == 0 {
+		return presence.Offline
+	}
+	return tl.st[i-1]
+}
+
+func present(s presence.Status) bool {
+	return s == presence.Online || s == presence.Idle || s == presence.Invisible
+}
+
+func slotOf(s presence.Status) int {
+	switch s {
+	case presence.Online:
+		return 0
+	case presence.Idle:
+		return 1
+	case presence.Invisible:
+		return 2
+	}
+	return -1
+}
+
+type rollupSession struct {
+	start, end int64
+	spent      [3]int64
+}
+
+type rollupDay struct {
+	spent       [3]int64
+	sessions    int
+	first, last int64
+	status      presence.Status
+}
+
+const usDay = int64(24 * time.Hour / time.Microsecond)
+
+// sessions and days of one user whose every session is closed.
+func (tl *rollupTimeline) sessions() []rollupSession {
+	var out []rollupSession
+	var cur *rollupSession
+	for i, s := range tl.st {
+		if cur != nil {
+			cur.spent[slotOf(tl.st[i-1])] += tl.at[i] - tl.at[i-1]
+		}
+		if present(s) && cur == nil {
+			cur = &rollupSession{start: tl.at[i]}
+		}
+		if !present(s) && cur != nil {
+			cur.end = tl.at[i]
+			out = append(out, *cur)
+			cur = nil
+		}
+	}
+	return out
+}
+
+func (tl *rollupTimeline) days() map[int64]*rollupDay {
+	out := map[int64]*rollupDay{}
+	day := func(d int64) *rollupDay {
+		if out[d] == nil {
+			out[d] = &rollupDay{first: -1}
+		}
+		return out[d]
+	}
+	for i := 0; i+1 < len(tl.at); i++ {
+		if !present(tl.st[i]) {
+			continue
+		}
+		for a, b := tl.at[i], tl.at[i+1]; a < b; {
+			d := a / usDay
+			end := min(b, (d+1)*usDay)
+			r := day(d)
+			r.spent[slotOf(tl.st[i])] += end - a
+			if r.first < 0 {
+				r.first = a
+			}
+			r.last = end - 1
+			a = end
+		}
+	}
+	for _, s := range tl.sessions() {
+		for d := s.start / usDay; d*usDay < s.end; d++ {
+			day(d).sessions++
+		}
+	}
+	for d, r := range out {
+		r.status = tl.statusAt((d+1)*usDay - 1)
+	}
+	return out
+}
+
+// rollupChanges reads presence.changes and builds every user's timeline, dropping
+// changes at a source position already seen (the log is at-least-once).
+func rollupChanges(t *testing.T, topic string) (users map[string]*rollupTimeline, span map[int32][2]int64, timeouts int) {
+	t.Helper()
+	users = map[string]*rollupTimeline{}
+	span = map[int32][2]int64{} // per shard: first and last changed_at
+	for p, recs := range readTopic(t, topic) {
+		seen := map[int32]int64{}
+		for _, r := range recs {
+			var c pulsev1.Change
+			if err := proto.Unmarshal(r.Value, &c); err != nil {
+				t.Fatalf("change at %d/%d: %v", p, r.Offset, err)
+			}
+			if last, ok := seen[c.SourcePartition]; ok && c.SourceOffset <= last {
+				continue
+			}
+			seen[c.SourcePartition] = c.SourceOffset
+			if c.Cause == pulsev1.Cause_CAUSE_TIMEOUT {
+				timeouts++
+			}
+			tl := users[c.UserId]
+			if tl == nil {
+				tl = &rollupTimeline{user: c.UserId, shard: p, index: c.UserIndex}
+				users[c.UserId] = tl
+			}
+			if n := len(tl.at); n > 0 && c.ChangedAtUs <= tl.at[n-1] {
+				t.Fatalf("changes of %s out of order: %d after %d", c.UserId, c.ChangedAtUs, tl.at[n-1])
+			}
+			tl.at = append(tl.at, c.ChangedAtUs)
+			tl.st = append(tl.st, presence.StatusFromPB(c.Current))
+			sp, ok := span[p]
+			if !ok {
+				sp = [2]int64{c.ChangedAtUs, c.ChangedAtUs}
+			}
+			span[p] = [2]int64{min(sp[0], c.ChangedAtUs), max(sp[1], c.ChangedAtUs)}
+		}
+	}
+	return users, span, timeouts
+}
+
+// rollupWant is every row the tables must hold, rendered as text, keyed by table and key.
+// Times are compared to the millisecond, Cassandra's precision for timestamps (the
+// totals, in microseconds, are exact).
+func rollupWant(users map[string]*rollupTimeline, span map[int32][2]int64, final int64) map[string]string {
+	want := map[string]string{}
+	ts := func(us int64) string { return time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000") }
+	for _, tl := range users {
+		for _, s := range tl.sessions() {
+			want[fmt.Sprintf("user_sessions %s %s", tl.user, ts(s.start))] = fmt.Sprintf("end=%s open=false spent=%v through=%s status=offline",
+				ts(s.end), s.spent, ts(s.end))
+		}
+		for d, r := range tl.days() {
+			through := "*" // the day is not final: Through is how far the fold had got
+			status := "offline"
+			if (d+1)*usDay <= final {
+				through, status = ts((d+1)*usDay), r.status.String()
+			}
+			row := fmt.Sprintf("spent=%v sessions=%d first=%s last=%s through=%s status=%s", r.spent, r.sessions, ts(r.first), ts(r.last), through, status)
+			want[fmt.Sprintf("user_daily %s %s", tl.user, ts(d*usDay))] = row
+			want[fmt.Sprintf("daily_users %d %s %s", tl.shard, ts(d*usDay), tl.user)] = row
+		}
+	}
+	byShard := map[int32][]*rollupTimeline{}
+	for _, tl := range users {
+		byShard[tl.shard] = append(byShard[tl.shard], tl)
+	}
+	const usMin, usHour, usSec = int64(time.Minute / time.Microsecond), int64(time.Hour / time.Microsecond), int64(time.Second / time.Microsecond)
+	for shard, sp := range span {
+		for m := sp[0] / usMin * usMin; m <= sp[1]; m += usMin {
+			var counts [3][60]int
+			for s := range int64(60) {
+				at := m + s*usSec + usSec - 1
+				for _, tl := range byShard[shard] {
+					if i := slotOf(tl.statusAt(at)); i >= 0 {
+						counts[i][s]++
+					}
+				}
+			}
+			want[fmt.Sprintf("concurrency %d %s", shard, ts(m))] = fmt.Sprintf("online=%v idle=%v invisible=%v close=%d/%d/%d peak=%d",
+				counts[0], counts[1], counts[2], counts[0][59], counts[1][59], counts[2][59], slices.Max(counts[0][:]))
+		}
+		for h := sp[0] / usHour * usHour; h <= sp[1]; h += usHour {
+			var idx []uint32
+			for _, tl := range byShard[shard] {
+				in := present(tl.statusAt(h))
+				for i, at := range tl.at {
+					in = in || (at >= h && at < h+usHour && present(tl.st[i]))
+				}
+				if in {
+					idx = append(idx, tl.index)
+				}
+			}
+			slices.Sort(idx)
+			want[fmt.Sprintf("uniques %d %s", shard, ts(h))] = fmt.Sprintf("users=%v cardinality=%d", idx, len(idx))
+		}
+	}
+	return want
+}
+
+// rollupRead reads the rows of the given users and days, rendered as rollupWant does.
+// A day that is not final (it ends after final) has a Through that depends on how far
+// the fold had got when it last wrote the row; it must be at or after the user's last
+// change.
+func rollupRead(t *testing.T, s *gocql.Session, users map[string]*rollupTimeline, days []time.Time, shards int, final int64) (map[string]string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ts := func(v time.Time) string { return v.UTC().Format("2006-01-02T15:04:05.000") }
+	ks := envOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
+	got := map[string]string{}
+	dayRow := func(spent [3]int64, sessions int, first, last, through time.Time, status string, user string, day time.Time) (string, string) {
+		th := ts(through)
+		if day.AddDate(0, 0, 1).UnixMicro() > final {
+			if tl := users[user]; tl == nil || through.UnixMilli() < tl.at[len(tl.at)-1]/1000 {
+				var tlines []string
+				for i := range tl.at {
+					tlines = append(tlines, ts(time.UnixMicro(tl.at[i]))+" "+tl.st[i].String())
+				}
+				return "", fmt.Sprintf("%s %s: through %s before the user's last change (row %v %d %s %s %s); changes:\n%s", user, day, th, spent, sessions, ts(first), ts(last), status, strings.Join(tlines, "\n"))
+			}
+			th = "*"
+		}
+		return fmt.Sprintf("spent=%v sessions=%d first=%s last=%s through=%s status=%s", spent, sessions, ts(first), ts(last), th, status), ""
+	}
+	months, years := map[time.Time]bool{}, map[int]bool{}
+	for _, d := range days {
+		months[time.Date(d.Year(), d.Month(), 1, 0, 0, 0, 0, time.UTC)] = true
+		years[d.Year()] = true
+	}
+	for user := range users {
+		for month := range months {
+			iter := s.Query(`SELECT session_start, session_end, open, online_us, idle_us, invisible_us, through, status FROM `+ks+`.user_sessions WHERE user_id = ? AND month = ?`, user, month).IterContext(ctx)
+			var start, end, through time.Time
+			var open bool
+			var spent [3]int64
+			var status string
+			for iter.Scan(&start, &end, &open, &spent[0], &spent[1], &spent[2], &through, &status) {
+				got[fmt.Sprintf("user_sessions %s %s", user, ts(start))] = fmt.Sprintf("end=%s open=%v spent=%v through=%s status=%s", ts(end), open, spent, ts(through), status)
+			}
+			if err := iter.Close(); err != nil {
+				return nil, "user_sessions: " + err.Error()
+			}
+		}
+		for year := range years {
+			iter := s.Query(`SELECT day, online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status FROM `+ks+`.user_daily WHERE user_id = ? AND year = ?`, user, year).IterContext(ctx)
+			var day, first, last, through time.Time
+			var spent [3]int64
+			var sessions int
+			var status string
+			for iter.Scan(&day, &spent[0], &spent[1], &spent[2], &sessions, &first, &last, &through, &status) {
+				row, bad := dayRow(spent, sessions, first, last, through, status, user, day)
+				if bad != "" {
+					return nil, bad
+				}
+				got[fmt.Sprintf("user_daily %s %s", user, ts(day))] = row
+			}
+			if err := iter.Close(); err != nil {
+				return nil, "user_daily: " + err.Error()
+			}
+		}
+	}
+	for _, day := range days {
+		for shard := range shards {
+			iter := s.Query(`SELECT user_id, online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status FROM `+ks+`.daily_users WHERE day = ? AND bucket = ?`, day, shard).IterContext(ctx)
+			var user, status string
+			var first, last, through time.Time
+			var spent [3]int64
+			var sessions int
+			for iter.Scan(&user, &spent[0], &spent[1], &spent[2], &sessions, &first, &last, &through, &status) {
+				row, bad := dayRow(spent, sessions, first, last, through, status, user, day)
+				if bad != "" {
+					return nil, bad
+				}
+				got[fmt.Sprintf("daily_users %d %s %s", shard, ts(day), user)] = row
+			}
+			if err := iter.Close(); err != nil {
+				return nil, "daily_users: " + err.Error()
+			}
+		}
+		iter := s.Query(`SELECT minute, shard, online, idle, invisible, close_online, close_idle, close_invisible, peak_online FROM `+ks+`.concurrency WHERE day = ?`, day).IterContext(ctx)
+		var minute time.Time
+		var shard, co, ci, cv, peak int
+		var on, idle, inv []int
+		for iter.Scan(&minute, &shard, &on, &idle, &inv, &co, &ci, &cv, &peak) {
+			got[fmt.Sprintf("concurrency %d %s", shard, ts(minute))] = fmt.Sprintf("online=%v idle=%v invisible=%v close=%d/%d/%d peak=%d", on, idle, inv, co, ci, cv, peak)
+		}
+		if err := iter.Close(); err != nil {
+			return nil, "concurrency: " + err.Error()
+		}
+		iter = s.Query(`SELECT hour, shard, users, cardinality FROM `+ks+`.uniques WHERE day = ?`, day).IterContext(ctx)
+		var hour time.Time
+		var blob []byte
+		var card int64
+		for iter.Scan(&hour, &shard, &blob, &card) {
+			bm := roaring.New()
+			if err := bm.UnmarshalBinary(blob); err != nil {
+				return nil, fmt.Sprintf("uniques %d %s: %v", shard, ts(hour), err)
+			}
+			got[fmt.Sprintf("uniques %d %s", shard, ts(hour))] = fmt.Sprintf("users=%v cardinality=%d", bm.ToArray(), card)
+		}
+		if err := iter.Close(); err != nil {
+			return nil, "uniques: " + err.Error()
+		}
+	}
+	return got, ""
+}
+
+func rollupDiff(got, want map[string]string) string {
+	var diffs []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			diffs = append(diffs, "missing "+k+": "+w)
+		} else if g != w {
+			diffs = append(diffs, k+":\n   got "+g+"\n  want "+w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, "extra "+k+": "+g)
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	sort.Strings(diffs)
+	return fmt.Sprintf("%d of %d rows differ:\n%s", len(diffs), len(want), firstLines(diffs, 12))
+}
+
+// rollupQuiet waits until neither topic grows for two seconds: the aggregator has
+// folded every event and decided every timeout that was due.
+func rollupQuiet(t *testing.T, topics ...string) {
+	t.Helper()
+	adm := kafkaAdmin(t)
+	last, stable := "", 0
+	eventually(t, 60*time.Second, func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err != nil {
+			return err.Error()
+		}
+		var parts []string
+		ends.Each(func(o kadm.ListedOffset) {
+			parts = append(parts, fmt.Sprintf("%s/%d=%d", o.Topic, o.Partition, o.Offset))
+		})
+		sort.Strings(parts)
+		if now := strings.Join(parts, " "); now != last {
+			last, stable = now, 0
+			return "topics still growing"
+		}
+		if stable++; stable < 20 {
+			return "waiting for the topics to stay still"
+		}
+		return ""
+	})
+}
+
+// A few hundred users with several devices each, online, idle, invisible and offline
+// across a midnight, with client retries, stale events and devices that fall silent
+// (offline timeouts), go through the aggregator; history is killed with SIGKILL half
+// way and restarted. Every rollup row equals the model's: nothing lost, nothing
+// counted twice across the crash.
+func TestHistoryRollupsMatchModel(t *testing.T) {
+	p := newTopics(t, 2)
+	p.env["PULSE_OFFLINE_AFTER"] = "60s"
+	// Checkpoints less often than commits: the restarted history re-reads the changes
+	// committed after the last checkpoint.
+	p.env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "4s"
+	p.env["PULSE_HISTORY_MAX_POLL_RECORDS"] = "100"
+	p.env["PULSE_HISTORY_COMMIT_INTERVAL"] = "0s"
+	p.start(t, "aggregator")
+	p.start(t, "history")
+
+	// A day of the past chosen per run: 1990 to 2009.
+	rnd := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	midnight := time.Date(1990, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, rnd.IntN(7300))
+	t.Logf("workload around %s", midnight.Format(time.DateOnly))
+	// Every change falls within 9 minutes (events over 8, timeouts a minute after the
+	// last), less than the fold's lateness: none arrives later than it allows.
+	from := midnight.Add(-4 * time.Minute)
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(p.events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	produce := func(events []presence.Event) {
+		t.Helper()
+		recs := make([]*kgo.Record, len(events))
+		for i, e := range events {
+			b, err := proto.Marshal(e.ToPB())
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs[i] = &kgo.Record{Key: []byte(e.UserID), Value: b,
+				Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("producing: %v", err)
+		}
+	}
+
+	const nUsers = 400
+	var events []presence.Event
+	devices := []string{"phone", "laptop", "tablet"}
+	for u := range nUsers {
+		user := fmt.Sprintf("ru-%s-%03d", p.run, u)
+		nDev := 1 + rnd.IntN(3)
+		newest := map[string]time.Time{}
+		for k := range 3 + rnd.IntN(8) {
+			dev := devices[rnd.IntN(nDev)]
+			at := from.Add(time.Duration(rnd.Int64N(int64(8 * time.Minute))))
+			e := presence.Event{ID: fmt.Sprintf("%s-%02d", user, k), UserID: user, DeviceID: dev, Source: presence.SourceAPI,
+				OccurredAt: at, ReceivedAt: at.Add(40 * time.Millisecond)}
+			switch roll := rnd.IntN(100); {
+			case roll < 40:
+				e.Kind, e.Status = presence.KindStatus, presence.Online
+			case roll < 55:
+				e.Kind, e.Status = presence.KindStatus, presence.Idle
+			case roll < 65:
+				e.Kind, e.Status = presence.KindStatus, presence.Invisible
+			case roll < 80:
+				e.Kind, e.Status = presence.KindStatus, presence.Offline
+			case roll < 90:
+				e.Kind = presence.KindActivity
+			default:
+				e.Kind = presence.KindHeartbeat
+			}
+			events = append(events, e)
+			if at.After(newest[dev]) {
+				newest[dev] = at
+			}
+		}
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].OccurredAt.Before(events[j].OccurredAt) })
+	// Client retries (the same event again) and stale events (older than what their
+	// device sent already), placed after the events they repeat or precede.
+	var workload []presence.Event
+	for i, e := range events {
+		workload = append(workload, e)
+		if i%17 == 5 {
+			workload = append(workload, events[i-3])
+		}
+		if i%19 == 7 {
+			s := e
+			s.ID, s.Kind, s.Status = e.ID+"-stale", presence.KindActivity, presence.StatusUnknown
+			s.OccurredAt = e.OccurredAt.Add(-20 * time.Second)
+			workload = append(workload, s)
+		}
+	}
+
+	quarter := len(workload) / 4
+	produce(workload[:quarter])
+	// Kill history once it has folded and checkpointed part of the changes, and
+	// committed more since.
+	hist := p.svc["history"]
+	eventually(t, 60*time.Second, func() string {
+		if code, body := get(t, hist.url+"/metrics"); code != 200 || !strings.Contains(body, "pulse_history_rollup_checkpoints_total ") ||
+			strings.Contains(body, "pulse_history_rollup_checkpoints_total 0\n") {
+			return "no rollup checkpoint yet; history's output ends:\n" + lastLines(hist.out.String(), 15)
+		}
+		return ""
+	})
+	produce(workload[quarter : 2*quarter])
+	time.Sleep(1500 * time.Millisecond)
+	if err := hist.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-hist.done
+	produce(workload[2*quarter:])
+	rollupQuiet(t, p.events, p.changes)
+
+	// One user per shard far later: their changes move the frontier past midnight, so
+	// the day before it is final.
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.events)
+	late := midnight.Add(20 * time.Minute)
+	var closers []presence.Event
+	covered := map[int]bool{}
+	for i := 0; len(covered) < p.partitions; i++ {
+		user := fmt.Sprintf("ru-%s-late-%d", p.run, i)
+		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.partitions); !covered[n] {
+			covered[n] = true
+			for k, st := range []presence.Status{presence.Online, presence.Offline} {
+				at := late.Add(time.Duration(k) * time.Second)
+				closers = append(closers, presence.Event{ID: fmt.Sprintf("%s-%d", user, k), UserID: user, DeviceID: "phone",
+					Source: presence.SourceAPI, Kind: presence.KindStatus, Status: st, OccurredAt: at, ReceivedAt: at})
+			}
+		}
+	}
+	produce(closers)
+	rollupQuiet(t, p.events, p.changes)
+
+	p.start(t, "history")
+	// The restarted history resumes every changes partition from a checkpoint.
+	eventually(t, 30*time.Second, func() string {
+		out := p.svc["history"].out.String()
+		n := 0
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "rollup fold restored from its checkpoint") ||
+				strings.Contains(line, `msg="rollup fold ready"`) && strings.Contains(line, "checkpoint=true") {
+				n++
+			}
+		}
+		if n < p.partitions {
+			return fmt.Sprintf("%d changes partitions resumed from a checkpoint; history's output ends:\n%s", n, lastLines(out, 10))
+		}
+		if strings.Contains(out, "rollup fold restored from its checkpoint") {
+			t.Logf("history re-read changes committed after its last checkpoint")
+		}
+		return ""
+	})
+	users, span, timeouts := rollupChanges(t, p.changes)
+	acrossMidnight, invisible := 0, 0
+	for _, tl := range users {
+		for _, s := range tl.sessions() {
+			if s.start < midnight.UnixMicro() && s.end > midnight.UnixMicro() {
+				acrossMidnight++
+			}
+			if s.spent[2] > 0 {
+				invisible++
+			}
+		}
+	}
+	if len(users) < nUsers/2 || timeouts < 50 || acrossMidnight < 20 || invisible < 20 {
+		t.Fatalf("workload too tame: %d users changed status, %d offline timeouts, %d sessions across midnight, %d with invisible time",
+			len(users), timeouts, acrossMidnight, invisible)
+	}
+	var final int64 // the frontier: days ending before it are final
+	for _, sp := range span {
+		if final == 0 || sp[1] < final {
+			final = sp[1]
+		}
+	}
+	final -= rollupLateness.Microseconds()
+	want := rollupWant(users, span, final)
+	session := migCassandra(t)
+	days := []time.Time{midnight.AddDate(0, 0, -1), midnight}
+	eventually(t, 60*time.Second, func() string {
+		got, bad := rollupRead(t, session, users, days, p.partitions, final)
+		if bad != "" {
+			return bad
+		}
+		return rollupDiff(got, want)
+	})
+	changes := 0
+	for _, tl := range users {
+		changes += len(tl.at)
+	}
+	t.Logf("%d users, %d changes (%d timeouts), %d sessions across midnight, %d rows equal the model",
+		len(users), changes, timeouts, acrossMidnight, len(want))
+}
