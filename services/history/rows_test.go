@@ -95,12 +95,13 @@ func goodChange() *pulsev1.Change {
 	return &pulsev1.Change{
 		UserId: "u1", EventId: "e1", Previous: pulsev1.Status_STATUS_OFFLINE, Current: pulsev1.Status_STATUS_ONLINE,
 		ChangedAtUs: presence.Micros(ms(5)), Cause: pulsev1.Cause_CAUSE_EVENT, DeviceId: "phone", SourcePartition: 3, SourceOffset: 42,
+		UserIndex: 7,
 	}
 }
 
 func TestDecodeChange(t *testing.T) {
 	want := change{UserID: "u1", EventID: "e1", Previous: presence.Offline, Current: presence.Online, At: ms(5),
-		Cause: "event", DeviceID: "phone", SourcePartition: 3, SourceOffset: 42}
+		Cause: "event", DeviceID: "phone", SourcePartition: 3, SourceOffset: 42, UserIndex: 7}
 	tests := []struct {
 		name   string
 		modify func(*pulsev1.Change)
