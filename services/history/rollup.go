@@ -108,10 +108,12 @@ func (s cassStore) loadCheckpoint(ctx context.Context, group string, partition i
 		logOffset   *int64
 		data        []byte
 	)
+	var bad error
 	for iter.Scan(&n, &gen, &logOffset, &nchunks, &data) {
 		if n == -1 {
 			if logOffset == nil || nchunks == nil {
-				return checkpoint{}, false, errors.New("loading rollup checkpoint: header without offset or chunk count")
+				bad = errors.New("loading rollup checkpoint: header without offset or chunk count")
+				continue
 			}
 			offset, count = *logOffset, *nchunks
 			header = &checkpoint{generation: gen, offset: offset}
@@ -121,6 +123,9 @@ func (s cassStore) loadCheckpoint(ctx context.Context, group string, partition i
 	}
 	if err := iter.Close(); err != nil {
 		return checkpoint{}, false, fmt.Errorf("loading rollup checkpoint: %w", err)
+	}
+	if bad != nil {
+		return checkpoint{}, false, bad
 	}
 	if header == nil {
 		return checkpoint{}, false, nil
@@ -338,6 +343,10 @@ func (w *worker) restoreRollup(ctx context.Context, first *kgo.Record) error {
 	// earlier than their changed_at minus ingest's skew, and no earlier than the
 	// watermark minus the fold's lateness: reading from there on finds all of them.
 	since := st.maxAt.Add(-h.lateness() - h.cfg.MaxSkew - horizon.Slack)
+	if epoch := time.UnixMilli(0); since.Before(epoch) {
+		// Kafka reads negative times as "latest" (-1) and "earliest" (-2).
+		since = epoch
+	}
 	var snapshot []byte
 	if snapshot, err = st.marshal(); err != nil {
 		return fmt.Errorf("copying the rollup fold: %w", err)
