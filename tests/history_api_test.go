@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -113,9 +114,48 @@ func hapiExec(t *testing.T, s *gocql.Session, stmt string, args ...any) {
 func tp(t time.Time) *time.Time { return &t }
 
 // hapiGet GETs a query URL and decodes a 200's JSON into out.
+// hapiToken is the operator token the history API tests start query with: a user's
+// history answers only in the operator view.
+const hapiToken = "it-history-operator-0123456789"
+
+// hapiOperator is target in the operator view, with the token, for the routes that
+// show single users (the aggregates take no view).
+func hapiOperator(target string) (string, http.Header) {
+	if !strings.Contains(target, "/v1/users/") && !strings.Contains(target, "/v1/stats/daily") {
+		return target, nil
+	}
+	sep := "?"
+	if strings.Contains(target, "?") {
+		sep = "&"
+	}
+	return target + sep + "view=operator", http.Header{"Authorization": {"Bearer " + hapiToken}}
+}
+
+// hapiGetRaw is GET target as an operator (see hapiOperator).
+func hapiGetRaw(t *testing.T, target string) (int, string) {
+	t.Helper()
+	target, header := hapiOperator(target)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
 func hapiGet(t *testing.T, target string, out any) {
 	t.Helper()
-	code, body := get(t, target)
+	code, body := hapiGetRaw(t, target)
 	if code != http.StatusOK {
 		t.Fatalf("GET %s = %d %s", target, code, body)
 	}
@@ -127,7 +167,7 @@ func hapiGet(t *testing.T, target string, out any) {
 func hapiCLI(t *testing.T, base string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary("pulsectl"), args...)
-	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+base)
+	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+base, "PULSE_OPERATOR_TOKEN="+hapiToken)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -326,11 +366,12 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	env := stackEnv()
 	env["PULSE_REDIS_PREFIX"] = prefix
 	env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	env["PULSE_OPERATOR_TOKEN"] = hapiToken
 	q := startService(t, "query", env)
 	rfc := func(tm time.Time) string { return url.QueryEscape(tm.Format(time.RFC3339Nano)) }
 	// Cassandra is connected in the background: wait for the first answer.
 	eventually(t, 30*time.Second, func() string {
-		if code, body := get(t, q.url+"/v1/users/"+user+"/daily?from="+date(d0)+"&to="+date(d0)); code != http.StatusOK {
+		if code, body := hapiGetRaw(t, q.url+"/v1/users/"+user+"/daily?from="+date(d0)+"&to="+date(d0)); code != http.StatusOK {
 			return fmt.Sprintf("daily = %d %s", code, body)
 		}
 		return ""
@@ -584,10 +625,26 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			"/v1/users/" + user + "/sessions?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, -1)): "from",
 			"/v1/users/" + user + "/daily?from=yesterday":                                            "from",
 		} {
-			code, body := get(t, q.url+target)
+			code, body := hapiGetRaw(t, q.url+target)
 			if code != http.StatusBadRequest || !strings.Contains(body, `"field":"`+field+`"`) {
 				t.Errorf("GET %s = %d %s, want a 400 naming %s", target, code, body, field)
 			}
+		}
+	})
+
+	// A user's history shows the time spent invisible: outside the operator view it is
+	// refused, and so is every user's day; the aggregates stay open.
+	t.Run("operator view", func(t *testing.T) {
+		for _, target := range []string{
+			"/v1/users/" + user + "/timeline", "/v1/users/" + user + "/sessions",
+			"/v1/users/" + user + "/daily", "/v1/stats/daily?day=" + date(d0),
+		} {
+			if code, body := get(t, q.url+target); code != http.StatusForbidden || !strings.Contains(body, `"code":"forbidden"`) {
+				t.Errorf("GET %s without the operator view = %d %s, want 403 forbidden", target, code, body)
+			}
+		}
+		if code, body := get(t, q.url+"/v1/stats/uniques?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 1))+"&period=day"); code != http.StatusOK {
+			t.Errorf("uniques without the operator view = %d %s, want 200", code, body)
 		}
 	})
 }
@@ -627,13 +684,18 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 	env["PULSE_REDIS_PREFIX"] = "it-hapi-" + randomID(t)
 	env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(freePort(t)) // nothing listens there
 	env["PULSE_CASSANDRA_CONNECT_TIMEOUT"] = "500ms"
+	env["PULSE_OPERATOR_TOKEN"] = hapiToken
 	q := startService(t, "query", env)
 	for _, target := range []string{
 		"/v1/users/alice/timeline", "/v1/users/alice/sessions", "/v1/users/alice/daily",
 		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, q.url+target, nil)
+		u, header := hapiOperator(q.url + target)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		for k, v := range header {
+			req.Header[k] = v
+		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			cancel()

@@ -26,7 +26,11 @@ import (
 
 // readFlags are the flags every analysts' command takes.
 type readFlags struct {
-	url     string
+	url string
+	// token is the operator token (env PULSE_OPERATOR_TOKEN, never a flag: a flag's
+	// value shows in the process list). With it every request asks for the operator
+	// view, which a user's history needs.
+	token   string
 	csv     bool
 	timeout time.Duration
 	from    string
@@ -40,7 +44,8 @@ func newReadFlags(name string, getenv func(string) string, from, to string) (*fl
 	if base == "" {
 		base = ports.LocalURL(ports.Query)
 	}
-	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL)")
+	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL); the operator token, which a user's history needs, is read from PULSE_OPERATOR_TOKEN")
+	f.token = getenv("PULSE_OPERATOR_TOKEN")
 	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
 	fs.StringVar(&f.from, "from", "", from)
@@ -67,8 +72,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // queryClient calls the query service's history routes.
 type queryClient struct {
-	base string
-	http *http.Client
+	base  string
+	token string
+	http  *http.Client
 }
 
 // apiError is the error shape of every Pulse route.
@@ -82,12 +88,19 @@ type apiError struct {
 
 func (c *queryClient) get(ctx context.Context, path string, q url.Values, out any) error {
 	u := strings.TrimRight(c.base, "/") + path
+	if c.token != "" {
+		q = cloneValues(q)
+		q.Set("view", "operator")
+	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
@@ -107,6 +120,9 @@ func (c *queryClient) get(ctx context.Context, path string, q url.Values, out an
 			}
 			if ra := res.Header.Get("Retry-After"); ra != "" {
 				msg += " (retry after " + ra + "s)"
+			}
+			if res.StatusCode == http.StatusForbidden && c.token == "" {
+				msg += " (set PULSE_OPERATOR_TOKEN)"
 			}
 			return fmt.Errorf("%s: %d %s", path, res.StatusCode, msg)
 		}
@@ -180,11 +196,20 @@ func runAnalytics(ctx context.Context, fs *flag.FlagSet, f *readFlags, args []st
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	t, err := fetch(ctx, &queryClient{base: f.url, http: &http.Client{}}, pos)
+	t, err := fetch(ctx, &queryClient{base: f.url, token: f.token, http: &http.Client{}}, pos)
 	if err != nil {
 		return err
 	}
 	return t.print(stdout, f.csv)
+}
+
+// cloneValues copies q, so adding to it leaves the caller's values alone.
+func cloneValues(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
 }
 
 func rangeQuery(f *readFlags) url.Values {

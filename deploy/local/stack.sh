@@ -402,8 +402,24 @@ cmd_pids() {
 	done
 }
 
+# dev_operator_token exports PULSE_OPERATOR_TOKEN for the services make run starts:
+# the caller's own when set, else a random one kept in $PULSE_HOME/operator-token (made
+# once, readable by its owner only), so the operator view and a user's history work on
+# a development stack without anyone inventing a secret.
+dev_operator_token() {
+	[[ -n ${PULSE_OPERATOR_TOKEN:-} ]] && return
+	local file=$PULSE_HOME/operator-token
+	if [[ ! -s $file ]]; then
+		mkdir -p "$PULSE_HOME"
+		(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$file")
+	fi
+	PULSE_OPERATOR_TOKEN=$(<"$file")
+	export PULSE_OPERATOR_TOKEN
+}
+
 cmd_run() {
 	cmd_up
+	dev_operator_token
 	start_services
 	cat <<EOF
 
@@ -418,6 +434,13 @@ Pulse is running:
 
   kafka       127.0.0.1:$KAFKA_PORT   cassandra 127.0.0.1:$CASSANDRA_PORT   redis 127.0.0.1:$REDIS_PORT
   logs        $logs   (make logs)
+
+  The operator view (invisible users as they are) and a user's history need the
+  operator token; for this development stack it is:
+    export PULSE_OPERATOR_TOKEN=$PULSE_OPERATOR_TOKEN
+    curl -s -H "Authorization: Bearer \$PULSE_OPERATOR_TOKEN" \\
+         'http://127.0.0.1:$QUERY_PORT/v1/users/alice/sessions?view=operator'
+    go run ./cmd/pulsectl sessions alice     # reads PULSE_OPERATOR_TOKEN
 
 Stop with Ctrl-C here, or 'make down' from another terminal.
 EOF

@@ -42,12 +42,28 @@ func (a *api) historyRoutes(e *echo.Echo) {
 	if h.timeout <= 0 {
 		h.timeout = 10 * time.Second
 	}
-	e.GET("/v1/users/:userId/timeline", h.timeline)
-	e.GET("/v1/users/:userId/sessions", h.sessions)
-	e.GET("/v1/users/:userId/daily", h.daily)
+	e.GET("/v1/users/:userId/timeline", h.timeline, operatorOnly)
+	e.GET("/v1/users/:userId/sessions", h.sessions, operatorOnly)
+	e.GET("/v1/users/:userId/daily", h.daily, operatorOnly)
 	e.GET("/v1/stats/concurrency", h.concurrency)
 	e.GET("/v1/stats/uniques", h.uniques)
-	e.GET("/v1/stats/daily", h.statsDaily)
+	e.GET("/v1/stats/daily", h.statsDaily, operatorOnly)
+}
+
+// operatorOnly guards the routes that show single users' past. A user's timeline,
+// sessions and days include the time they spent invisible, which everyone but an
+// operator must see as offline (docs/design.md, Event model) — and which no stored row
+// can be re-cut to hide, since an invisible stretch is part of a session. So these routes
+// answer only in the operator view; the aggregates (concurrency, unique users) name
+// nobody and stay open.
+func operatorOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !httpserver.OperatorView(c) {
+			return &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
+				Message: "a user's history includes the time they spent invisible: ask with view=operator and the operator token (Authorization: Bearer)"}
+		}
+		return next(c)
+	}
 }
 
 // session is the Cassandra session and the request's deadline, or the 503 to answer.
@@ -105,7 +121,7 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		return err
 	}
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to", "limit", "cursor"); err != nil {
+	if err := checkParams(q, "from", "to", "limit", "cursor", "view"); err != nil {
 		return err
 	}
 	from, to, err := parseRange(q, h.now(), day, maxTimelineSpan)
@@ -215,7 +231,7 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 		return err
 	}
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to"); err != nil {
+	if err := checkParams(q, "from", "to", "view"); err != nil {
 		return err
 	}
 	from, to, err := parseRange(q, h.now(), 31*day, maxSessionsSpan)
@@ -313,7 +329,7 @@ func (h *historyHandlers) daily(c echo.Context) error {
 		return err
 	}
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to"); err != nil {
+	if err := checkParams(q, "from", "to", "view"); err != nil {
 		return err
 	}
 	from, to, err := parseDayRange(q, h.now(), 31, int(maxDailySpan/day))
@@ -360,7 +376,7 @@ const badDailyCursor = "is not a cursor this route returned; send the nextCursor
 // each in user id order.
 func (h *historyHandlers) statsDaily(c echo.Context) error {
 	q := c.QueryParams()
-	if err := checkParams(q, "day", "limit", "cursor"); err != nil {
+	if err := checkParams(q, "day", "limit", "cursor", "view"); err != nil {
 		return err
 	}
 	d := dayOf(h.now().AddDate(0, 0, -1))
@@ -444,7 +460,7 @@ type concurrencyAnswer struct {
 
 func (h *historyHandlers) concurrency(c echo.Context) error {
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to", "step"); err != nil {
+	if err := checkParams(q, "from", "to", "step", "view"); err != nil {
 		return err
 	}
 	st, err := parseStep(q.Get("step"))
@@ -516,7 +532,7 @@ type uniquesAnswer struct {
 
 func (h *historyHandlers) uniques(c echo.Context) error {
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to", "period"); err != nil {
+	if err := checkParams(q, "from", "to", "period", "view"); err != nil {
 		return err
 	}
 	period, name, err := parsePeriod(q.Get("period"))

@@ -225,15 +225,24 @@ func TestUniquesFoldUnionsHoursAndSumsShards(t *testing.T) {
 	}
 }
 
+// withView adds view=operator to target.
+func withView(target string) string {
+	if strings.Contains(target, "?") {
+		return target + "&view=operator"
+	}
+	return target + "?view=operator"
+}
+
 // Without Cassandra the history routes answer 503 with Retry-After, after checking
 // their input, and the live routes still answer.
 func TestHistoryRoutesWithoutCassandra(t *testing.T) {
 	srv := newTestServer(t, offlineStore(t))
 	for _, target := range []string{
-		"/v1/users/alice/timeline", "/v1/users/alice/sessions", "/v1/users/alice/daily",
-		"/v1/stats/concurrency?step=hour", "/v1/stats/uniques?period=week", "/v1/stats/daily?day=2026-11-22",
+		withView("/v1/users/alice/timeline"), withView("/v1/users/alice/sessions"), withView("/v1/users/alice/daily"),
+		"/v1/stats/concurrency?step=hour", "/v1/stats/uniques?period=week", withView("/v1/stats/daily?day=2026-11-22"),
 	} {
 		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
 		rec := httptest.NewRecorder()
 		srv.Echo.ServeHTTP(rec, req)
 		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" {
@@ -260,9 +269,46 @@ func TestHistoryRoutesWithoutCassandra(t *testing.T) {
 		"/v1/stats/daily?day=2026-11-22T00:00:00Z":                  "day",
 		"/v1/stats/daily?cursor=" + (timelineCursor{}).Encode():     "cursor",
 	} {
-		r := call(t, srv, http.MethodGet, target, "", false)
+		if !strings.HasPrefix(target, "/v1/stats/concurrency") && !strings.HasPrefix(target, "/v1/stats/uniques") {
+			target = withView(target)
+		}
+		r := call(t, srv, http.MethodGet, target, "", true)
 		if r.code != http.StatusBadRequest || !strings.Contains(r.body, `"field":"`+field+`"`) {
 			t.Errorf("GET %s = %d %s, want a 400 naming %s", target, r.code, r.body, field)
+		}
+	}
+}
+
+// A user's history shows the time they spent invisible, so its routes answer only in
+// the operator view: without the token, or without asking for the view, they are a 403
+// and nothing is read; the aggregates name nobody and answer everyone.
+func TestUserHistoryNeedsTheOperatorView(t *testing.T) {
+	srv := newTestServer(t, offlineStore(t))
+	for _, target := range []string{
+		"/v1/users/alice/timeline", "/v1/users/alice/sessions", "/v1/users/alice/daily", "/v1/stats/daily?day=2026-11-22",
+	} {
+		for _, tc := range []struct {
+			target   string
+			operator bool
+			want     int
+		}{
+			{target, false, http.StatusForbidden},           // no token
+			{target, true, http.StatusForbidden},            // token, public view
+			{withView(target), false, http.StatusForbidden}, // view without the token
+			{withView(target), true, http.StatusServiceUnavailable},
+		} {
+			r := call(t, srv, http.MethodGet, tc.target, "", tc.operator)
+			if r.code != tc.want {
+				t.Errorf("GET %s (token %v) = %d %s, want %d", tc.target, tc.operator, r.code, r.body, tc.want)
+			}
+			if tc.want == http.StatusForbidden && !strings.Contains(r.body, `"code":"forbidden"`) {
+				t.Errorf("GET %s (token %v) body = %s, want the forbidden error", tc.target, tc.operator, r.body)
+			}
+		}
+	}
+	for _, target := range []string{"/v1/stats/concurrency?step=hour", "/v1/stats/uniques?period=week"} {
+		if r := call(t, srv, http.MethodGet, target, "", false); r.code != http.StatusServiceUnavailable {
+			t.Errorf("GET %s = %d %s, want 503 (open to readers, Cassandra down)", target, r.code, r.body)
 		}
 	}
 }
