@@ -322,6 +322,16 @@ func (m *markdown) history(h *HistoryCheck) {
 	}
 	m.p("At the batched step of %s events/s (%s accepted): **%s rows/s** written, lag %s, %s records behind at the step's end.\n\n",
 		num(h.AtOfferedEventsPerSec), num(h.AcceptedEventsPerSec), num(h.RowsPerSec), lag, num(float64(h.LagRecords)))
+	m.p("CPU per accepted event: history %s µs, Cassandra %s µs.\n\n", sig(h.HistoryCPUPerEvent*1e6), sig(h.CassandraCPUPerEvent*1e6))
+	if len(h.RowsByTable) > 0 {
+		m.p("| table | rows/s |\n|---|---|\n")
+		for _, t := range historyTables {
+			if v, ok := h.RowsByTable[t]; ok {
+				m.p("| %s | %s |\n", t, num(v))
+			}
+		}
+		m.p("\n")
+	}
 }
 
 func machineText(m MachineCPU) string {

@@ -160,6 +160,12 @@ type HistoryCheck struct {
 	LagKnown              bool    `json:"lagKnown"`
 	LagSeconds            float64 `json:"lagSeconds"`
 	LagSource             string  `json:"lagSource"`
+	// RowsByTable is rows/s per history table at that step.
+	RowsByTable map[string]float64 `json:"rowsByTable,omitempty"`
+	// HistoryCPUPerEvent and CassandraCPUPerEvent are the CPU seconds each process
+	// used per accepted event over the step (NaN-free: 0 when not measured).
+	HistoryCPUPerEvent   float64 `json:"historyCpuPerEvent"`
+	CassandraCPUPerEvent float64 `json:"cassandraCpuPerEvent"`
 }
 
 // ScaleResult is counts and memory at scale, Pulse's layout against the baseline.

@@ -188,6 +188,10 @@ func (r *StepResult) readCPU(before, after snapshot, loadgenSeconds, fallback fl
 	}
 }
 
+// historyTables are the tables history writes, as its rows metric labels them.
+var historyTables = []string{"user_activity", "user_status", "user_sessions", "user_daily", "daily_users",
+	"concurrency", "uniques", "rollup_checkpoints"}
+
 // readServices reads the services' own metrics over the CPU window: the aggregator's
 // folded events, history's rows and commit lag, and the internal histograms.
 func (r *StepResult) readServices(before, after snapshot) {
@@ -197,7 +201,7 @@ func (r *StepResult) readServices(before, after snapshot) {
 	}
 	if _, ok := after.metrics["history"]; ok && window > 0 {
 		r.History.RowsByTable = map[string]float64{}
-		for _, table := range []string{"user_activity", "user_status"} {
+		for _, table := range historyTables {
 			d, _ := counterDelta(before, after, "history", "pulse_history_rows_written_total", "table", table)
 			r.History.RowsByTable[table] = d / window
 		}

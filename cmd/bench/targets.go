@@ -19,7 +19,8 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 	}
 	s := m.Steps[i]
 	h := &HistoryCheck{AtOfferedEventsPerSec: s.OfferedEventsPerSec, AcceptedEventsPerSec: s.AcceptedEventsPerSec,
-		RowsPerSec: s.History.RowsPerSec, LagRecords: s.History.LagRecords}
+		RowsPerSec: s.History.RowsPerSec, LagRecords: s.History.LagRecords, RowsByTable: s.History.RowsByTable,
+		HistoryCPUPerEvent: s.CPU["history"].SecondsPerEvent, CassandraCPUPerEvent: s.CPU["cassandra"].SecondsPerEvent}
 	h.LagKnown = true
 	switch {
 	case s.History.CommitLagKnown:
