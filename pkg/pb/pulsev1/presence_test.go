@@ -39,6 +39,7 @@ func timeoutChange() *pulsev1.Change {
 		DeviceId:        "phone",
 		SourcePartition: 7,
 		SourceOffset:    123_456_789,
+		UserIndex:       300,
 	}
 }
 
@@ -115,7 +116,8 @@ func TestWireGolden(t *testing.T) {
 				"3002" + // 6 cause
 				"3a05" + "70686f6e65" + // 7 device_id
 				"4007" + // 8 source_partition
-				"48" + "959aef3a", // 9 source_offset
+				"48" + "959aef3a" + // 9 source_offset
+				"50" + "ac02", // 10 user_index
 		},
 	}
 	for _, tt := range tests {
