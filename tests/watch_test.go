@@ -233,6 +233,10 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	p := newPipeline(t, 4, map[string]string{
 		"PULSE_OPERATOR_TOKEN":     watchToken,
 		"PULSE_FEED_REPLAY_BUFFER": "200",
+		// This test checks what each watcher receives, not the slow-consumer rule: on a
+		// machine busy with a cold Cassandra the test's readers can fall a thousand
+		// changes behind, which the default queue would end as a slow consumer.
+		"PULSE_FEED_QUEUE_SIZE": "65536",
 	})
 	w := generate(p.run, 500, 20, 7)
 	base := p.svc["query"].url
@@ -241,7 +245,7 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 
 	ids := url.Values{"userIds": {strings.Join(w.users, ",")}}
 	byParam, byCommand, sse, resumed, firehose := newWatchLog(), newWatchLog(), newWatchLog(), newWatchLog(), newWatchLog()
-	watchDialWS(t, ctx, watchURL(base, "/v1/watch", ids), byParam)
+	paramConn := watchDialWS(t, ctx, watchURL(base, "/v1/watch", ids), byParam)
 	cmd := watchDialWS(t, ctx, watchURL(base, "/v1/watch", nil), byCommand)
 	sub, _ := json.Marshal(map[string]any{"op": "subscribe", "userIds": w.users})
 	if err := cmd.conn.Write(ctx, websocket.MessageText, sub); err != nil {
@@ -333,6 +337,13 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	// what the instance holds in memory.
 	eventually(t, 90*time.Second, func() string {
 		if got, _, _ := byParam.counts(); got < n {
+			select {
+			case <-paramConn.done:
+				byParam.mu.Lock()
+				defer byParam.mu.Unlock()
+				t.Fatalf("param's connection ended after %d of %d changes: %v (error messages %+v)", got, n, paramConn.err, byParam.errors)
+			default:
+			}
 			return fmt.Sprintf("param has %d of %d changes", got, n)
 		}
 		return ""
