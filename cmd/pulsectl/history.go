@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/historyapi"
 	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
@@ -243,18 +244,13 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 		fs, f := newReadFlags("history daily", getenv, dayRangeFrom+"; default 30 days before -to", dayRangeTo+"; default today")
 		return runAnalytics(ctx, fs, f, args[1:], 1, "history daily ID [-from DAY] [-to DAY] [-csv]", stdout,
 			func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
-				var ans struct {
-					Days []struct {
-						Day string `json:"day"`
-						dayTotalsJSON
-					} `json:"days"`
-				}
+				var ans historyapi.UserDays
 				if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/daily", rangeQuery(f), &ans); err != nil {
 					return nil, err
 				}
 				t := &table{header: dayHeader("DAY")}
 				for _, d := range ans.Days {
-					t.add(append([]string{d.Day}, d.cells(f.csv)...)...)
+					t.add(append([]string{d.Day}, dayCells(d.DayTotals, f.csv)...)...)
 				}
 				return t, nil
 			})
@@ -267,22 +263,7 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 			q := rangeQuery(f)
 			q.Set("limit", strconv.Itoa(*limit))
 			for {
-				var page struct {
-					Entries []struct {
-						OccurredAt     time.Time  `json:"occurredAt"`
-						EntryID        string     `json:"entryId"`
-						EntryType      string     `json:"entryType"`
-						Kind           string     `json:"kind"`
-						Status         string     `json:"status"`
-						PreviousStatus string     `json:"previousStatus"`
-						DeviceID       string     `json:"deviceId"`
-						Source         string     `json:"source"`
-						Cause          string     `json:"cause"`
-						ReceivedAt     *time.Time `json:"receivedAt"`
-						Stale          bool       `json:"stale"`
-					} `json:"entries"`
-					NextCursor *string `json:"nextCursor"`
-				}
+				var page historyapi.TimelinePage
 				if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/timeline", q, &page); err != nil {
 					return nil, err
 				}
@@ -307,19 +288,7 @@ func runSessionsEnv(ctx context.Context, args []string, stdout io.Writer, getenv
 	fs, f := newReadFlags("sessions", getenv, timeRangeFrom+"; default 31 days before -to", timeRangeTo)
 	return runAnalytics(ctx, fs, f, args, 1, "sessions ID [-from TIME] [-to TIME] [-csv]", stdout,
 		func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
-			var ans struct {
-				Sessions []struct {
-					Start            time.Time  `json:"start"`
-					End              *time.Time `json:"end"`
-					Open             bool       `json:"open"`
-					OnlineSeconds    float64    `json:"onlineSeconds"`
-					IdleSeconds      float64    `json:"idleSeconds"`
-					InvisibleSeconds float64    `json:"invisibleSeconds"`
-					Through          time.Time  `json:"through"`
-					Status           string     `json:"status"`
-				} `json:"sessions"`
-				Truncated bool `json:"truncated"`
-			}
+			var ans historyapi.Sessions
 			if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/sessions", rangeQuery(f), &ans); err != nil {
 				return nil, err
 			}
@@ -340,23 +309,12 @@ func runSessionsEnv(ctx context.Context, args []string, stdout io.Writer, getenv
 		})
 }
 
-// dayTotalsJSON is a day's totals as the daily routes answer them.
-type dayTotalsJSON struct {
-	OnlineSeconds    float64    `json:"onlineSeconds"`
-	IdleSeconds      float64    `json:"idleSeconds"`
-	InvisibleSeconds float64    `json:"invisibleSeconds"`
-	Sessions         int        `json:"sessions"`
-	FirstSeen        *time.Time `json:"firstSeen"`
-	LastSeen         *time.Time `json:"lastSeen"`
-	Through          time.Time  `json:"through"`
-	Status           string     `json:"status"`
-}
-
 func dayHeader(first ...string) []string {
 	return append(first, "ONLINE", "IDLE", "INVISIBLE", "SESSIONS", "FIRST_SEEN", "LAST_SEEN", "THROUGH", "STATUS")
 }
 
-func (d *dayTotalsJSON) cells(asCSV bool) []string {
+// dayCells are a day's totals as table cells, in dayHeader's order.
+func dayCells(d historyapi.DayTotals, asCSV bool) []string {
 	return []string{fmtSeconds(d.OnlineSeconds, asCSV), fmtSeconds(d.IdleSeconds, asCSV), fmtSeconds(d.InvisibleSeconds, asCSV),
 		fmtInt(d.Sessions), fmtTime(d.FirstSeen, asCSV), fmtTime(d.LastSeen, asCSV), fmtTime(&d.Through, asCSV), d.Status}
 }
@@ -385,16 +343,7 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
 				q := rangeQuery(f)
 				q.Set("step", *st)
-				var ans struct {
-					Points []struct {
-						At             time.Time `json:"at"`
-						CloseOnline    int64     `json:"closeOnline"`
-						CloseIdle      int64     `json:"closeIdle"`
-						CloseInvisible int64     `json:"closeInvisible"`
-						PeakOnline     int64     `json:"peakOnline"`
-						Minutes        int       `json:"minutes"`
-					} `json:"points"`
-				}
+				var ans historyapi.Concurrency
 				if err := c.get(ctx, "/v1/stats/concurrency", q, &ans); err != nil {
 					return nil, err
 				}
@@ -411,16 +360,7 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
 				q := rangeQuery(f)
 				q.Set("period", *period)
-				var ans struct {
-					Points []struct {
-						Start            time.Time `json:"start"`
-						End              time.Time `json:"end"`
-						Users            uint64    `json:"users"`
-						Shards           int       `json:"shards"`
-						BitmapBytes      uint64    `json:"bitmapBytes"`
-						HyperLogLogBytes uint64    `json:"hyperLogLogBytes"`
-					} `json:"points"`
-				}
+				var ans historyapi.Uniques
 				if err := c.get(ctx, "/v1/stats/uniques", q, &ans); err != nil {
 					return nil, err
 				}
@@ -463,19 +403,12 @@ func statsDaily(ctx context.Context, c *queryClient, f *readFlags) (*table, erro
 	for d := from; !d.After(to); d = d.AddDate(0, 0, 1) {
 		q := url.Values{"day": {d.Format(time.DateOnly)}, "limit": {"1000"}}
 		for {
-			var page struct {
-				Day   string `json:"day"`
-				Users []struct {
-					UserID string `json:"userId"`
-					dayTotalsJSON
-				} `json:"users"`
-				NextCursor *string `json:"nextCursor"`
-			}
+			var page historyapi.DailyPage
 			if err := c.get(ctx, "/v1/stats/daily", q, &page); err != nil {
 				return nil, err
 			}
 			for _, u := range page.Users {
-				t.add(append([]string{page.Day, u.UserID}, u.cells(f.csv)...)...)
+				t.add(append([]string{page.Day, u.UserID}, dayCells(u.DayTotals, f.csv)...)...)
 			}
 			if page.NextCursor == nil {
 				break

@@ -11,6 +11,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/historyapi"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 )
 
@@ -86,32 +87,24 @@ func (h *historyHandlers) cassErr(err error) error {
 	return httpserver.Unavailable(msg, historyRetryAfter)
 }
 
+// The answers, in the wire form pulsectl reads too.
+type (
+	timelineEntry     = historyapi.TimelineEntry
+	timelinePage      = historyapi.TimelinePage
+	sessionView       = historyapi.Session
+	sessionsAnswer    = historyapi.Sessions
+	dayTotals         = historyapi.DayTotals
+	userDay           = historyapi.UserDay
+	userDaysAnswer    = historyapi.UserDays
+	dayUser           = historyapi.DayUser
+	dailyPage         = historyapi.DailyPage
+	concurrencyPoint  = historyapi.ConcurrencyPoint
+	concurrencyAnswer = historyapi.Concurrency
+	uniquesPoint      = historyapi.UniquesPoint
+	uniquesAnswer     = historyapi.Uniques
+)
+
 // Q1: a user's timeline.
-
-type timelineEntry struct {
-	OccurredAt     time.Time  `json:"occurredAt"`
-	EntryID        string     `json:"entryId"`
-	EntryType      string     `json:"entryType"`
-	Kind           string     `json:"kind,omitempty"`
-	Status         string     `json:"status,omitempty"`
-	PreviousStatus string     `json:"previousStatus,omitempty"`
-	DeviceID       string     `json:"deviceId,omitempty"`
-	Source         string     `json:"source,omitempty"`
-	Cause          string     `json:"cause,omitempty"`
-	ReceivedAt     *time.Time `json:"receivedAt,omitempty"`
-	Stale          bool       `json:"stale"`
-	LogPartition   int        `json:"logPartition"`
-	LogOffset      int64      `json:"logOffset"`
-}
-
-type timelinePage struct {
-	UserID  string          `json:"userId"`
-	From    time.Time       `json:"from"`
-	To      time.Time       `json:"to"`
-	Entries []timelineEntry `json:"entries"`
-	// NextCursor is null once the range is exhausted.
-	NextCursor *string `json:"nextCursor"`
-}
 
 const badTimelineCursor = "is not a cursor this route returned; send the nextCursor of the previous page (with the same from and to), or none"
 
@@ -201,30 +194,6 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 
 // Q2: a user's sessions.
 
-type sessionView struct {
-	Start time.Time `json:"start"`
-	// End is null while the session is open.
-	End  *time.Time `json:"end"`
-	Open bool       `json:"open"`
-	// The time in each status inside the session, up to Through; from Through on the
-	// user was in Status (offline for a closed session, whose Through is End).
-	OnlineSeconds    float64   `json:"onlineSeconds"`
-	IdleSeconds      float64   `json:"idleSeconds"`
-	InvisibleSeconds float64   `json:"invisibleSeconds"`
-	Through          time.Time `json:"through"`
-	Status           string    `json:"status"`
-}
-
-type sessionsAnswer struct {
-	UserID   string        `json:"userId"`
-	From     time.Time     `json:"from"`
-	To       time.Time     `json:"to"`
-	Sessions []sessionView `json:"sessions"`
-	// Truncated says the range held more than maxSessions sessions; the newest are
-	// listed.
-	Truncated bool `json:"truncated"`
-}
-
 func (h *historyHandlers) sessions(c echo.Context) error {
 	id, err := userIDParam(c)
 	if err != nil {
@@ -276,19 +245,6 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 
 // Q3: a user's totals per day, and every user's totals of a day.
 
-type dayTotals struct {
-	OnlineSeconds    float64    `json:"onlineSeconds"`
-	IdleSeconds      float64    `json:"idleSeconds"`
-	InvisibleSeconds float64    `json:"invisibleSeconds"`
-	Sessions         int        `json:"sessions"`
-	FirstSeen        *time.Time `json:"firstSeen"`
-	LastSeen         *time.Time `json:"lastSeen"`
-	// Through is the end of the time counted: the next midnight once the day is
-	// complete; from Through on the user was in Status.
-	Through time.Time `json:"through"`
-	Status  string    `json:"status"`
-}
-
 // dayScan holds one row's columns as Cassandra returns them.
 type dayScan struct {
 	online, idle, invisible int64
@@ -310,18 +266,6 @@ func (d *dayScan) totals() dayTotals {
 }
 
 const dayColumns = `online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status`
-
-type userDay struct {
-	Day string `json:"day"`
-	dayTotals
-}
-
-type userDaysAnswer struct {
-	UserID string    `json:"userId"`
-	From   string    `json:"from"`
-	To     string    `json:"to"`
-	Days   []userDay `json:"days"`
-}
 
 func (h *historyHandlers) daily(c echo.Context) error {
 	id, err := userIDParam(c)
@@ -348,7 +292,7 @@ func (h *historyHandlers) daily(c echo.Context) error {
 		var d time.Time
 		var row dayScan
 		for it.Scan(append([]any{&d}, row.dest()...)...) {
-			ans.Days = append(ans.Days, userDay{Day: d.UTC().Format(time.DateOnly), dayTotals: row.totals()})
+			ans.Days = append(ans.Days, userDay{Day: d.UTC().Format(time.DateOnly), DayTotals: row.totals()})
 			row = dayScan{}
 		}
 		if err := it.Close(); err != nil {
@@ -356,18 +300,6 @@ func (h *historyHandlers) daily(c echo.Context) error {
 		}
 	}
 	return c.JSON(http.StatusOK, ans)
-}
-
-type dayUser struct {
-	UserID string `json:"userId"`
-	dayTotals
-}
-
-type dailyPage struct {
-	Day   string    `json:"day"`
-	Users []dayUser `json:"users"`
-	// NextCursor is null once every bucket of the day was read.
-	NextCursor *string `json:"nextCursor"`
 }
 
 const badDailyCursor = "is not a cursor this route returned; send the nextCursor of the previous page (with the same day), or none"
@@ -430,7 +362,7 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 			if got++; got > want {
 				break
 			}
-			u.dayTotals = row.totals()
+			u.DayTotals = row.totals()
 			page.Users = append(page.Users, u)
 			pos.After = u.UserID
 			row = dayScan{}
@@ -450,13 +382,6 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 }
 
 // Q4: concurrency.
-
-type concurrencyAnswer struct {
-	From   time.Time          `json:"from"`
-	To     time.Time          `json:"to"`
-	Step   string             `json:"step"`
-	Points []concurrencyPoint `json:"points"`
-}
 
 func (h *historyHandlers) concurrency(c echo.Context) error {
 	q := c.QueryParams()
@@ -522,13 +447,6 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 }
 
 // Q6: unique users.
-
-type uniquesAnswer struct {
-	From   time.Time      `json:"from"`
-	To     time.Time      `json:"to"`
-	Period string         `json:"period"`
-	Points []uniquesPoint `json:"points"`
-}
 
 func (h *historyHandlers) uniques(c echo.Context) error {
 	q := c.QueryParams()

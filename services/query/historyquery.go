@@ -269,22 +269,6 @@ type minuteRow struct {
 	CloseOnline, CloseIdle, CloseInvisible int
 }
 
-// concurrencyPoint is the whole service's concurrency over one step.
-type concurrencyPoint struct {
-	// At is the start of the point's minute, hour or day.
-	At time.Time `json:"at"`
-	// Close* are the users in each status at the last instant of the point's last
-	// minute that has rows: the sum over shards of the shards' second 59.
-	CloseOnline    int64 `json:"closeOnline"`
-	CloseIdle      int64 `json:"closeIdle"`
-	CloseInvisible int64 `json:"closeInvisible"`
-	// PeakOnline is the largest number of users online at the end of any second of
-	// the point, each second's number being the sum over shards.
-	PeakOnline int64 `json:"peakOnline"`
-	// Minutes is how many minutes had rows.
-	Minutes int `json:"minutes"`
-}
-
 // concurrencyFold sums shards per second, minute by minute, and folds the minutes
 // into points of its step. Rows must come in minute order (the table's clustering
 // order, day partitions read in order); the shards of a minute in any order.
@@ -361,21 +345,6 @@ type hourRow struct {
 	Hour  time.Time
 	Shard int
 	Users []byte // portable roaring format
-}
-
-// uniquesPoint is the unique users of one period.
-type uniquesPoint struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
-	// Users is the number of distinct users present at some instant of the period:
-	// per shard the cardinality of the union of its hours, summed over shards.
-	Users uint64 `json:"users"`
-	// Shards is how many shards had rows in the period.
-	Shards int `json:"shards"`
-	// BitmapBytes is the size of the shards' unions in the portable roaring format;
-	// HyperLogLogBytes what as many dense HyperLogLogs (12 KiB each) would take.
-	BitmapBytes      uint64 `json:"bitmapBytes"`
-	HyperLogLogBytes uint64 `json:"hyperLogLogBytes"`
 }
 
 // uniquesFold unions each shard's hours per period. Rows must come in hour order.
