@@ -1,0 +1,269 @@
+// Package auth decides who may call ingest and query (docs/design.md, Security).
+//
+// Clients send one credential, "Authorization: Bearer <credential>", which is either
+// an API key or a user token:
+//
+//   - API keys belong to trusted back ends. Each has a name and scopes — write
+//     (ingest), read (query's public view and feed), operator (the operator view, the
+//     firehose and single users' history; it implies read) — and acts for any user.
+//     Pulse stores only their SHA-256 digests (Keys), so several can be active at
+//     once and be rotated without downtime.
+//   - User tokens are JWTs the platform signs (HS256, RS256 or EdDSA). Their subject
+//     is a user id, and they act only for that user: post its own events, read its
+//     own status.
+//
+// An Authenticator turns a credential into a Principal; its Middleware guards a
+// service's routes and leaves the probes, /metrics and /openapi.json open.
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+)
+
+// Scope is a set of permissions of a credential.
+type Scope uint8
+
+// The scopes a key may carry.
+const (
+	// ScopeWrite posts events: ingest's routes.
+	ScopeWrite Scope = 1 << iota
+	// ScopeRead reads statuses, counts, listings, history aggregates and the feed.
+	ScopeRead
+	// ScopeOperator sees what users hide (?view=operator, firehose, single users'
+	// history); it implies ScopeRead.
+	ScopeOperator
+)
+
+var scopeNames = []struct {
+	s    Scope
+	name string
+}{{ScopeWrite, "write"}, {ScopeRead, "read"}, {ScopeOperator, "operator"}}
+
+// ParseScopes reads a comma-separated list of scope names: "write", "read,operator".
+func ParseScopes(list string) (Scope, error) {
+	var s Scope
+	for part := range strings.SplitSeq(list, ",") {
+		found := false
+		for _, n := range scopeNames {
+			if part == n.name {
+				s |= n.s
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown scope %q: want write, read or operator, comma-separated", part)
+		}
+	}
+	return s, nil
+}
+
+// String lists the scopes as ParseScopes reads them.
+func (s Scope) String() string {
+	var names []string
+	for _, n := range scopeNames {
+		if s&n.s != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// Principal is who a request acts as.
+type Principal struct {
+	// Name identifies the credential in logs and limits: a key's name, or
+	// "user:<id>" for a user token. Never a secret.
+	Name string
+	// Scopes are what the credential may do.
+	Scopes Scope
+	// UserID is the subject of a user token, which may act only for that user;
+	// empty for API keys, which act for any user.
+	UserID string
+}
+
+// Has reports whether p holds scope; operator implies read.
+func (p Principal) Has(scope Scope) bool {
+	s := p.Scopes
+	if s&ScopeOperator != 0 {
+		s |= ScopeRead
+	}
+	return s&scope == scope
+}
+
+// anonymous is who a request without credentials is when authentication is off.
+var anonymous = Principal{Name: "anonymous", Scopes: ScopeWrite | ScopeRead}
+
+// Config is how a service authenticates requests.
+type Config struct {
+	// Mode "off" lets requests without credentials through (as an anonymous
+	// principal with write and read, never operator); it must be asked for
+	// explicitly. "on" (the default) refuses them.
+	Mode string
+	// KeysFile lists the API keys by digest (ParseKeys); "" for none.
+	KeysFile string
+	// OperatorToken declares one operator key by its plain value (deprecated: put
+	// the key's digest in KeysFile instead); "" for none.
+	OperatorToken string
+	JWT           JWTConfig
+}
+
+// Off reports whether authentication was turned off explicitly.
+func (c Config) Off() bool { return strings.EqualFold(c.Mode, "off") }
+
+// JWTConfig is how user tokens are verified; with neither HS256Secret nor
+// PublicKeyFile, user tokens are refused.
+type JWTConfig struct {
+	HS256Secret   string
+	PublicKeyFile string
+	Issuer        string
+	Audience      string
+	Leeway        time.Duration
+}
+
+// Environment variables of the settings, for messages that name them.
+const (
+	ModeEnv          = "PULSE_AUTH"
+	KeysFileEnv      = "PULSE_API_KEYS_FILE"
+	OperatorTokenEnv = "PULSE_OPERATOR_TOKEN"
+)
+
+// minHS256Secret is the shortest HMAC secret accepted: RFC 7518 §3.2 wants a key at
+// least as long as the hash.
+const minHS256Secret = 32
+
+// minOperatorToken is the shortest operator token accepted.
+const minOperatorToken = 16
+
+// Vars are the authentication rows of a service's configuration table.
+func Vars(c *Config) []*config.Var {
+	return config.Group("auth",
+		config.String(&c.Mode, ModeEnv, "on",
+			"off lets requests without credentials through with write and read (never operator) and logs a warning every minute; on refuses to start without keys or a token verifier",
+			config.OneOf("on", "off")),
+		config.String(&c.KeysFile, KeysFileEnv, "",
+			"file of API keys, one `<name> <scopes> sha256:<hex digest>` a line (pulsectl keys new prints one); read at start"),
+		config.String(&c.OperatorToken, OperatorTokenEnv, "",
+			"deprecated: one operator key given in plain text; prefer a line with scope operator in PULSE_API_KEYS_FILE",
+			validOperatorToken).Secret(),
+		config.String(&c.JWT.HS256Secret, "PULSE_JWT_HS256_SECRET", "",
+			"shared secret verifying HS256 user tokens; empty: no HS256",
+			func(s string) (string, bool) {
+				return fmt.Sprintf("want empty or at least %d bytes", minHS256Secret), s == "" || len(s) >= minHS256Secret
+			}).Secret(),
+		config.String(&c.JWT.PublicKeyFile, "PULSE_JWT_PUBLIC_KEY_FILE", "",
+			"PEM public key (RSA: RS256, Ed25519: EdDSA) verifying user tokens; empty: none"),
+		config.String(&c.JWT.Issuer, "PULSE_JWT_ISSUER", "", "iss every user token must carry; empty: not checked"),
+		config.String(&c.JWT.Audience, "PULSE_JWT_AUDIENCE", "", "an aud every user token must carry; empty: not checked"),
+		config.Duration(&c.JWT.Leeway, "PULSE_JWT_LEEWAY", 30*time.Second,
+			"clock skew allowed on a user token's exp, nbf and iat", config.Between(0, 5*time.Minute)),
+	)
+}
+
+func validOperatorToken(token string) (string, bool) {
+	return fmt.Sprintf("want empty or at least %d characters", minOperatorToken), token == "" || len(token) >= minOperatorToken
+}
+
+// ErrNoCredentials is New's error when nothing could authenticate a request and
+// authentication is not off.
+var ErrNoCredentials = errors.New("no API keys (" + KeysFileEnv + ") and no user token verifier (PULSE_JWT_HS256_SECRET, PULSE_JWT_PUBLIC_KEY_FILE) configured: " +
+	"nobody could call this service; configure one, or set " + ModeEnv + "=off to run open")
+
+// Authenticator turns credentials into principals.
+type Authenticator struct {
+	off  bool
+	keys *Keys
+	jwt  *verifier
+}
+
+// New builds the Authenticator of cfg, reading its files. It refuses a configuration
+// that would authenticate nobody unless cfg.Off.
+func New(cfg Config) (*Authenticator, error) {
+	a := &Authenticator{off: cfg.Off(), keys: &Keys{byDigest: map[[32]byte]Principal{}}}
+	if cfg.KeysFile != "" {
+		k, err := LoadKeys(cfg.KeysFile)
+		if err != nil {
+			return nil, err
+		}
+		a.keys = k
+	}
+	if cfg.OperatorToken != "" {
+		if err := a.keys.add(Principal{Name: "operator-token", Scopes: ScopeOperator}, Digest(cfg.OperatorToken)); err != nil {
+			return nil, fmt.Errorf("%s: %w", OperatorTokenEnv, err)
+		}
+	}
+	v, err := newVerifier(cfg.JWT)
+	if err != nil {
+		return nil, err
+	}
+	a.jwt = v
+	if !a.off && a.keys.Len() == 0 && a.jwt == nil {
+		return nil, ErrNoCredentials
+	}
+	return a, nil
+}
+
+// Off reports whether requests without credentials are let through.
+func (a *Authenticator) Off() bool { return a.off }
+
+// Describe is what the start-up log says of the configuration: counts and
+// algorithms, never a secret.
+func (a *Authenticator) Describe() []any {
+	algs := []string{}
+	if a.jwt != nil {
+		algs = a.jwt.methods
+	}
+	return []any{"auth_off", a.off, "api_keys", a.keys.Len(), "user_token_algs", algs}
+}
+
+// ErrUnknownKey is Authenticate's error for a key no configured digest matches.
+var ErrUnknownKey = errors.New("unknown API key")
+
+// Authenticate returns who cred — the text after "Bearer " — belongs to. A JWT
+// (three dot-separated parts) is verified as a user token; anything else is looked
+// up as an API key.
+func (a *Authenticator) Authenticate(cred string) (Principal, error) {
+	if strings.Count(cred, ".") == 2 {
+		if a.jwt == nil {
+			return Principal{}, errors.New("user tokens are not accepted by this service (no verifier configured)")
+		}
+		sub, err := a.jwt.verify(cred)
+		if err != nil {
+			return Principal{}, err
+		}
+		return Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub}, nil
+	}
+	p, ok := a.keys.Lookup(cred)
+	if !ok {
+		return Principal{}, ErrUnknownKey
+	}
+	return p, nil
+}
+
+// WarnWhileOff logs, at once and then every interval until ctx ends, that the service
+// accepts requests without credentials. It returns at once when authentication is on.
+func (a *Authenticator) WarnWhileOff(ctx context.Context, logger *slog.Logger, interval time.Duration) {
+	if !a.off {
+		return
+	}
+	warn := func() {
+		logger.Warn("authentication is off ("+ModeEnv+"=off): anyone who reaches this service may write and read any user's presence",
+			"api_keys", a.keys.Len())
+	}
+	warn()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			warn()
+		}
+	}
+}

@@ -1,0 +1,329 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/httpserver"
+)
+
+const (
+	writeKey    = "pulse_test-write-key-0000000000000000"
+	readKey     = "pulse_test-read-key-00000000000000000"
+	operatorKey = "pulse_test-operator-key-0000000000000"
+	hsSecret    = "0123456789abcdef0123456789abcdef"
+)
+
+func keysFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestParseKeys(t *testing.T) {
+	path := keysFile(t, "# producers", "", Line("backend", ScopeWrite, writeKey),
+		"  "+Line("dashboard", ScopeRead|ScopeOperator, operatorKey)+"  ")
+	k, err := LoadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Len() != 2 {
+		t.Fatalf("Len = %d, want 2", k.Len())
+	}
+	p, ok := k.Lookup(operatorKey)
+	if !ok || p != (Principal{Name: "dashboard", Scopes: ScopeRead | ScopeOperator}) {
+		t.Fatalf("Lookup(operator key) = %+v, %v", p, ok)
+	}
+	if _, ok := k.Lookup(readKey); ok {
+		t.Fatal("an undeclared key was found")
+	}
+}
+
+func TestParseKeysNamesTheBadLine(t *testing.T) {
+	good := Line("a", ScopeWrite, writeKey)
+	for _, tt := range []struct{ line, want string }{
+		{"a write", "k line 2: want 3 fields `<name> <scopes> sha256:<hex>`, got 2"},
+		{"a admin sha256:00", `k line 2: key a: unknown scope "admin": want write, read or operator, comma-separated`},
+		{"b write " + writeKey, "k line 2: key b: the third field must be sha256: and the 64 hex digits of the key's SHA-256 (never the key itself)"},
+		{"b write sha256:abcd", "k line 2: key b: the third field must be sha256:"},
+		{Line("a", ScopeRead, readKey), "k line 2: key a: name used twice"},
+		{Line("b", ScopeRead, writeKey), "k line 2: key b: the same key is declared twice"},
+		{"-x write " + strings.Repeat("0", 64), `k line 2: name "-x"`},
+	} {
+		_, err := ParseKeys(strings.NewReader(good+"\n"+tt.line+"\n"), "k")
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("line %q: err = %v, want prefix %q", tt.line, err, tt.want)
+		}
+		if err != nil && strings.Contains(err.Error(), writeKey) {
+			t.Errorf("line %q: the error repeats a key: %v", tt.line, err)
+		}
+	}
+}
+
+func TestScopes(t *testing.T) {
+	s, err := ParseScopes("read,operator")
+	if err != nil || s != ScopeRead|ScopeOperator || s.String() != "read,operator" {
+		t.Fatalf("ParseScopes = %v %v", s, err)
+	}
+	op := Principal{Scopes: ScopeOperator}
+	if !op.Has(ScopeRead) || op.Has(ScopeWrite) {
+		t.Fatal("operator must imply read and only read")
+	}
+	if (Principal{Scopes: ScopeRead}).Has(ScopeOperator) {
+		t.Fatal("read must not imply operator")
+	}
+}
+
+func TestNewRefusesToAuthenticateNobody(t *testing.T) {
+	if _, err := New(Config{}); !errors.Is(err, ErrNoCredentials) {
+		t.Fatalf("New(no keys) = %v, want ErrNoCredentials", err)
+	}
+	a, err := New(Config{Mode: "off"})
+	if err != nil || !a.Off() {
+		t.Fatalf("New(off) = %v, %v", a, err)
+	}
+	if _, err := New(Config{KeysFile: filepath.Join(t.TempDir(), "missing")}); err == nil || !strings.Contains(err.Error(), KeysFileEnv) {
+		t.Fatalf("New(missing file) = %v", err)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	var c Config
+	env := config.NewEnv(config.MapLookup(map[string]string{
+		"PULSE_AUTH": "sometimes", "PULSE_JWT_HS256_SECRET": "short", OperatorTokenEnv: "short",
+	}))
+	env.Load(Vars(&c)...)
+	err := env.Err()
+	for _, want := range []string{`PULSE_AUTH="sometimes": want one of on, off`, "PULSE_JWT_HS256_SECRET: want empty or at least 32 bytes",
+		"PULSE_OPERATOR_TOKEN: want empty or at least 16 characters"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "short") {
+		t.Errorf("a secret reached the error: %v", err)
+	}
+}
+
+func hsToken(t *testing.T, secret string, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestUserTokens(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemPath := filepath.Join(t.TempDir(), "pub.pem")
+	if err := os.WriteFile(pemPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{JWT: JWTConfig{HS256Secret: hsSecret, PublicKeyFile: pemPath, Issuer: "platform", Audience: "pulse"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(time.Hour).Unix()
+	claims := func(extra jwt.MapClaims) jwt.MapClaims {
+		c := jwt.MapClaims{"sub": "alice", "exp": future, "iss": "platform", "aud": "pulse"}
+		for k, v := range extra {
+			if v == nil {
+				delete(c, k)
+			} else {
+				c[k] = v
+			}
+		}
+		return c
+	}
+	ed, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims(nil)).SignedString(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims(nil)).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, token, wantErr string
+	}{
+		{"hs256", hsToken(t, hsSecret, claims(nil)), ""},
+		{"eddsa", ed, ""},
+		{"expired", hsToken(t, hsSecret, claims(jwt.MapClaims{"exp": time.Now().Add(-time.Hour).Unix()})), "token is expired"},
+		{"no exp", hsToken(t, hsSecret, claims(jwt.MapClaims{"exp": nil})), "exp claim is required"},
+		{"other secret", hsToken(t, strings.Repeat("x", 32), claims(nil)), "signature is invalid"},
+		{"alg none", none, "signing method none is invalid"},
+		{"wrong issuer", hsToken(t, hsSecret, claims(jwt.MapClaims{"iss": "evil"})), "token has invalid issuer"},
+		{"wrong audience", hsToken(t, hsSecret, claims(jwt.MapClaims{"aud": "other"})), "token has invalid audience"},
+		{"no subject", hsToken(t, hsSecret, claims(jwt.MapClaims{"sub": nil})), "sub must be a user id"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := a.Authenticate(tt.token)
+			if tt.wantErr == "" {
+				if err != nil || p != (Principal{Name: "user:alice", Scopes: ScopeWrite | ScopeRead, UserID: "alice"}) {
+					t.Fatalf("Authenticate = %+v, %v", p, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Authenticate = %+v, %v; want an error with %q", p, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// server is an Echo with a Guard needing scope, a user route and Views, whose
+// handlers answer "ok".
+func server(t *testing.T, cfg Config, scope Scope) *echo.Echo {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		he, ok := err.(*httpserver.Error)
+		if !ok {
+			if ee, ok := err.(*echo.HTTPError); ok {
+				he = &httpserver.Error{Status: ee.Code, Code: "other"}
+			} else {
+				he = &httpserver.Error{Status: 500, Code: "internal", Message: err.Error()}
+			}
+		}
+		_ = c.JSON(he.Status, map[string]any{"error": he})
+	}
+	a.Guard(prometheus.NewRegistry(), scope, "/users/:userId").Install(e)
+	e.Use(Views)
+	ok := func(c echo.Context) error {
+		return c.String(http.StatusOK, "ok "+PrincipalOf(c).Name+" operator="+map[bool]string{true: "yes", false: "no"}[OperatorView(c)])
+	}
+	e.GET("/healthz", ok)
+	e.GET("/metrics", ok)
+	e.GET("/counts", ok)
+	e.GET("/users/:userId", ok)
+	return e
+}
+
+func TestGuard(t *testing.T) {
+	cfg := Config{KeysFile: keysFile(t, Line("w", ScopeWrite, writeKey), Line("r", ScopeRead, readKey), Line("op", ScopeOperator, operatorKey)),
+		JWT: JWTConfig{HS256Secret: hsSecret}}
+	e := server(t, cfg, ScopeRead)
+	alice := hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	expired := hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Hour).Unix()})
+	for _, tt := range []struct {
+		name, target, auth string
+		code               int
+		body, challenge    string
+	}{
+		{"probe open", "/healthz", "", 200, "ok  operator=no", ""},
+		{"metrics open", "/metrics", "", 200, "ok  operator=no", ""},
+		{"no credentials", "/counts", "", 401,
+			`{"error":{"code":"unauthorized","message":"missing credentials: send Authorization: Bearer \u003cAPI key or user token\u003e"}}`, `Bearer realm="pulse"`},
+		{"not bearer", "/counts", "Basic dXNlcjpwdw==", 401,
+			`{"error":{"code":"unauthorized","message":"the Authorization header must be ` + "`Bearer \\u003cAPI key or user token\\u003e`" + `"}}`, `Bearer realm="pulse", error="invalid_request"`},
+		{"unknown key", "/counts", "Bearer pulse_nope", 401, `{"error":{"code":"unauthorized","message":"unknown API key"}}`, `Bearer realm="pulse", error="invalid_token"`},
+		{"expired token", "/counts", "Bearer " + expired, 401, "", `Bearer realm="pulse", error="invalid_token"`},
+		{"wrong scope", "/counts", "Bearer " + writeKey, 403,
+			`{"error":{"code":"forbidden","message":"key w has scopes \"write\"; this service needs read"}}`, ""},
+		{"reader", "/counts", "Bearer " + readKey, 200, "ok r operator=no", ""},
+		{"reader asks operator view", "/counts?view=operator", "Bearer " + readKey, 403,
+			`{"error":{"code":"forbidden","message":"view=operator needs a key with the operator scope: Authorization: Bearer \u003ckey\u003e"}}`, ""},
+		{"operator reads public", "/counts", "bearer " + operatorKey, 200, "ok op operator=no", ""},
+		{"operator view", "/counts?view=operator", "Bearer " + operatorKey, 200, "ok op operator=yes", ""},
+		{"bad view", "/counts?view=admin", "Bearer " + operatorKey, 400,
+			`{"error":{"code":"invalid_request","message":"must be public or operator, got \"admin\"","field":"view"}}`, ""},
+		{"user reads self", "/users/alice", "Bearer " + alice, 200, "ok user:alice operator=no", ""},
+		{"user reads another", "/users/bob", "Bearer " + alice, 403,
+			`{"error":{"code":"forbidden","message":"this user token acts only for its own user; \"bob\" is another"}}`, ""},
+		{"user on other route", "/counts", "Bearer " + alice, 403,
+			`{"error":{"code":"forbidden","message":"a user token may not call GET /counts; it reads and writes only its own user's status"}}`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tt.target, nil)
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			e.ServeHTTP(rec, req)
+			if rec.Code != tt.code {
+				t.Fatalf("code = %d, want %d; body %s", rec.Code, tt.code, rec.Body)
+			}
+			if tt.body != "" && strings.TrimSpace(rec.Body.String()) != tt.body {
+				t.Errorf("body = %s, want %s", rec.Body, tt.body)
+			}
+			if got := rec.Header().Get("WWW-Authenticate"); got != tt.challenge {
+				t.Errorf("WWW-Authenticate = %q, want %q", got, tt.challenge)
+			}
+			if tt.target == "/counts?view=operator" && tt.code == 200 && rec.Header().Get("Cache-Control") != "private, no-store" {
+				t.Errorf("operator answer without Cache-Control: private, no-store")
+			}
+		})
+	}
+}
+
+func TestGuardOff(t *testing.T) {
+	e := server(t, Config{Mode: "off", OperatorToken: "operator-token-0123"}, ScopeRead)
+	for _, tt := range []struct {
+		target, auth string
+		code         int
+		body         string
+	}{
+		{"/counts", "", 200, "ok anonymous operator=no"},
+		{"/counts?view=operator", "", 403, ""},
+		{"/counts?view=operator", "Bearer operator-token-0123", 200, "ok operator-token operator=yes"},
+		{"/counts", "Bearer wrong", 401, ""},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tt.target, nil)
+		if tt.auth != "" {
+			req.Header.Set("Authorization", tt.auth)
+		}
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		if rec.Code != tt.code || (tt.body != "" && rec.Body.String() != tt.body) {
+			t.Errorf("GET %s (%q) = %d %s, want %d %s", tt.target, tt.auth, rec.Code, rec.Body, tt.code, tt.body)
+		}
+	}
+}
+
+func TestNewKey(t *testing.T) {
+	k1, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := NewKey()
+	if k1 == k2 || !strings.HasPrefix(k1, "pulse_") || len(k1) != len("pulse_")+43 || strings.Contains(k1, ".") {
+		t.Fatalf("NewKey = %q, %q", k1, k2)
+	}
+	keys, err := ParseKeys(strings.NewReader(Line("new", ScopeWrite, k1)), "line")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := keys.Lookup(k1); !ok || p.Name != "new" {
+		t.Fatalf("the line of a new key does not find it: %+v %v", p, ok)
+	}
+}

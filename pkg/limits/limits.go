@@ -1,0 +1,160 @@
+// Package limits holds the edge's limits on what one client may take: events per
+// second per key or user (token buckets from golang.org/x/time/rate, kept in a
+// bounded LRU so unknown keys cannot grow memory), and concurrent connections per
+// instance and per key (docs/design.md, Security).
+package limits
+
+import (
+	"container/list"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Rates is a token bucket per key: perSecond events a second on average, up to
+// burst at once. The least recently used bucket is forgotten past maxKeys, which
+// gives that key a full bucket again: a bound on memory, at worst a burst's leniency.
+type Rates struct {
+	limit rate.Limit
+	burst int
+	max   int
+
+	mu      sync.Mutex
+	lru     *list.List // of *entry, most recent first
+	buckets map[string]*list.Element
+}
+
+type entry struct {
+	key string
+	lim *rate.Limiter
+}
+
+// NewRates returns the buckets; perSecond 0 means no limit (Reserve always admits).
+func NewRates(perSecond, burst, maxKeys int) *Rates {
+	return &Rates{limit: rate.Limit(perSecond), burst: max(burst, 1), max: max(maxKeys, 1),
+		lru: list.New(), buckets: map[string]*list.Element{}}
+}
+
+// Unlimited reports whether r admits everything.
+func (r *Rates) Unlimited() bool { return r.limit == 0 }
+
+// Burst is the most events one request may carry for one key.
+func (r *Rates) Burst() int { return r.burst }
+
+// Len is the number of keys remembered.
+func (r *Rates) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.buckets)
+}
+
+func (r *Rates) limiter(key string) *rate.Limiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el, ok := r.buckets[key]; ok {
+		r.lru.MoveToFront(el)
+		return el.Value.(*entry).lim
+	}
+	if len(r.buckets) >= r.max {
+		oldest := r.lru.Back()
+		r.lru.Remove(oldest)
+		delete(r.buckets, oldest.Value.(*entry).key)
+	}
+	lim := rate.NewLimiter(r.limit, r.burst)
+	r.buckets[key] = r.lru.PushFront(&entry{key: key, lim: lim})
+	return lim
+}
+
+// Grant is n events taken from a key's bucket at a time, which a later refusal of
+// the same request gives back.
+type Grant struct {
+	res *rate.Reservation
+	at  time.Time
+}
+
+// Cancel returns the events of g to their bucket.
+func (g Grant) Cancel() {
+	if g.res != nil {
+		g.res.CancelAt(g.at)
+	}
+}
+
+// ErrTooMany is the refusal of a request carrying more events for one key than the
+// burst: no wait would admit it.
+var ErrTooMany = errors.New("more events in one request than the burst allows")
+
+// Reserve takes n events for key at now. When the bucket lacks them it takes
+// nothing and returns how long to wait before they would be there; with n above the
+// burst it returns ErrTooMany.
+func (r *Rates) Reserve(key string, n int, now time.Time) (Grant, time.Duration, error) {
+	if r.limit == 0 || n <= 0 {
+		return Grant{}, 0, nil
+	}
+	if n > r.burst {
+		return Grant{}, 0, ErrTooMany
+	}
+	res := r.limiter(key).ReserveN(now, n)
+	if !res.OK() {
+		return Grant{}, 0, ErrTooMany
+	}
+	if wait := res.DelayFrom(now); wait > 0 {
+		res.CancelAt(now)
+		return Grant{}, wait, nil
+	}
+	return Grant{res: res, at: now}, 0, nil
+}
+
+// Conns counts the open long-lived connections of an instance, in total and per key.
+type Conns struct {
+	max, perKey int
+
+	mu    sync.Mutex
+	total int
+	byKey map[string]int
+}
+
+// NewConns bounds connections to max on the instance and perKey per key; 0 is no bound.
+func NewConns(max, perKey int) *Conns {
+	return &Conns{max: max, perKey: perKey, byKey: map[string]int{}}
+}
+
+// Refusals of Acquire.
+var (
+	ErrInstanceFull = errors.New("this instance holds as many feed connections as it may")
+	ErrKeyFull      = errors.New("this key holds as many feed connections as it may")
+)
+
+// Acquire counts a new connection of key, or refuses it; release, called once when
+// the connection ends, uncounts it.
+func (c *Conns) Acquire(key string) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.max > 0 && c.total >= c.max:
+		return nil, ErrInstanceFull
+	case c.perKey > 0 && c.byKey[key] >= c.perKey:
+		return nil, ErrKeyFull
+	}
+	c.total++
+	c.byKey[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.total--
+			if c.byKey[key]--; c.byKey[key] == 0 {
+				delete(c.byKey, key)
+			}
+		})
+	}, nil
+}
+
+// Open is the number of connections counted.
+func (c *Conns) Open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
