@@ -246,9 +246,9 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		if s.End != nil {
 			end = *s.End
 		}
-		hapiExec(t, session, `INSERT INTO `+ks+`.user_sessions (user_id, month, session_start, session_end, open, online_us, idle_us,
-			invisible_us, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			user, time.Date(s.Start.Year(), s.Start.Month(), 1, 0, 0, 0, 0, time.UTC), s.Start, end, s.Open,
+		hapiExec(t, session, `INSERT INTO `+ks+`.user_sessions (user_id, month, session_start, start_us, session_end, open, online_us, idle_us,
+			invisible_us, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			user, time.Date(s.Start.Year(), s.Start.Month(), 1, 0, 0, 0, 0, time.UTC), s.Start, s.Start.UnixMicro(), end, s.Open,
 			int64(s.OnlineSeconds*1e6), int64(s.IdleSeconds*1e6), int64(s.InvisibleSeconds*1e6), s.Through, s.Status)
 	}
 

@@ -62,6 +62,14 @@ type Config struct {
 	// CheckpointInterval is the least time between two checkpoints of a changes
 	// partition's rollup fold; a partition taken over re-reads the log written since.
 	CheckpointInterval time.Duration
+	// FlushInterval is how long a partition gathers batches before writing them (0:
+	// every batch is written as it comes). Gathering fills Cassandra's requests, writes
+	// a user's user_status and rollup rows once for all their events of the interval,
+	// and the rows of a shard's minutes and hours once instead of once per batch; it
+	// delays the rows and the commit by as much. FlushStatements writes earlier when a
+	// partition has gathered that many statements.
+	FlushInterval   time.Duration
+	FlushStatements int
 }
 
 // PULSE_HISTORY_HEARTBEATS values.
@@ -105,6 +113,11 @@ func (c *Config) vars() []*config.Var {
 		config.Duration(&c.CheckpointInterval, "PULSE_HISTORY_CHECKPOINT_INTERVAL", time.Minute,
 			"least time between two checkpoints of a presence.changes partition's rollups (and on revoke and shutdown); a partition taken over re-reads the log written since the last one",
 			config.Positive),
+		config.Duration(&c.FlushInterval, "PULSE_HISTORY_FLUSH_INTERVAL", time.Second,
+			"how long a partition gathers polled batches before writing them, so a user's rows and a shard's rollups are written once per interval; 0: write every batch as it comes",
+			config.NotNegative),
+		config.Int(&c.FlushStatements, "PULSE_HISTORY_FLUSH_STATEMENTS", 20000,
+			"a partition writes before its flush interval ends once it has gathered this many statements", config.Positive),
 	)...)
 }
 

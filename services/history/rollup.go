@@ -31,8 +31,8 @@ import (
 // order, so an open session can be written with a Through later than the change that
 // then closes it, and two flushes at one watermark tie with different contents.
 const (
-	insertSessionCQL = `INSERT INTO user_sessions (user_id, month, session_start, session_end, open,
- online_us, idle_us, invisible_us, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+	insertSessionCQL = `INSERT INTO user_sessions (user_id, month, session_start, start_us, session_end, open,
+ online_us, idle_us, invisible_us, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	insertUserDailyCQL = `INSERT INTO user_daily (user_id, year, day, online_us, idle_us, invisible_us,
  sessions, first_seen, last_seen, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	insertDailyUsersCQL = `INSERT INTO daily_users (day, bucket, user_id, online_us, idle_us, invisible_us,
@@ -252,7 +252,7 @@ func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64) {
 			end = s.End
 		}
 		b.add(tableSessions+"\x00"+s.UserID+"\x00"+month.Format(time.DateOnly), stmt{tableSessions, insertSessionCQL, []any{
-			s.UserID, month, s.Start, end, s.Open,
+			s.UserID, month, s.Start, presence.Micros(s.Start), end, s.Open,
 			s.Online.Microseconds(), s.Idle.Microseconds(), s.Invisible.Microseconds(), s.Through, s.Status.String(),
 			ts,
 		}})

@@ -66,6 +66,7 @@ type batchPlan struct {
 	index    map[string]int
 	status   map[string]*statusRow
 	users    []string // first-seen order of status
+	stmts    int      // statements added with add
 }
 
 // keyStmts are the statements of one partition key.
@@ -112,6 +113,13 @@ func (b *batchPlan) add(key string, s stmt) {
 		b.activity = append(b.activity, &keyStmts{key: key})
 	}
 	b.activity[i].stmts = append(b.activity[i].stmts, s)
+	b.stmts++
+}
+
+// size is about how many statements the plan holds: every user_activity and rollup
+// statement, and one per user_status row.
+func (b *batchPlan) size() int {
+	return b.stmts + len(b.users)
 }
 
 func (b *batchPlan) statusOf(user string) *statusRow {

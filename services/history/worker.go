@@ -58,9 +58,14 @@ type worker struct {
 	events    bool
 	logger    *slog.Logger
 
-	window     *recent.Window // events only
-	windowLen  int            // last Len reported to the gauge
-	pending    *kgo.Record    // written but not committed yet
+	window    *recent.Window // events only
+	windowLen int            // last Len reported to the gauge
+
+	plan      *batchPlan  // gathered since the last flush; nil: nothing
+	planned   *kgo.Record // the last record in plan
+	lastFlush time.Time
+
+	pending    *kgo.Record // written but not committed yet
 	lastCommit time.Time
 
 	poisonLogged  time.Time
@@ -72,27 +77,28 @@ type worker struct {
 
 var _ consume.Worker = (*worker)(nil)
 
-// Run writes every batch, then commits its last offset; on revoke it commits what it
-// wrote and returns, on loss (ctx cancelled) it returns at once without committing.
+// Run gathers batches for up to FlushInterval, writes them, then checkpoints the
+// rollups when one is due and commits the last written offset. On revoke it writes what
+// it gathered, checkpoints and commits, and returns; on loss (ctx cancelled) it returns
+// at once without committing.
 func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	defer w.h.m.windowEntries.Sub(float64(w.windowLen))
 	defer w.dropRollupGauges()
-	w.lastCheckpoint = time.Now()
+	w.lastCheckpoint, w.lastFlush = time.Now(), time.Now()
+	// One timer serves the three deadlines: the gathered batches' flush, the pending
+	// commit and the rollups' checkpoint (a partition whose records stop still gets all
+	// three once their interval passes).
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	// A partition whose changes stop still gets its checkpoint once the interval passes.
-	checkpointTimer := time.NewTimer(time.Hour)
-	checkpointTimer.Stop()
-	defer checkpointTimer.Stop()
 	started := false
 	for {
 		select {
 		case batch, ok := <-recs:
 			if !ok {
-				// Revoked or shutting down: the checkpoint covers what was written, so
-				// whoever takes the partition over re-reads nothing.
-				if w.rollup != nil && ctx.Err() == nil {
+				// Revoked or shutting down: write what was gathered, and checkpoint so
+				// that whoever takes the partition over re-reads nothing.
+				if ctx.Err() == nil && w.flush(ctx) == nil && w.rollup != nil {
 					if err := w.checkpointRollup(ctx); err != nil {
 						return nil
 					}
@@ -110,50 +116,89 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 					return nil // only ctx ends a rebuild: the partition is lost
 				}
 			}
-			if err := w.handle(ctx, batch); err != nil {
-				return nil // only ctx ends a write: lost, or too slow to revoke
-			}
-			if w.rollup != nil {
-				if wait := w.h.cfg.CheckpointInterval - time.Since(w.lastCheckpoint); wait > 0 {
-					checkpointTimer.Reset(wait)
-				} else {
-					// The checkpoint goes first: a committed offset is covered by the
-					// checkpoint, or the log after the checkpoint still holds it.
-					if err := w.checkpointRollup(ctx); err != nil {
-						return nil
-					}
-					w.commitPending(ctx)
-					continue
-				}
-			}
-			if w.h.cfg.CommitInterval == 0 || time.Since(w.lastCommit) >= w.h.cfg.CommitInterval {
-				w.commitPending(ctx)
-			} else {
-				timer.Reset(w.h.cfg.CommitInterval - time.Since(w.lastCommit))
-			}
+			w.gather(batch)
 		case <-timer.C:
-			w.commitPending(ctx)
-		case <-checkpointTimer.C:
-			if err := w.checkpointRollup(ctx); err != nil {
-				return nil
-			}
-			w.commitPending(ctx)
 		case <-ctx.Done():
 			return nil
+		}
+		wait, err := w.settle(ctx)
+		if err != nil {
+			return nil // only ctx ends a write: lost, or too slow to revoke
+		}
+		timer.Stop()
+		if wait > 0 {
+			timer.Reset(wait)
 		}
 	}
 }
 
-// handle plans and writes one batch; it returns only when every write succeeded, or
-// with ctx's error.
-func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
-	plan := batchPlan{heartbeats: w.h.cfg.Heartbeats == heartbeatsAll}
+// settle does what is due: the flush of gathered batches, then the rollups'
+// checkpoint, then the commit. It returns how long until the next of them is due (0:
+// nothing is pending), or ctx's error.
+func (w *worker) settle(ctx context.Context) (time.Duration, error) {
+	cfg := w.h.cfg
+	var next time.Duration
+	soonest := func(d time.Duration) {
+		d = max(d, time.Millisecond)
+		if next == 0 || d < next {
+			next = d
+		}
+	}
+	if w.plan != nil {
+		if wait := cfg.FlushInterval - time.Since(w.lastFlush); wait > 0 && w.plan.size() < cfg.FlushStatements {
+			soonest(wait)
+		} else if err := w.flush(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if w.rollup != nil && w.rollup.through > w.rollup.checkpointed && w.plan == nil {
+		if wait := cfg.CheckpointInterval - time.Since(w.lastCheckpoint); wait > 0 {
+			soonest(wait)
+		} else {
+			// The checkpoint goes first: a committed offset is covered by the
+			// checkpoint, or the log after the checkpoint still holds it.
+			if err := w.checkpointRollup(ctx); err != nil {
+				return 0, err
+			}
+			w.commitPending(ctx)
+		}
+	}
+	if w.pending != nil {
+		if wait := cfg.CommitInterval - time.Since(w.lastCommit); wait > 0 {
+			soonest(wait)
+		} else {
+			w.commitPending(ctx)
+		}
+	}
+	return next, nil
+}
+
+// gather plans the writes of one batch on top of those gathered since the last flush.
+func (w *worker) gather(batch []*kgo.Record) {
+	if w.plan == nil {
+		w.plan = &batchPlan{heartbeats: w.h.cfg.Heartbeats == heartbeatsAll}
+	}
 	for _, r := range batch {
 		if w.events {
-			w.planEvent(&plan, r)
+			w.planEvent(w.plan, r)
 		} else {
-			w.planChange(&plan, r)
+			w.planChange(w.plan, r)
 		}
+	}
+	w.planned = batch[len(batch)-1]
+	if w.window != nil {
+		n := w.window.Len()
+		w.h.m.windowEntries.Add(float64(n - w.windowLen))
+		w.windowLen = n
+	}
+}
+
+// flush writes the gathered batches and the rows their changes made in the rollups; it
+// returns only when every write succeeded, or with ctx's error.
+func (w *worker) flush(ctx context.Context) error {
+	plan := w.plan
+	if plan == nil {
+		return nil
 	}
 	if st := w.rollup; st != nil {
 		st.fold.Advance(st.maxAt)
@@ -161,15 +206,10 @@ func (w *worker) handle(ctx context.Context, batch []*kgo.Record) error {
 		plan.addRollup(&rows, w.partition, st.flushTimestamp())
 		w.reportRollup()
 	}
-	if w.window != nil {
-		n := w.window.Len()
-		w.h.m.windowEntries.Add(float64(n - w.windowLen))
-		w.windowLen = n
-	}
 	if err := w.h.writer.write(ctx, plan.requests(w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
-	w.pending = batch[len(batch)-1]
+	w.plan, w.pending, w.lastFlush = nil, w.planned, time.Now()
 	return nil
 }
 

@@ -457,3 +457,63 @@ func TestWriteConcurrencyBound(t *testing.T) {
 		}
 	})
 }
+
+// Batches gathered within the flush interval are written together once it ends: one
+// user_status write per user for all of them, and the commit only after the write.
+func TestFlushInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hs := newHarness(t, func(c *Config) { c.FlushInterval, c.FlushStatements = time.Second, 1000 })
+		recs, done := hs.start(t.Context(), "ev")
+		send := func(off int64, kind presence.Kind) {
+			recs <- []*kgo.Record{eventRecord(off, event(fmt.Sprint("e", off), "u1", "phone", kind, time.Time{}, sec(int(off))))}
+			synctest.Wait()
+		}
+		send(1, presence.KindActivity)
+		send(2, presence.KindHeartbeat)
+		send(3, presence.KindActivity)
+		if rows := hs.store.rows(); len(rows) != 0 {
+			t.Fatalf("wrote %v within the flush interval", rows)
+		}
+		if c, _ := hs.committed(); len(c) != 0 {
+			t.Fatalf("committed %v before anything was written", c)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		// Two activity rows, one user_status update (the newest active event, e3).
+		want := []string{"active:e3", "e:e1", "e:e3"}
+		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
+			t.Fatalf("rows %v, want %v", got, want)
+		}
+		if c, w := hs.committed(); !reflect.DeepEqual(c, []int64{3}) || w[0] != 3 {
+			t.Fatalf("commits %v after %v statements, want [3] after 3", c, w)
+		}
+		send(4, presence.KindActivity)
+		close(recs)
+		<-done
+		if c, _ := hs.committed(); !reflect.DeepEqual(c, []int64{3, 4}) {
+			t.Fatalf("commits %v, want [3 4]: the revoke writes what was gathered", c)
+		}
+		if n := len(hs.store.rows()); n != 5 {
+			t.Fatalf("%d statements after the revoke, want 5", n)
+		}
+	})
+}
+
+// A partition that gathers FlushStatements statements writes them without waiting.
+func TestFlushStatements(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hs := newHarness(t, func(c *Config) { c.FlushInterval, c.FlushStatements = time.Hour, 4 })
+		recs, done := hs.start(t.Context(), "ev")
+		var batch []*kgo.Record
+		for off := range int64(3) {
+			batch = append(batch, eventRecord(off, event(fmt.Sprint("e", off), fmt.Sprint("u", off), "phone", presence.KindActivity, time.Time{}, sec(int(off)))))
+		}
+		recs <- batch // 3 activity rows and 3 user_status rows: more than 4
+		synctest.Wait()
+		if n := len(hs.store.rows()); n != 6 {
+			t.Fatalf("%d statements written, want 6 without waiting for the interval", n)
+		}
+		close(recs)
+		<-done
+	})
+}
