@@ -114,9 +114,9 @@ func hapiExec(t *testing.T, s *gocql.Session, stmt string, args ...any) {
 func tp(t time.Time) *time.Time { return &t }
 
 // hapiGet GETs a query URL and decodes a 200's JSON into out.
-// hapiToken is the operator token the history API tests start query with: a user's
-// history answers only in the operator view.
-const hapiToken = "it-history-operator-0123456789"
+// hapiToken is the operator key of the history API tests: a user's history answers
+// only in the operator view.
+var hapiToken = testKeys.operator
 
 // hapiOperator is target in the operator view, with the token, for the routes that
 // show single users (the aggregates take no view).
@@ -167,7 +167,7 @@ func hapiGet(t *testing.T, target string, out any) {
 func hapiCLI(t *testing.T, base string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary("pulsectl"), args...)
-	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+base, "PULSE_OPERATOR_TOKEN="+hapiToken)
+	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+base, "PULSE_OPERATOR_KEY="+hapiToken)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -366,7 +366,6 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	env := stackEnv()
 	env["PULSE_REDIS_PREFIX"] = prefix
 	env["PULSE_CASSANDRA_KEYSPACE"] = ks
-	env["PULSE_OPERATOR_TOKEN"] = hapiToken
 	q := startService(t, "query", env)
 	rfc := func(tm time.Time) string { return url.QueryEscape(tm.Format(time.RFC3339Nano)) }
 	// Cassandra is connected in the background: wait for the first answer.
@@ -684,7 +683,6 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 	env["PULSE_REDIS_PREFIX"] = "it-hapi-" + randomID(t)
 	env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(freePort(t)) // nothing listens there
 	env["PULSE_CASSANDRA_CONNECT_TIMEOUT"] = "500ms"
-	env["PULSE_OPERATOR_TOKEN"] = hapiToken
 	q := startService(t, "query", env)
 	for _, target := range []string{
 		"/v1/users/alice/timeline", "/v1/users/alice/sessions", "/v1/users/alice/daily",
@@ -720,6 +718,7 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 		t.Errorf("/metrics lacks pulse_query_history_connected 0")
 	}
 	cmd := exec.Command(binary("pulsectl"), "stats", "concurrency", "-url", q.url)
+	cmd.Env = append(cmd.Environ(), "PULSE_READER_KEY="+testKeys.reader)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "503") {
 		t.Errorf("pulsectl stats concurrency without Cassandra: %v\n%s", err, out)

@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "building binaries:", err)
 			return 1
 		}
+		if err := writeKeysFile(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		installKeyTransport()
 		return m.Run()
 	}()
 	os.Exit(code)

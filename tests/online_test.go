@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// onlineToken is the operator token the online tests' query service runs with.
-const onlineToken = "it-operator-token-0123456789abcdef"
+// onlineToken is the operator key of the online tests.
+var onlineToken = testKeys.operator
 
 // onlineEntry is one user of GET /v1/online and POST /v1/online/filter.
 type onlineEntry struct {
@@ -24,7 +24,7 @@ type onlineEntry struct {
 	Status string `json:"status"`
 }
 
-// onlineDo sends a request, with the operator token as bearer when token is set.
+// onlineDo sends a request, with token as bearer when it is set (else the reader key).
 func onlineDo(t *testing.T, method, target, token string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
@@ -166,7 +166,7 @@ func onlineDiff(got []onlineEntry, m *model, operator bool) string {
 // the pipeline settled, listings and POST /v1/online/filter (10,000 ids) equal the
 // model folded from the log; operators, and only they, see invisible users.
 func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
-	p := newPipeline(t, 8, map[string]string{"PULSE_OPERATOR_TOKEN": onlineToken})
+	p := newPipeline(t, 8, nil)
 	query := p.svc["query"].url
 
 	// Background users with several devices, duplicates and stale events; half of
@@ -394,16 +394,21 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 		if len(ghosts) == 0 {
 			t.Fatal("no invisible user to read")
 		}
-		for _, tc := range []struct{ target, token string }{
-			{"/v1/users/" + ghosts[0] + "/status?view=operator", ""},
-			{"/v1/users/" + ghosts[0] + "/status?view=operator", onlineToken + "x"},
-			{"/status/" + ghosts[0] + "?view=operator", ""},
-			{"/v1/online?view=operator", ""},
-			{"/v1/online/count?view=operator", "wrong-token-wrong-token"},
+		// The reader key may not see the operator view; an unknown key is no one.
+		for _, tc := range []struct {
+			target, token string
+			code          int
+		}{
+			{"/v1/users/" + ghosts[0] + "/status?view=operator", "", http.StatusForbidden},
+			{"/v1/users/" + ghosts[0] + "/status?view=operator", onlineToken + "x", http.StatusUnauthorized},
+			{"/status/" + ghosts[0] + "?view=operator", "", http.StatusForbidden},
+			{"/v1/online?view=operator", "", http.StatusForbidden},
+			{"/v1/online/count?view=operator", "wrong-token-wrong-token", http.StatusUnauthorized},
 		} {
 			code, body := onlineDo(t, http.MethodGet, query+tc.target, tc.token, nil)
-			if code != http.StatusForbidden || !bytes.Contains(body, []byte(`"code":"forbidden"`)) {
-				t.Errorf("GET %s with token %q = %d %s, want 403 forbidden", tc.target, tc.token, code, body)
+			want := map[int]string{http.StatusForbidden: `"code":"forbidden"`, http.StatusUnauthorized: `"code":"unauthorized"`}[tc.code]
+			if code != tc.code || !bytes.Contains(body, []byte(want)) {
+				t.Errorf("GET %s with token %q = %d %s, want %d %s", tc.target, tc.token, code, body, tc.code, want)
 			}
 		}
 		code, body := onlineDo(t, http.MethodPost, query+"/v1/online/filter?view=operator", "", map[string]any{"userIds": ghosts})

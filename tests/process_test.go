@@ -51,6 +51,7 @@ func startService(t *testing.T, name string, env map[string]string) *service {
 	t.Helper()
 	port := freePort(t)
 	s := &service{name: name, url: fmt.Sprintf("http://127.0.0.1:%d", port), out: &syncBuffer{}, done: make(chan struct{})}
+	serviceAt.Store(fmt.Sprintf("127.0.0.1:%d", port), name)
 	s.cmd = exec.Command(binary(name))
 	s.cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
 	for k, v := range env {

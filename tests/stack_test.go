@@ -54,11 +54,15 @@ func freePort(t *testing.T) int {
 
 // stackEnv is the environment a service needs to reach the local stack.
 func stackEnv() map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"PULSE_KAFKA_BROKERS":   strings.Join(kafkaBrokers(), ","),
 		"PULSE_REDIS_ADDR":      redisAddr(),
 		"PULSE_CASSANDRA_HOSTS": cassandraHost(),
 		"PULSE_CASSANDRA_PORT":  cassandraPort(),
 		"PULSE_LOG_FORMAT":      "text",
 	}
+	for k, v := range authEnv() {
+		env[k] = v
+	}
+	return env
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/coder/websocket"
 )
 
-// watchToken is the operator token the change feed tests' query service runs with.
-const watchToken = "it-watch-operator-token-0123456789"
+// watchToken is the operator key of the change feed tests.
+var watchToken = testKeys.operator
 
 // watchMsg is a change feed message as a client decodes it.
 type watchMsg struct {
@@ -231,7 +231,6 @@ func watchDiff(name string, l *watchLog, want map[string][]modelChange) []string
 // service keeps few changes in memory, so the resume reads Kafka.
 func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	p := newPipeline(t, 4, map[string]string{
-		"PULSE_OPERATOR_TOKEN":     watchToken,
 		"PULSE_FEED_REPLAY_BUFFER": "200",
 		// This test checks what each watcher receives, not the slow-consumer rule: on a
 		// machine busy with a cold Cassandra the test's readers can fall a thousand
@@ -426,11 +425,11 @@ func watchMetricLines(body string) string {
 	return strings.Join(out, "\n")
 }
 
-// The firehose is for operators: without the token it is a 403 before any upgrade,
-// over WebSocket and SSE alike; bad parameters are 400s.
+// The firehose is for operators: with the reader key it is a 403 before any
+// upgrade, over WebSocket and SSE alike, with an unknown key a 401; bad parameters
+// are 400s.
 func TestWatchRefusesWithoutOperatorToken(t *testing.T) {
 	env := stackEnv()
-	env["PULSE_OPERATOR_TOKEN"] = watchToken
 	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
 	q := startService(t, "query", env)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -440,7 +439,7 @@ func TestWatchRefusesWithoutOperatorToken(t *testing.T) {
 		status    int
 	}{
 		{"websocket firehose", watchURL(q.url, "/v1/watch", url.Values{"firehose": {"true"}}), http.StatusForbidden},
-		{"websocket firehose, wrong token", watchURL(q.url, "/v1/watch", url.Values{"firehose": {"true"}}) + "#wrong", http.StatusForbidden},
+		{"websocket firehose, wrong token", watchURL(q.url, "/v1/watch", url.Values{"firehose": {"true"}}) + "#wrong", http.StatusUnauthorized},
 		{"websocket bad cursor", watchURL(q.url, "/v1/watch", url.Values{"userIds": {"a"}, "cursor": {"nope"}}), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ func (b *bench) runLoad(ctx context.Context, l load) (loadResult, error) {
 		"-duration", l.duration.String(), "-warmup", l.warmup.String(),
 	}, l.args...)
 	cmd := exec.CommandContext(ctx, b.st.loadgenBin(), args...)
+	cmd.Env = append(os.Environ(), devKeys(b.cfg.home, os.Getenv)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 30 * time.Second
@@ -63,4 +65,32 @@ func (b *bench) runLoad(ctx context.Context, l load) (loadResult, error) {
 		return res, fmt.Errorf("loadgen %s's report: %w", l.name, err)
 	}
 	return res, ctx.Err()
+}
+
+// devKeys is the environment giving loadgen the stack's development keys
+// (deploy/local/stack.sh makes them under PULSE_HOME/auth/), for each of
+// PULSE_PRODUCER_KEY and PULSE_READER_KEY the caller did not set itself.
+func devKeys(home string, getenv func(string) string) []string {
+	var env []string
+	for name, file := range map[string]string{"PULSE_PRODUCER_KEY": "producer.key", "PULSE_READER_KEY": "reader.key"} {
+		if getenv(name) != "" {
+			continue
+		}
+		if key, err := os.ReadFile(filepath.Join(home, "auth", file)); err == nil {
+			env = append(env, name+"="+strings.TrimSpace(string(key)))
+		}
+	}
+	return env
+}
+
+// operatorKey is PULSE_OPERATOR_KEY, else the stack's development operator key.
+func operatorKey(home string, getenv func(string) string) string {
+	if k := getenv("PULSE_OPERATOR_KEY"); k != "" {
+		return k
+	}
+	b, err := os.ReadFile(filepath.Join(home, "auth", "operator.key"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

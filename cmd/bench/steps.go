@@ -413,6 +413,10 @@ func (b *bench) profile(ctx context.Context, name string, secs int, dir string) 
 	if err != nil {
 		return "", err
 	}
+	// Ingest and query serve profiles to operator keys only.
+	if key := operatorKey(b.cfg.home, os.Getenv); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	c := &http.Client{Timeout: time.Duration(secs+30) * time.Second, Transport: &http.Transport{Proxy: nil}}
 	resp, err := c.Do(req)
 	if err != nil {

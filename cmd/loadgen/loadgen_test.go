@@ -27,6 +27,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // so both error classes are exercised.
 type fakePulse struct {
 	showOnRead int
+	// checkAuth refuses requests without the test's key of their service.
+	checkAuth bool
 
 	mu       sync.Mutex
 	requests map[string]int // by route
@@ -51,6 +53,15 @@ func (f *fakePulse) handler() http.Handler {
 			f.mu.Lock()
 			f.requests[route]++
 			f.mu.Unlock()
+			// Ingest's routes are the POSTs but for the two reads by POST.
+			want := "Bearer " + testProducerKey
+			if r.Method == http.MethodGet || route == "POST /statuses" || route == "POST /v1/online/filter" {
+				want = "Bearer " + testReaderKey
+			}
+			if got := r.Header.Get("Authorization"); f.checkAuth && got != want {
+				f.refuse(w, route+": Authorization "+got)
+				return
+			}
 			if r.Method == http.MethodPost && r.Header.Get("Content-Type") != "application/json" {
 				f.refuse(w, route+": Content-Type "+r.Header.Get("Content-Type"))
 				return
@@ -209,15 +220,28 @@ func (f *fakePulse) check(w http.ResponseWriter, ok bool, what string) bool {
 // TestRunAgainstFakeAPI runs every workload for 0.5 s of warm-up and 1 s measured, and
 // checks the counts on both sides exactly: the server saw rate × 1.5 s requests of
 // each kind, the report counts rate × 1 s of them.
+// The keys loadgen sends, from the environment: the producer's to ingest, the
+// reader's to query.
+const (
+	testProducerKey = "pulse_test-producer"
+	testReaderKey   = "pulse_test-reader"
+)
+
 func TestRunAgainstFakeAPI(t *testing.T) {
+	t.Setenv("PULSE_PRODUCER_KEY", testProducerKey)
+	t.Setenv("PULSE_READER_KEY", testReaderKey)
 	fake := newFakePulse(5)
+	fake.checkAuth = true
 	srv := httptest.NewServer(fake.handler())
 	defer srv.Close()
+	// Ingest and query at different addresses, so each gets its own key.
+	qsrv := httptest.NewServer(fake.handler())
+	defer qsrv.Close()
 	jsonPath := filepath.Join(t.TempDir(), "report.json")
 
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{
-		"-ingest", srv.URL, "-query", srv.URL + "/",
+		"-ingest", srv.URL, "-query", qsrv.URL + "/",
 		"-warmup", "500ms", "-duration", "1s", "-users", "1000", "-devices", "3", "-seed", "42",
 		"-single-rate", "40", "-batch-rate", "10", "-batch-size", "7", "-heartbeat-rate", "20",
 		"-read-rate", "30", "-batch-read-rate", "10", "-read-batch-size", "5", "-detail-rate", "10",

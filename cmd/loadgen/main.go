@@ -34,6 +34,10 @@
 // scheduling, gives in-flight requests up to -timeout to finish and prints the report;
 // a second Ctrl-C exits at once.
 //
+// Keys come from the environment, never from flags (which the process list shows):
+// PULSE_PRODUCER_KEY is sent to ingest and PULSE_READER_KEY to query, as
+// "Authorization: Bearer <key>"; `make run` prints both as export lines.
+//
 // Example, against `make run`:
 //
 //	go run ./cmd/loadgen -duration 20s -batch-rate 50 -single-rate 500 -read-rate 500 -json out.json
@@ -61,11 +65,13 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	ingestURL, queryURL string
-	duration, warmup    time.Duration
-	timeout             time.Duration
-	workers             int
-	users, devices      int
-	seed                uint64
+	// producerKey and readerKey are the API keys sent to ingest and query.
+	producerKey, readerKey string
+	duration, warmup       time.Duration
+	timeout                time.Duration
+	workers                int
+	users, devices         int
+	seed                   uint64
 
 	singleRate, batchRate, heartbeatRate                       float64
 	readRate, batchReadRate, detailRate, countRate, filterRate float64
@@ -124,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-mix: %w", err)
 	}
 	cfg.mix = m
+	cfg.producerKey, cfg.readerKey = os.Getenv("PULSE_PRODUCER_KEY"), os.Getenv("PULSE_READER_KEY")
 	cfg.flags = cli.Values(fs)
 	return cfg, cfg.validate()
 }

@@ -80,6 +80,8 @@ type client struct {
 	ingest  string // base URLs, no trailing slash
 	query   string
 	timeout time.Duration
+	// ingestAuth and queryAuth are the Authorization headers of each service ("" for none).
+	ingestAuth, queryAuth string
 }
 
 func newClient(cfg config) *client {
@@ -92,11 +94,20 @@ func newClient(cfg config) *client {
 		DisableCompression:  true,
 	}
 	return &client{
-		http:    &http.Client{Transport: tr},
-		ingest:  trimSlash(cfg.ingestURL),
-		query:   trimSlash(cfg.queryURL),
-		timeout: cfg.timeout,
+		http:       &http.Client{Transport: tr},
+		ingest:     trimSlash(cfg.ingestURL),
+		query:      trimSlash(cfg.queryURL),
+		timeout:    cfg.timeout,
+		ingestAuth: bearer(cfg.producerKey),
+		queryAuth:  bearer(cfg.readerKey),
 	}
+}
+
+func bearer(key string) string {
+	if key == "" {
+		return ""
+	}
+	return "Bearer " + key
 }
 
 func trimSlash(s string) string {
@@ -126,6 +137,13 @@ func (c *client) call(ctx context.Context, method, url string, body any, into an
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	auth := c.queryAuth
+	if strings.HasPrefix(url, c.ingest+"/") {
+		auth = c.ingestAuth
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

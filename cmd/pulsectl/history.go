@@ -28,14 +28,16 @@ import (
 // readFlags are the flags every analysts' command takes.
 type readFlags struct {
 	url string
-	// token is the operator token (env PULSE_OPERATOR_TOKEN, never a flag: a flag's
-	// value shows in the process list). With it every request asks for the operator
+	// token is the API key sent (from the environment, never a flag: a flag's value
+	// shows in the process list): PULSE_OPERATOR_KEY, else PULSE_READER_KEY.
+	token string
+	// operator: the key is an operator's, so every request asks for the operator
 	// view, which a user's history needs.
-	token   string
-	csv     bool
-	timeout time.Duration
-	from    string
-	to      string
+	operator bool
+	csv      bool
+	timeout  time.Duration
+	from     string
+	to       string
 }
 
 func newReadFlags(name string, getenv func(string) string, from, to string) (*flag.FlagSet, *readFlags) {
@@ -45,8 +47,8 @@ func newReadFlags(name string, getenv func(string) string, from, to string) (*fl
 	if base == "" {
 		base = ports.LocalURL(ports.Query)
 	}
-	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL); the operator token, which a user's history needs, is read from PULSE_OPERATOR_TOKEN")
-	f.token = getenv("PULSE_OPERATOR_TOKEN")
+	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL); the API key is read from PULSE_OPERATOR_KEY (a user's history needs it), else PULSE_READER_KEY")
+	f.token, f.operator = apiKey(getenv)
 	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
 	fs.StringVar(&f.from, "from", "", from)
@@ -73,9 +75,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // queryClient calls the query service's history routes.
 type queryClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base     string
+	token    string
+	operator bool
+	http     *http.Client
+}
+
+// apiKey is the key pulsectl sends to query and whether it is an operator's:
+// PULSE_OPERATOR_KEY, else the deprecated PULSE_OPERATOR_TOKEN, else
+// PULSE_READER_KEY (the aggregates only).
+func apiKey(getenv func(string) string) (key string, operator bool) {
+	for _, name := range []string{"PULSE_OPERATOR_KEY", "PULSE_OPERATOR_TOKEN"} {
+		if k := getenv(name); k != "" {
+			return k, true
+		}
+	}
+	return getenv("PULSE_READER_KEY"), false
 }
 
 // apiError is the error shape of every Pulse route.
@@ -89,7 +104,7 @@ type apiError struct {
 
 func (c *queryClient) get(ctx context.Context, path string, q url.Values, out any) error {
 	u := strings.TrimRight(c.base, "/") + path
-	if c.token != "" {
+	if c.operator {
 		q = cloneValues(q)
 		q.Set("view", "operator")
 	}
@@ -122,8 +137,11 @@ func (c *queryClient) get(ctx context.Context, path string, q url.Values, out an
 			if ra := res.Header.Get("Retry-After"); ra != "" {
 				msg += " (retry after " + ra + "s)"
 			}
-			if res.StatusCode == http.StatusForbidden && c.token == "" {
-				msg += " (set PULSE_OPERATOR_TOKEN)"
+			switch {
+			case res.StatusCode == http.StatusUnauthorized && c.token == "":
+				msg += " (set PULSE_READER_KEY or PULSE_OPERATOR_KEY)"
+			case res.StatusCode == http.StatusForbidden && !c.operator:
+				msg += " (set PULSE_OPERATOR_KEY)"
 			}
 			return fmt.Errorf("%s: %d %s", path, res.StatusCode, msg)
 		}
@@ -197,7 +215,7 @@ func runAnalytics(ctx context.Context, fs *flag.FlagSet, f *readFlags, args []st
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	t, err := fetch(ctx, &queryClient{base: f.url, token: f.token, http: &http.Client{}}, pos)
+	t, err := fetch(ctx, &queryClient{base: f.url, token: f.token, operator: f.operator, http: &http.Client{}}, pos)
 	if err != nil {
 		return err
 	}

@@ -358,6 +358,7 @@ service_port() {
 start_services() {
 	local name names=("$@") pids=()
 	((${#names[@]})) || names=("${services[@]}")
+	dev_keys
 	say "building services into $bin"
 	for name in "${names[@]}"; do
 		(cd "$root" && go build -o "$bin/pulse-$name" "./services/$name") || die "building $name failed"
@@ -402,25 +403,69 @@ cmd_pids() {
 	done
 }
 
-# dev_operator_token exports PULSE_OPERATOR_TOKEN for the services make run starts:
-# the caller's own when set, else a random one kept in $PULSE_HOME/operator-token (made
-# once, readable by its owner only), so the operator view and a user's history work on
-# a development stack without anyone inventing a secret.
-dev_operator_token() {
-	[[ -n ${PULSE_OPERATOR_TOKEN:-} ]] && return
-	local file=$PULSE_HOME/operator-token
-	if [[ ! -s $file ]]; then
-		mkdir -p "$PULSE_HOME"
-		(umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$file")
+# dev_keys makes the development API keys once, under $PULSE_HOME/auth/ (a folder
+# only its owner may read): one key per scope in producer.key, reader.key and
+# operator.key, and api-keys, the file ingest and query read, holding only their
+# SHA-256 digests (docs/design.md, Security). It exports PULSE_API_KEYS_FILE for the
+# services and the three keys for cmd_run to print. A caller's own
+# PULSE_API_KEYS_FILE wins: then nothing is made.
+dev_keys() {
+	if [[ -n ${PULSE_API_KEYS_FILE:-} ]]; then
+		DEV_KEYS=
+		return
 	fi
-	PULSE_OPERATOR_TOKEN=$(<"$file")
-	export PULSE_OPERATOR_TOKEN
+	local dir=$PULSE_HOME/auth name scope digest lines=()
+	(umask 077 && mkdir -p "$dir")
+	for name in producer reader operator; do
+		if [[ ! -s $dir/$name.key ]]; then
+			# 256 random bits, base64url, in the form pulsectl keys new makes.
+			(umask 077 && printf 'pulse_%s' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" >"$dir/$name.key")
+		fi
+		case $name in
+		producer) scope=write ;;
+		reader) scope=read ;;
+		operator) scope=operator ;;
+		esac
+		digest=$(tr -d '\n' <"$dir/$name.key" | sha256sum | cut -d' ' -f1)
+		lines+=("dev-$name $scope sha256:$digest")
+	done
+	(umask 077 && {
+		echo "# Development keys made by deploy/local/stack.sh; the keys are in *.key beside this file."
+		printf '%s\n' "${lines[@]}"
+	} >"$dir/api-keys")
+	PULSE_API_KEYS_FILE=$dir/api-keys
+	PULSE_PRODUCER_KEY=$(<"$dir/producer.key")
+	PULSE_READER_KEY=$(<"$dir/reader.key")
+	PULSE_OPERATOR_KEY=$(<"$dir/operator.key")
+	export PULSE_API_KEYS_FILE
+	DEV_KEYS=1
 }
 
 cmd_run() {
 	cmd_up
-	dev_operator_token
 	start_services
+	local keys
+	if [[ -n $DEV_KEYS ]]; then
+		keys=$(
+			cat <<EOF
+  Every request but /healthz, /readyz, /metrics and /openapi.json needs a key. The
+  development keys (made once, in $PULSE_HOME/auth/) — paste these lines in your shell:
+    export PULSE_PRODUCER_KEY=$PULSE_PRODUCER_KEY   # write: ingest
+    export PULSE_READER_KEY=$PULSE_READER_KEY     # read: query
+    export PULSE_OPERATOR_KEY=$PULSE_OPERATOR_KEY   # operator: view=operator, firehose, a user's history
+  then:
+    curl -s -XPOST 127.0.0.1:$INGEST_PORT/status -H "Authorization: Bearer \$PULSE_PRODUCER_KEY" \\
+         -H 'Content-Type: application/json' -d '{"userId":"alice","status":"online"}'
+    curl -s -H "Authorization: Bearer \$PULSE_READER_KEY" 127.0.0.1:$QUERY_PORT/status/alice
+    curl -s -H "Authorization: Bearer \$PULSE_OPERATOR_KEY" \\
+         'http://127.0.0.1:$QUERY_PORT/v1/users/alice/sessions?view=operator'
+    go run ./cmd/pulsectl sessions alice     # reads PULSE_OPERATOR_KEY
+    go run ./cmd/loadgen -duration 10s -single-rate 100 -read-rate 100   # reads PULSE_PRODUCER_KEY, PULSE_READER_KEY
+EOF
+		)
+	else
+		keys="  Keys: the services read PULSE_API_KEYS_FILE=$PULSE_API_KEYS_FILE (yours; no development keys made)."
+	fi
 	cat <<EOF
 
 Pulse is running:
@@ -435,12 +480,7 @@ Pulse is running:
   kafka       127.0.0.1:$KAFKA_PORT   cassandra 127.0.0.1:$CASSANDRA_PORT   redis 127.0.0.1:$REDIS_PORT
   logs        $logs   (make logs)
 
-  The operator view (invisible users as they are) and a user's history need the
-  operator token; for this development stack it is:
-    export PULSE_OPERATOR_TOKEN=$PULSE_OPERATOR_TOKEN
-    curl -s -H "Authorization: Bearer \$PULSE_OPERATOR_TOKEN" \\
-         'http://127.0.0.1:$QUERY_PORT/v1/users/alice/sessions?view=operator'
-    go run ./cmd/pulsectl sessions alice     # reads PULSE_OPERATOR_TOKEN
+$keys
 
 Stop with Ctrl-C here, or 'make down' from another terminal.
 EOF

@@ -226,6 +226,7 @@ func server(t *testing.T, cfg Config, scope Scope) *echo.Echo {
 	e.GET("/metrics", ok)
 	e.GET("/counts", ok)
 	e.GET("/users/:userId", ok)
+	e.GET("/debug/pprof/*", ok)
 	return e
 }
 
@@ -257,6 +258,9 @@ func TestGuard(t *testing.T) {
 		{"operator view", "/counts?view=operator", "Bearer " + operatorKey, 200, "ok op operator=yes", ""},
 		{"bad view", "/counts?view=admin", "Bearer " + operatorKey, 400,
 			`{"error":{"code":"invalid_request","message":"must be public or operator, got \"admin\"","field":"view"}}`, ""},
+		{"profiles need operator", "/debug/pprof/heap", "Bearer " + readKey, 403,
+			`{"error":{"code":"forbidden","message":"Go's profiles need a key with the operator scope"}}`, ""},
+		{"operator profiles", "/debug/pprof/heap", "Bearer " + operatorKey, 200, "ok op operator=no", ""},
 		{"user reads self", "/users/alice", "Bearer " + alice, 200, "ok user:alice operator=no", ""},
 		{"user reads another", "/users/bob", "Bearer " + alice, 403,
 			`{"error":{"code":"forbidden","message":"this user token acts only for its own user; \"bob\" is another"}}`, ""},

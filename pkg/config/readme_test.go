@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config/configtest"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -36,14 +37,16 @@ func TestREADMEDocumentsSharedVariables(t *testing.T) {
 		kc kafkax.Config
 		rc redisx.Config
 		cc cassx.Config
+		ac auth.Config
 	)
 	vars := logging.Vars(&lc)
 	vars = append(vars, httpserver.Vars(&hc, ports.ListenAddr(ports.Ingest))...)
 	vars = append(vars, kafkax.Vars(&kc, "pulse-ingest")...)
 	vars = append(vars, redisx.Vars(&rc)...)
 	vars = append(vars, cassx.Vars(&cc)...)
+	vars = append(vars, auth.Vars(&ac)...)
 	configtest.Table(t, vars)
-	configtest.README(t, readme, vars, "logging", "http", "kafka", "redis", "cassandra")
+	configtest.README(t, readme, vars, "logging", "http", "kafka", "redis", "cassandra", "auth")
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local

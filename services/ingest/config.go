@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -25,7 +26,21 @@ type Config struct {
 	MaxBody int64
 	// MaxBatch is the most events one POST /v1/events may carry.
 	MaxBatch int
+	// Auth is who may post (pkg/auth): keys with the write scope, user tokens for
+	// their own user.
+	Auth auth.Config
+	// KeyRate bounds the events per second one key (or user token) may post, on
+	// average; 0: no bound. Its burst is a second's worth, at least a full batch.
+	KeyRate int
+	// UserRate bounds the events per second posted for one user id, whichever key
+	// posts them, up to UserBurst at once; 0: no bound.
+	UserRate  int
+	UserBurst int
 }
+
+// rateUsers bounds the user ids whose event rates ingest remembers (an LRU): about
+// 200 bytes each. A user forgotten while still posting gets a full burst again.
+const rateUsers = 100_000
 
 // minBody is the smallest body limit that still fits a full single event.
 const minBody = 1024
@@ -34,6 +49,7 @@ const minBody = 1024
 func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Ingest))
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-ingest")...)
+	vars = append(vars, auth.Vars(&c.Auth)...)
 	return append(vars, config.Group("ingest",
 		config.Duration(&c.AckTimeout, "PULSE_INGEST_ACK_TIMEOUT", 5*time.Second,
 			"longest wait for Kafka's acknowledgement before a 503; below PULSE_HTTP_WRITE_TIMEOUT and PULSE_SHUTDOWN_TIMEOUT",
@@ -43,6 +59,15 @@ func (c *Config) vars() []*config.Var {
 		config.Int64(&c.MaxBody, "PULSE_INGEST_MAX_BODY", 1<<20, "largest request body in bytes; larger gets a 413",
 			config.AtLeast[int64](minBody).Want(fmt.Sprintf("must be at least %d bytes", minBody))),
 		config.Int(&c.MaxBatch, "PULSE_INGEST_MAX_BATCH", 1000, "most events one POST /v1/events may carry", config.Positive),
+		config.Int(&c.KeyRate, "PULSE_INGEST_KEY_RATE", 0,
+			"events per second one API key or user token may post on average (burst: a second's worth, at least PULSE_INGEST_MAX_BATCH); above it a 429 with Retry-After; 0: unlimited",
+			config.NotNegative),
+		config.Int(&c.UserRate, "PULSE_INGEST_USER_RATE", 100,
+			"events per second posted for one user id on average, whatever the key; above it a 429 with Retry-After; 0: unlimited",
+			config.NotNegative),
+		config.Int(&c.UserBurst, "PULSE_INGEST_USER_BURST", 1000,
+			"events for one user id accepted at once before PULSE_INGEST_USER_RATE applies; also the most one request may carry for one user",
+			config.Positive),
 	)...)
 }
 

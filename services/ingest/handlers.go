@@ -9,7 +9,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/limits"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -25,6 +27,9 @@ type handler struct {
 	maxSkew  time.Duration
 	// now is the server clock; tests replace it.
 	now func() time.Time
+	// keyRates and userRates bound events per second per key and per user id.
+	keyRates, userRates *limits.Rates
+	keyRate, userRate   int
 
 	accepted *prometheus.CounterVec
 	rejected *prometheus.CounterVec
@@ -32,11 +37,15 @@ type handler struct {
 
 func newHandler(cfg Config, p *producer, reg prometheus.Registerer) *handler {
 	h := &handler{
-		producer: p,
-		maxBody:  cfg.MaxBody,
-		maxBatch: cfg.MaxBatch,
-		maxSkew:  cfg.MaxSkew,
-		now:      time.Now,
+		producer:  p,
+		maxBody:   cfg.MaxBody,
+		maxBatch:  cfg.MaxBatch,
+		maxSkew:   cfg.MaxSkew,
+		now:       time.Now,
+		keyRates:  limits.NewRates(cfg.KeyRate, max(cfg.KeyRate, cfg.MaxBatch), rateKeys),
+		userRates: limits.NewRates(cfg.UserRate, cfg.UserBurst, rateUsers),
+		keyRate:   cfg.KeyRate,
+		userRate:  cfg.UserRate,
 		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_ingest_events_accepted_total",
 			Help: "Events Kafka acknowledged, by kind.",
@@ -124,8 +133,60 @@ func (h *handler) postHeartbeat(c echo.Context) error {
 
 func (h *handler) rules() rules { return newRules(h.now(), h.maxSkew) }
 
+// rateKeys bounds the keys whose event rates ingest remembers: keys are few, but
+// every user token is one.
+const rateKeys = 100_000
+
+// admit checks that the request may post events: a user token only for its own
+// user (403), and within the rates of its key and of each user (429 with
+// Retry-After). A refused request produces nothing.
+func (h *handler) admit(c echo.Context, events []presence.Event) error {
+	perUser := map[string]int{}
+	for i := range events {
+		if err := auth.ForUser(c, events[i].UserID); err != nil {
+			return err
+		}
+		perUser[events[i].UserID]++
+	}
+	now := h.now()
+	key := auth.PrincipalOf(c).Name
+	g, wait, err := h.keyRates.Reserve(key, len(events), now)
+	if err != nil || wait > 0 {
+		return rateLimited(fmt.Sprintf("key %s is over its rate of %d events/s (PULSE_INGEST_KEY_RATE)", key, h.keyRate), wait, err)
+	}
+	grants := []limits.Grant{g}
+	for id, n := range perUser {
+		g, wait, err := h.userRates.Reserve(id, n, now)
+		if err != nil || wait > 0 {
+			for _, g := range grants {
+				g.Cancel()
+			}
+			msg := fmt.Sprintf("user %q is over its rate of %d events/s (PULSE_INGEST_USER_RATE)", id, h.userRate)
+			if err != nil {
+				msg = fmt.Sprintf("%d events for user %q in one request; at most %d (PULSE_INGEST_USER_BURST)", n, id, h.userRates.Burst())
+			}
+			return rateLimited(msg, wait, err)
+		}
+		grants = append(grants, g)
+	}
+	return nil
+}
+
+// rateLimited is the 429 of a refusal: retry after wait, or never as it is (err:
+// more events in one request than a bucket holds).
+func rateLimited(message string, wait time.Duration, err error) error {
+	if err != nil {
+		return &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: message + "; send fewer events per request"}
+	}
+	return &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+		Message: message + "; retry after Retry-After seconds", RetryAfter: wait}
+}
+
 // send produces events and maps a failure onto the 503 clients retry on.
 func (h *handler) send(c echo.Context, events []presence.Event) error {
+	if err := h.admit(c, events); err != nil {
+		return err
+	}
 	if err := h.producer.produce(c.Request().Context(), events); err != nil {
 		// The client sees only the 503; the server's error handler logs the whole
 		// chain, cause included, once per request (never per event).

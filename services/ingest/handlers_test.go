@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
@@ -54,6 +55,8 @@ func newHarness(t *testing.T, env map[string]string) *harness {
 	vars := map[string]string{
 		"PULSE_KAFKA_BROKERS": strings.Join(cluster.ListenAddrs(), ","),
 		"PULSE_HTTP_ADDR":     "127.0.0.1:0",
+		// Authentication is tested in pkg/auth and tests/auth_test.go.
+		"PULSE_AUTH": "off",
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -69,7 +72,11 @@ func newHarness(t *testing.T, env map[string]string) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	srv, h := newServer(cfg, logger, reg, client)
+	authn, err := auth.New(cfg.Auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, h := newServer(cfg, logger, reg, client, authn)
 	h.now = func() time.Time { return testNow }
 	return &harness{t: t, cluster: cluster, client: client, srv: srv, h: h, reg: reg}
 }
@@ -525,5 +532,46 @@ func TestKafkaDownIs503(t *testing.T) {
 	if res.status != http.StatusServiceUnavailable || res.header.Get("Retry-After") != "1" ||
 		res.body != `{"error":{"code":"unavailable","message":"Kafka did not acknowledge the events; retry later, reusing any eventId you sent"}}` {
 		t.Fatalf("POST /status with Kafka down = %d %v %s", res.status, res.header, res.body)
+	}
+}
+
+// The clock stands still in the harness, so buckets never refill: what a limit
+// admits and refuses is exact.
+func TestRateLimits(t *testing.T) {
+	hs := newHarness(t, map[string]string{"PULSE_INGEST_USER_RATE": "2", "PULSE_INGEST_USER_BURST": "3",
+		"PULSE_INGEST_KEY_RATE": "10", "PULSE_INGEST_MAX_BATCH": "10"})
+	for i := range 3 {
+		if res := hs.post("/v1/heartbeat", `{"userId":"u-1"}`); res.status != http.StatusAccepted {
+			t.Fatalf("heartbeat %d = %d %s", i, res.status, res.body)
+		}
+	}
+	res := hs.post("/v1/heartbeat", `{"userId":"u-1"}`)
+	want := `{"error":{"code":"rate_limited","message":"user \"u-1\" is over its rate of 2 events/s (PULSE_INGEST_USER_RATE); retry after Retry-After seconds"}}`
+	if res.status != http.StatusTooManyRequests || res.body != want || res.header.Get("Retry-After") != "1" {
+		t.Fatalf("4th heartbeat = %d %s (Retry-After %q), want 429 %s, Retry-After 1", res.status, res.body, res.header.Get("Retry-After"), want)
+	}
+	// Four events for one user in one request can never fit a bucket of 3.
+	res = hs.post("/v1/events", `{"events":[{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"}]}`)
+	want = `{"error":{"code":"rate_limited","message":"4 events for user \"u-2\" in one request; at most 3 (PULSE_INGEST_USER_BURST); send fewer events per request"}}`
+	if res.status != http.StatusTooManyRequests || res.body != want || res.header.Get("Retry-After") != "" {
+		t.Fatalf("oversized batch = %d %s (Retry-After %q), want 429 %s", res.status, res.body, res.header.Get("Retry-After"), want)
+	}
+	// The key (anonymous here) took 3 of its 10; the refused requests took nothing.
+	if res := hs.post("/v1/events", `{"events":[{"userId":"u-3","kind":"activity"},{"userId":"u-4","kind":"activity"}]}`); res.status != http.StatusAccepted {
+		t.Fatalf("2 more events = %d %s", res.status, res.body)
+	}
+	if res := hs.post("/v1/events", `{"events":[{"userId":"u-5","kind":"activity"},{"userId":"u-6","kind":"activity"},{"userId":"u-7","kind":"activity"},{"userId":"u-8","kind":"activity"},{"userId":"u-9","kind":"activity"}]}`); res.status != http.StatusAccepted {
+		t.Fatalf("5 more events = %d %s", res.status, res.body)
+	}
+	res = hs.post("/v1/heartbeat", `{"userId":"u-10"}`)
+	if res.status != http.StatusTooManyRequests || res.header.Get("Retry-After") != "1" ||
+		res.body != `{"error":{"code":"rate_limited","message":"key anonymous is over its rate of 10 events/s (PULSE_INGEST_KEY_RATE); retry after Retry-After seconds"}}` {
+		t.Fatalf("11th event of the key = %d %s", res.status, res.body)
+	}
+	if n := hs.endOffset(); n != 10 {
+		t.Fatalf("topic holds %d records, want the 10 admitted", n)
+	}
+	if n := testutil.ToFloat64(hs.h.rejected.WithLabelValues("rate_limited")); n != 3 {
+		t.Errorf("rejected rate_limited = %v, want 3", n)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/app"
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -21,9 +23,15 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
+	authn, err := auth.New(cfg.Auth)
+	if err != nil {
+		return fmt.Errorf("authentication: %w", err)
+	}
+	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
 		"topic", cfg.Kafka.EventsTopic, "ack_timeout", cfg.AckTimeout, "max_skew", cfg.MaxSkew,
-		"max_body", cfg.MaxBody, "max_batch", cfg.MaxBatch)
+		"max_body", cfg.MaxBody, "max_batch", cfg.MaxBatch, "key_rate", cfg.KeyRate, "user_rate", cfg.UserRate,
+		"user_burst", cfg.UserBurst}, authn.Describe()...)...)
+	go authn.WarnWhileOff(ctx, logger, time.Minute)
 
 	reg := app.NewRegistry()
 	client, err := kafkax.NewClient(cfg.Kafka, logger, reg, producerOpts(cfg)...)
@@ -33,7 +41,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	// Closing after the HTTP server has drained lets in-flight requests get their acks.
 	defer client.Close()
 
-	srv, _ := newServer(cfg, logger, reg, client)
+	srv, _ := newServer(cfg, logger, reg, client, authn)
 	return srv.Run(ctx)
 }
 
@@ -49,12 +57,15 @@ func producerOpts(cfg Config) []kgo.Opt {
 }
 
 // newServer is the HTTP server with the ingest endpoints, producing through client.
-func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client *kgo.Client) (*httpserver.Server, *handler) {
+// Every route but the probes, /metrics and /openapi.json needs the write scope; user
+// tokens may post, for their own user only (handler.admit).
+func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client *kgo.Client, authn *auth.Authenticator) (*httpserver.Server, *handler) {
 	srv := httpserver.New(cfg.HTTP, logger, reg, health.Check{
 		Name: "kafka",
 		Func: func(ctx context.Context) error { return kafkax.Ping(ctx, client, cfg.Kafka.EventsTopic) },
 	})
 	h := newHandler(cfg, newProducer(client, cfg.Kafka.EventsTopic, cfg.AckTimeout, reg), reg)
+	authn.Guard(reg, auth.ScopeWrite, "/status", "/v1/events", "/v1/heartbeat").Install(srv.Echo)
 	h.register(srv.Echo)
 	openapi.Register(srv.Echo)
 	return srv, h

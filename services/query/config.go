@@ -6,6 +6,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/countcache"
@@ -28,9 +29,9 @@ type Config struct {
 	MaxBatch int
 	// MaxBody bounds request bodies.
 	MaxBody int64
-	// OperatorToken grants ?view=operator to requests carrying it as a bearer
-	// token; "" grants it to nobody.
-	OperatorToken string
+	// Auth is who may read (pkg/auth): keys with the read scope, operator keys for
+	// ?view=operator and the firehose, user tokens for their own status.
+	Auth auth.Config
 	// Kafka is where the change feed reads presence.changes.
 	Kafka kafkax.Config
 	// Feed is the live change feed's settings (GET /v1/watch, /v1/watch/sse).
@@ -69,6 +70,10 @@ type FeedConfig struct {
 	CatchUpTimeout time.Duration
 	// MaxLogReplays bounds the resumes reading Kafka at the same time.
 	MaxLogReplays int
+	// MaxConns bounds the feed connections (WebSocket and SSE) of this instance,
+	// MaxConnsPerKey those of one key or user token; 0: no bound.
+	MaxConns       int
+	MaxConnsPerKey int
 	// Origins are the host patterns (path.Match) of web pages allowed to open a
 	// WebSocket; empty allows same-origin pages only. Non-browser clients send no
 	// Origin and are always allowed.
@@ -81,6 +86,7 @@ func (c *Config) vars() []*config.Var {
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-query")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
 	vars = append(vars, cassx.Vars(&c.Cassandra)...)
+	vars = append(vars, auth.Vars(&c.Auth)...)
 	f := &c.Feed
 	return append(vars, config.Group("query",
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key; the aggregator's setting"),
@@ -95,7 +101,6 @@ func (c *Config) vars() []*config.Var {
 		config.Duration(&c.HistoryTimeout, "PULSE_QUERY_HISTORY_TIMEOUT", 10*time.Second,
 			"bounds a history request's Cassandra work (every partition it reads); past it the answer is a 503",
 			config.Positive),
-		httpserver.OperatorTokenVar(&c.OperatorToken),
 		config.Int(&f.QueueSize, "PULSE_FEED_QUEUE_SIZE", 1024,
 			"changes waiting for one feed connection; a connection whose queue fills is closed as a slow consumer",
 			config.Between(1, 1_000_000)),
@@ -117,6 +122,12 @@ func (c *Config) vars() []*config.Var {
 			"how long a resume waits for this instance to reach a cursor another instance issued", config.Positive),
 		config.Int(&f.MaxLogReplays, "PULSE_FEED_MAX_LOG_REPLAYS", 8, "most resumes reading Kafka at the same time",
 			config.Between(1, 1000)),
+		config.Int(&f.MaxConns, "PULSE_FEED_MAX_CONNECTIONS", 10000,
+			"most feed connections (WebSocket and SSE) this instance holds; the next is refused with a 503 before any upgrade; 0: no bound",
+			config.NotNegative),
+		config.Int(&f.MaxConnsPerKey, "PULSE_FEED_MAX_CONNECTIONS_PER_KEY", 1000,
+			"most feed connections one API key or user token holds on this instance; the next is refused with a 429 before any upgrade; 0: no bound",
+			config.NotNegative),
 		config.List(&f.Origins, "PULSE_FEED_ORIGINS", nil,
 			"host patterns (path.Match) of web pages allowed to open a WebSocket, comma-separated; empty: same-origin pages only (clients without Origin are always allowed)",
 			validOrigins),

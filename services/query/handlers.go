@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -112,7 +113,7 @@ func (a *api) getStatus(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toSeedView(id, u, httpserver.OperatorView(c)))
+	return c.JSON(http.StatusOK, toSeedView(id, u, auth.OperatorView(c)))
 }
 
 type statusesRequest struct {
@@ -138,6 +139,9 @@ func (a *api) postStatuses(c echo.Context) error {
 		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
 			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
 		}
+		if err := auth.ForUser(c, id); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
@@ -145,7 +149,7 @@ func (a *api) postStatuses(c echo.Context) error {
 	if err != nil {
 		return a.readErr(err)
 	}
-	operator := httpserver.OperatorView(c)
+	operator := auth.OperatorView(c)
 	out := make([]seedStatus, len(req.UserIDs))
 	for i, id := range req.UserIDs {
 		out[i] = toSeedView(id, users[i], operator)
@@ -180,7 +184,7 @@ func (a *api) getUserStatus(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	operator := httpserver.OperatorView(c)
+	operator := auth.OperatorView(c)
 	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
 	if u != nil && u.Status == presence.Invisible && !operator {
 		// Invisible reads as a user who is offline and shows no device, so nothing
@@ -217,7 +221,7 @@ func (a *api) getOnlineCount(c echo.Context) error {
 		return a.readErr(err)
 	}
 	n, asOf := snap.Counts, snap.At.UTC()
-	if httpserver.OperatorView(c) {
+	if auth.OperatorView(c) {
 		return c.JSON(http.StatusOK, countView{
 			Total: n.Online + n.Idle + n.Invisible,
 			ByStatus: map[string]uint64{

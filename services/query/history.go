@@ -11,6 +11,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/historyapi"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 )
@@ -59,9 +60,9 @@ func (a *api) historyRoutes(e *echo.Echo) {
 // nobody and stay open.
 func operatorOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !httpserver.OperatorView(c) {
+		if !auth.OperatorView(c) {
 			return &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
-				Message: "a user's history includes the time they spent invisible: ask with view=operator and the operator token (Authorization: Bearer)"}
+				Message: "a user's history includes the time they spent invisible: ask with view=operator and a key with the operator scope (Authorization: Bearer)"}
 		}
 		return next(c)
 	}

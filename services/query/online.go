@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/online"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -128,7 +129,7 @@ func parseListQuery(q url.Values, operator bool) (listQuery, error) {
 }
 
 func (h *onlineHandlers) list(c echo.Context) error {
-	operator := httpserver.OperatorView(c)
+	operator := auth.OperatorView(c)
 	q, err := parseListQuery(c.QueryParams(), operator)
 	if err != nil {
 		return err
@@ -201,7 +202,7 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 	visible := [len(statestore.Tracked)]bool{}
 	visible[statestore.TrackedPos(presence.Online)] = true
 	visible[statestore.TrackedPos(presence.Idle)] = true
-	visible[statestore.TrackedPos(presence.Invisible)] = httpserver.OperatorView(c)
+	visible[statestore.TrackedPos(presence.Invisible)] = auth.OperatorView(c)
 
 	ctx, cancel := h.ctx(c)
 	defer cancel()

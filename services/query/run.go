@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulse-presence/pulse/pkg/app"
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/countcache"
 	"github.com/pulse-presence/pulse/pkg/feed"
@@ -17,13 +22,31 @@ import (
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
+// userRoutes are the routes a user token may read, for its own user only: its
+// status, in the seed's shapes and in /v1's. Everything else (counts, listings,
+// history, the feed) needs an API key.
+var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status"}
+
+// installAuth guards every route but the probes, /metrics and /openapi.json: the read
+// scope, and the operator scope for ?view=operator.
+func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) {
+	authn.Guard(reg, auth.ScopeRead, userRoutes...).Install(e)
+	e.Use(auth.Views)
+}
+
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	cfg, err := loadConfig(env)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	logger.Info("starting", "http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
-		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String())
+	authn, err := auth.New(cfg.Auth)
+	if err != nil {
+		return fmt.Errorf("authentication: %w", err)
+	}
+	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
+		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String(),
+		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey}, authn.Describe()...)...)
+	go authn.WarnWhileOff(ctx, logger, time.Minute)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -43,11 +66,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed:    &watcher{hub: hub, cfg: cfg.Feed, logger: logger},
+		feed:    newWatcher(hub, cfg.Feed, logger),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout}
 	reg.MustRegister(a.history.connectedGauge())
+	installAuth(srv.Echo, authn, reg)
 	a.routes(srv.Echo)
-	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
 	openapi.Register(srv.Echo)
 
 	// On shutdown the hub closes every feed connection (going away) while the server

@@ -15,8 +15,10 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/limits"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -29,6 +31,32 @@ type watcher struct {
 	hub    *feed.Hub
 	cfg    FeedConfig
 	logger *slog.Logger
+	conns  *limits.Conns
+}
+
+func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
+	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerKey)}
+}
+
+// connRetryAfter is what a refused connection is told to wait: connections end at
+// their clients' pace, not the server's.
+const connRetryAfter = 5 * time.Second
+
+// acquire counts the request's connection against the instance's and its key's
+// bounds, or refuses it before any upgrade: 503 when the instance is full (another
+// instance may have room), 429 when the key is.
+func (w *watcher) acquire(c echo.Context) (func(), error) {
+	key := auth.PrincipalOf(c).Name
+	release, err := w.conns.Acquire(key)
+	switch {
+	case errors.Is(err, limits.ErrInstanceFull):
+		return nil, httpserver.Unavailable(fmt.Sprintf(
+			"this instance holds its most feed connections (PULSE_FEED_MAX_CONNECTIONS=%d); retry later or on another instance", w.cfg.MaxConns), connRetryAfter)
+	case errors.Is(err, limits.ErrKeyFull):
+		return nil, &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: connRetryAfter,
+			Message: fmt.Sprintf("key %s holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_KEY=%d); close one first", key, w.cfg.MaxConnsPerKey)}
+	}
+	return release, err
 }
 
 // watchRoutes registers the live change feed.
@@ -114,14 +142,14 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 	switch {
 	case o.Firehose && len(ids) > 0:
 		return o, httpserver.BadRequest("userIds", "must be absent with firehose=true: the firehose watches every user")
-	case o.Firehose && !httpserver.IsOperator(c):
+	case o.Firehose && !auth.IsOperator(c):
 		return o, &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
-			Message: "firehose=true needs a valid operator token: Authorization: Bearer <token>"}
+			Message: "firehose=true needs a key with the operator scope: Authorization: Bearer <key>"}
 	case sse && !o.Firehose && len(ids) == 0:
 		return o, httpserver.BadRequest("userIds", "is required: a comma-separated list of user ids")
 	}
 	o.UserIDs = ids
-	o.Operator = httpserver.OperatorView(c)
+	o.Operator = auth.OperatorView(c)
 
 	raw, field := q.Get("cursor"), "cursor"
 	if raw == "" && sse {
@@ -195,6 +223,11 @@ func (w *watcher) websocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := w.acquire(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sess, err := w.open(o)
 	if err != nil {
 		return err
@@ -306,6 +339,11 @@ func (w *watcher) sse(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := w.acquire(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sess, err := w.open(o)
 	if err != nil {
 		return err

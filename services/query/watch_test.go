@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -48,14 +49,16 @@ func watchServer(t *testing.T) (url string, produce func(user string, from, to p
 	}
 	t.Cleanup(cluster.Close)
 	env := config.NewEnv(config.MapLookup(map[string]string{
-		"PULSE_KAFKA_BROKERS":       strings.Join(cluster.ListenAddrs(), ","),
-		"PULSE_TOPIC_CHANGES":       "changes",
-		"PULSE_HTTP_ADDR":           "127.0.0.1:0",
-		"PULSE_HTTP_READ_TIMEOUT":   "300ms",
-		"PULSE_HTTP_WRITE_TIMEOUT":  "300ms",
-		"PULSE_FEED_PING_INTERVAL":  "1s",
-		"PULSE_FEED_MAX_USERS":      "3",
-		httpserver.OperatorTokenEnv: watchTestToken,
+		"PULSE_KAFKA_BROKERS":                strings.Join(cluster.ListenAddrs(), ","),
+		"PULSE_TOPIC_CHANGES":                "changes",
+		"PULSE_HTTP_ADDR":                    "127.0.0.1:0",
+		"PULSE_HTTP_READ_TIMEOUT":            "300ms",
+		"PULSE_HTTP_WRITE_TIMEOUT":           "300ms",
+		"PULSE_FEED_PING_INTERVAL":           "1s",
+		"PULSE_FEED_MAX_USERS":               "3",
+		auth.OperatorTokenEnv:                watchTestToken,
+		"PULSE_AUTH":                         "off",
+		"PULSE_FEED_MAX_CONNECTIONS_PER_KEY": "2",
 	}))
 	cfg, err := loadConfig(env)
 	if err != nil {
@@ -68,9 +71,9 @@ func watchServer(t *testing.T) (url string, produce func(user string, from, to p
 		t.Fatal(err)
 	}
 	srv := httpserver.New(cfg.HTTP, logger, reg)
-	a := &api{feed: &watcher{hub: hub, cfg: cfg.Feed, logger: logger}, logger: logger}
+	installAuth(srv.Echo, newAuth(t, cfg), reg)
+	a := &api{feed: newWatcher(hub, cfg.Feed, logger), logger: logger}
 	a.watchRoutes(srv.Echo)
-	httpserver.InstallOperator(srv.Echo, cfg.OperatorToken)
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

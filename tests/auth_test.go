@@ -1,0 +1,380 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/pulse-presence/pulse/pkg/openapi"
+)
+
+// Authentication and limits against the real services (docs/design.md, Security):
+// the services run with the harness's keys file and HS256 secret (keys_test.go);
+// these tests send credentials explicitly through bareClient.
+
+// authDo sends a request with cred as bearer ("" for none) and returns the answer.
+func authDo(t *testing.T, method, target, cred, body string) (int, http.Header, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	res, err := bareClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, strings.TrimSpace(string(b))
+}
+
+// userToken is a user token for sub, signed with secret (the services' own
+// testKeys.hs256 unless testing a bad signature), expiring at exp.
+func userToken(t *testing.T, sub string, exp time.Time, secret string) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": exp.Unix()}).SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// openPaths need no credentials; every other operation of the document does.
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.json": true}
+
+// guarded is every operation of service the document lists, but the open ones.
+func guarded(t *testing.T, service string) []openapi.Operation {
+	t.Helper()
+	ops, err := openapi.Operations(service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []openapi.Operation
+	for _, op := range ops {
+		if !openPaths[op.Path] {
+			out = append(out, op)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no guarded operation of %s in the document", service)
+	}
+	return out
+}
+
+// validBody is a body the route would accept for user, so a refusal is the
+// credential's alone.
+func validBody(op openapi.Operation, user string) string {
+	switch op.Path {
+	case "/status":
+		return `{"userId":"` + user + `","status":"online"}`
+	case "/v1/events":
+		return `{"events":[{"userId":"` + user + `","kind":"activity"}]}`
+	case "/v1/heartbeat":
+		return `{"userId":"` + user + `"}`
+	case "/statuses", "/v1/online/filter":
+		return `{"userIds":["` + user + `"]}`
+	}
+	return ""
+}
+
+func opURL(base string, op openapi.Operation, user string) string {
+	return base + strings.ReplaceAll(op.Path, "{userId}", user)
+}
+
+// TestAuthEveryRoute: every guarded route of ingest and query answers 401 with the
+// Bearer challenge to no credentials, an unknown key, an expired user token and one
+// signed with another secret; 403 to a key without the service's scope; and a user
+// token may write and read only its own user. Nothing refused reaches Kafka, and both
+// keys of a rotation work.
+func TestAuthEveryRoute(t *testing.T) {
+	p := newTopics(t, 2)
+	p.start(t, "ingest")
+	p.start(t, "query")
+	ingest, query := p.svc["ingest"].url, p.svc["query"].url
+	alice := p.run + "-alice"
+	bob := p.run + "-bob"
+	hour := time.Now().Add(time.Hour)
+
+	unauthorized := map[string]string{
+		"no credentials":   "",
+		"unknown key":      "pulse_not-a-key-of-this-service-000000000000",
+		"expired token":    userToken(t, alice, time.Now().Add(-time.Hour), testKeys.hs256),
+		"forged signature": userToken(t, alice, hour, strings.Repeat("x", 43)),
+	}
+	wrongScope := map[string][]string{
+		"ingest": {testKeys.reader, testKeys.operator},
+		"query":  {testKeys.producer, testKeys.rotOld},
+	}
+	for service, base := range map[string]string{"ingest": ingest, "query": query} {
+		for _, op := range guarded(t, service) {
+			target, body := opURL(base, op, alice), validBody(op, alice)
+			for name, cred := range unauthorized {
+				code, h, got := authDo(t, op.Method, target, cred, body)
+				wantChallenge := `Bearer realm="pulse", error="invalid_token"`
+				if cred == "" {
+					wantChallenge = `Bearer realm="pulse"`
+				}
+				if code != http.StatusUnauthorized || h.Get("WWW-Authenticate") != wantChallenge || !strings.HasPrefix(got, `{"error":{"code":"unauthorized","message":"`) {
+					t.Errorf("%s %s, %s: %d %q %s; want 401, WWW-Authenticate %q and the JSON error", op, service, name, code, h.Get("WWW-Authenticate"), got, wantChallenge)
+				}
+			}
+			for _, cred := range wrongScope[service] {
+				code, _, got := authDo(t, op.Method, target, cred, body)
+				if code != http.StatusForbidden || !strings.HasPrefix(got, `{"error":{"code":"forbidden","message":"key it-`) {
+					t.Errorf("%s %s with a key lacking the scope: %d %s; want 403 forbidden", op, service, code, got)
+				}
+			}
+		}
+	}
+
+	// A user token acts for its own user only.
+	aliceToken := userToken(t, alice, hour, testKeys.hs256)
+	for _, op := range guarded(t, "ingest") {
+		if code, _, got := authDo(t, op.Method, opURL(ingest, op, bob), aliceToken, validBody(op, bob)); code != http.StatusForbidden ||
+			got != `{"error":{"code":"forbidden","message":"this user token acts only for its own user; \"`+bob+`\" is another"}}` {
+			t.Errorf("%s for bob with alice's token: %d %s; want 403", op, code, got)
+		}
+	}
+	twoUsers := `{"events":[{"userId":"` + alice + `","kind":"activity"},{"userId":"` + bob + `","kind":"activity"}]}`
+	if code, _, got := authDo(t, http.MethodPost, ingest+"/v1/events", aliceToken, twoUsers); code != http.StatusForbidden {
+		t.Errorf("a batch for alice and bob with alice's token: %d %s; want 403", code, got)
+	}
+	for _, op := range guarded(t, "query") {
+		code, _, got := authDo(t, op.Method, opURL(query, op, bob), aliceToken, validBody(op, bob))
+		if code != http.StatusForbidden || !strings.HasPrefix(got, `{"error":{"code":"forbidden"`) {
+			t.Errorf("%s for bob with alice's token: %d %s; want 403", op, code, got)
+		}
+	}
+	if code, _, got := authDo(t, http.MethodPost, query+"/statuses", aliceToken, `{"userIds":["`+alice+`","`+bob+`"]}`); code != http.StatusForbidden {
+		t.Errorf("POST /statuses of alice and bob with alice's token: %d %s; want 403", code, got)
+	}
+
+	// Nothing of the refused requests reached Kafka.
+	if recs := readTopic(t, p.events); len(recs) != 0 {
+		t.Fatalf("refused requests reached %s: %d partitions hold records", p.events, len(recs))
+	}
+
+	// Alice's own token writes and reads alice; both keys of a rotation write.
+	if code, _, got := authDo(t, http.MethodPost, ingest+"/status", aliceToken, `{"userId":"`+alice+`","status":"online"}`); code != http.StatusOK ||
+		got != `{"success":true,"message":"Status updated successfully."}` {
+		t.Fatalf("alice's own status with her token: %d %s", code, got)
+	}
+	ids := map[string]string{}
+	for name, key := range map[string]string{"old": testKeys.rotOld, "new": testKeys.rotNew} {
+		id := p.run + "-rot-" + name
+		code, _, got := authDo(t, http.MethodPost, ingest+"/v1/heartbeat", key, `{"userId":"`+bob+`","eventId":"`+id+`"}`)
+		if code != http.StatusAccepted || got != `{"eventId":"`+id+`"}` {
+			t.Fatalf("heartbeat with the %s rotation key: %d %s", name, code, got)
+		}
+		ids[id] = bob
+	}
+	got := map[string]string{}
+	status := ""
+	for _, evs := range loggedEvents(t, p.events) {
+		for _, e := range evs {
+			if e.GetUserId() == alice {
+				status = e.GetStatus().String()
+				continue
+			}
+			got[e.GetEventId()] = e.GetUserId()
+		}
+	}
+	if status != "STATUS_ONLINE" || len(got) != 2 || got[p.run+"-rot-old"] != bob || got[p.run+"-rot-new"] != bob {
+		t.Fatalf("%s holds alice's status %q and others %v; want alice online and exactly the two rotation heartbeats", p.events, status, got)
+	}
+	// Alice reads her own status (the seed's shape) once the aggregator would have
+	// applied it; without an aggregator here it is the unknown user's answer.
+	code, _, body := authDo(t, http.MethodGet, query+"/status/"+alice, aliceToken, "")
+	if code != http.StatusOK || body != `{"userId":"`+alice+`","status":"offline","lastUpdated":null}` {
+		t.Fatalf("GET /status/alice with her token: %d %s", code, body)
+	}
+}
+
+// TestAuthRateLimits: past the events per second of a user id, and of a key, ingest
+// answers 429 with Retry-After, and after waiting that long the same request is
+// accepted; nothing refused reaches Kafka.
+func TestAuthRateLimits(t *testing.T) {
+	p := newTopics(t, 2)
+	for k, v := range map[string]string{
+		"PULSE_INGEST_USER_RATE": "1", "PULSE_INGEST_USER_BURST": "2",
+		"PULSE_INGEST_KEY_RATE": "1", "PULSE_INGEST_MAX_BATCH": "3",
+	} {
+		p.env[k] = v
+	}
+	p.start(t, "ingest")
+	ingest := p.svc["ingest"].url
+	u := func(n int) string { return p.run + "-u" + strconv.Itoa(n) }
+	heartbeat := func(key, user string) (int, http.Header, string) {
+		return authDo(t, http.MethodPost, ingest+"/v1/heartbeat", key, `{"userId":"`+user+`"}`)
+	}
+	waitRetryAfter := func(h http.Header) {
+		secs, err := strconv.Atoi(h.Get("Retry-After"))
+		if err != nil || secs != 1 {
+			t.Fatalf("Retry-After = %q, want 1", h.Get("Retry-After"))
+		}
+		time.Sleep(time.Duration(secs) * time.Second)
+	}
+
+	// Per user: a burst of 2, then 1 a second, whatever the key.
+	for i := range 2 {
+		if code, _, got := heartbeat(testKeys.producer, u(1)); code != http.StatusAccepted {
+			t.Fatalf("heartbeat %d of u1: %d %s", i, code, got)
+		}
+	}
+	code, h, got := heartbeat(testKeys.rotNew, u(1))
+	if code != http.StatusTooManyRequests || got != `{"error":{"code":"rate_limited","message":"user \"`+u(1)+
+		`\" is over its rate of 1 events/s (PULSE_INGEST_USER_RATE); retry after Retry-After seconds"}}` {
+		t.Fatalf("3rd heartbeat of u1: %d %s; want 429", code, got)
+	}
+	waitRetryAfter(h)
+	if code, _, got := heartbeat(testKeys.producer, u(1)); code != http.StatusAccepted {
+		t.Fatalf("heartbeat of u1 after Retry-After: %d %s", code, got)
+	}
+
+	// Per key: a burst of PULSE_INGEST_MAX_BATCH (3), then 1 a second.
+	batch := `{"events":[{"userId":"` + u(2) + `","kind":"activity"},{"userId":"` + u(3) + `","kind":"activity"},{"userId":"` + u(4) + `","kind":"activity"}]}`
+	if code, _, got := authDo(t, http.MethodPost, ingest+"/v1/events", testKeys.rotOld, batch); code != http.StatusAccepted {
+		t.Fatalf("3 events with the old rotation key: %d %s", code, got)
+	}
+	code, h, got = heartbeat(testKeys.rotOld, u(5))
+	if code != http.StatusTooManyRequests || got != `{"error":{"code":"rate_limited","message":"key it-rotation-old is over its rate of 1 events/s (PULSE_INGEST_KEY_RATE); retry after Retry-After seconds"}}` {
+		t.Fatalf("4th event of the key: %d %s; want 429", code, got)
+	}
+	waitRetryAfter(h)
+	if code, _, got := heartbeat(testKeys.rotOld, u(5)); code != http.StatusAccepted {
+		t.Fatalf("the key's event after Retry-After: %d %s", code, got)
+	}
+
+	perUser := map[string]int{}
+	for _, evs := range loggedEvents(t, p.events) {
+		for _, e := range evs {
+			perUser[e.GetUserId()]++
+		}
+	}
+	want := map[string]int{u(1): 3, u(2): 1, u(3): 1, u(4): 1, u(5): 1}
+	if len(perUser) != len(want) {
+		t.Fatalf("events per user in Kafka = %v, want %v", perUser, want)
+	}
+	for id, n := range want {
+		if perUser[id] != n {
+			t.Fatalf("events per user in Kafka = %v, want %v", perUser, want)
+		}
+	}
+}
+
+// TestAuthFeedConnectionCaps: query holds at most PULSE_FEED_MAX_CONNECTIONS feed
+// connections, and PULSE_FEED_MAX_CONNECTIONS_PER_KEY per key; the next is refused
+// before any upgrade with a JSON error (429 for the key, 503 for the instance), over
+// SSE and WebSocket alike, and is accepted once a connection has closed.
+func TestAuthFeedConnectionCaps(t *testing.T) {
+	p := newTopics(t, 1)
+	p.env["PULSE_FEED_MAX_CONNECTIONS"] = "2"
+	p.env["PULSE_FEED_MAX_CONNECTIONS_PER_KEY"] = "1"
+	p.start(t, "query")
+	query := p.svc["query"].url
+	sseURL := query + "/v1/watch/sse?userIds=" + p.run + "-alice"
+
+	// openSSE opens a stream with key, retrying while the feed is not ready, and
+	// returns its cancel.
+	openSSE := func(key string) context.CancelFunc {
+		t.Helper()
+		var stop context.CancelFunc
+		eventually(t, 30*time.Second, func() string {
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sseURL, nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			res, err := bareClient.Do(req)
+			if err != nil {
+				cancel()
+				t.Fatalf("GET %s: %v", sseURL, err)
+			}
+			if res.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				cancel()
+				if res.StatusCode == http.StatusServiceUnavailable && bytes.Contains(b, []byte("not available")) {
+					return "feed not ready: " + string(b)
+				}
+				t.Fatalf("SSE with a free key: %d %s", res.StatusCode, b)
+			}
+			stop = func() { cancel(); res.Body.Close() }
+			return ""
+		})
+		t.Cleanup(stop)
+		return stop
+	}
+	stopReader := openSSE(testKeys.reader)
+
+	keyFull := `{"error":{"code":"rate_limited","message":"key it-reader holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_KEY=1); close one first"}}`
+	code, h, got := authDo(t, http.MethodGet, sseURL, testKeys.reader, "")
+	if code != http.StatusTooManyRequests || got != keyFull || h.Get("Retry-After") != "5" {
+		t.Fatalf("2nd SSE of the reader key: %d %s (Retry-After %q); want 429 %s", code, got, h.Get("Retry-After"), keyFull)
+	}
+
+	// The operator key takes the instance's second connection, over WebSocket.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wsURL := watchURL(query, "/v1/watch", url.Values{"userIds": {p.run + "-alice"}})
+	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: bareClient,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + testKeys.operator}}})
+	if err != nil {
+		t.Fatalf("WebSocket with the operator key: %v", err)
+	}
+	defer conn.CloseNow()
+
+	instanceFull := `{"error":{"code":"unavailable","message":"this instance holds its most feed connections (PULSE_FEED_MAX_CONNECTIONS=2); retry later or on another instance"}}`
+	code, h, got = authDo(t, http.MethodGet, sseURL, testKeys.reader2, "")
+	if code != http.StatusServiceUnavailable || got != instanceFull || h.Get("Retry-After") != "5" {
+		t.Fatalf("3rd connection (SSE, another key): %d %s; want 503 %s", code, got, instanceFull)
+	}
+	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: bareClient,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + testKeys.reader2}}})
+	if err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("3rd connection (WebSocket): %v, %v; want HTTP 503", res, err)
+	}
+	if b, _ := io.ReadAll(res.Body); strings.TrimSpace(string(b)) != instanceFull {
+		t.Fatalf("3rd connection (WebSocket) body %s, want %s", b, instanceFull)
+	}
+
+	// Once the reader's stream ends, the other reader gets its place.
+	stopReader()
+	eventually(t, 10*time.Second, func() string {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sseURL, nil)
+		req.Header.Set("Authorization", "Bearer "+testKeys.reader2)
+		res, err := bareClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", sseURL, err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			var e struct{ Error struct{ Code string } }
+			_ = json.NewDecoder(res.Body).Decode(&e)
+			return "after the reader left: " + strconv.Itoa(res.StatusCode) + " " + e.Error.Code
+		}
+		return ""
+	})
+}
