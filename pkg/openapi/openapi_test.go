@@ -439,3 +439,48 @@ func TestEchoPath(t *testing.T) {
 		}
 	}
 }
+
+// Every operation says who may call it: the probes, metrics and this document need
+// nothing (security []); every other one an API key or user token, with its scope
+// in x-scope, and documents the 401 and 403 of the guard.
+func TestOperationsDeclareSecurity(t *testing.T) {
+	root := doc(t)
+	schemes := root["components"].(map[string]any)["securitySchemes"].(map[string]any)
+	for path, rawItem := range root["paths"].(map[string]any) {
+		for method, rawOp := range rawItem.(map[string]any) {
+			if !slices.Contains(methods, method) {
+				continue
+			}
+			name := strings.ToUpper(method) + " " + path
+			op := rawOp.(map[string]any)
+			sec, ok := op["security"].([]any)
+			if !ok {
+				t.Errorf("%s: no security", name)
+				continue
+			}
+			open := slices.Contains([]string{"/healthz", "/readyz", "/metrics", "/openapi.json"}, path)
+			if open != (len(sec) == 0) {
+				t.Errorf("%s: security %v; want [] exactly for the open operations", name, sec)
+			}
+			for _, req := range sec {
+				for s := range req.(map[string]any) {
+					if schemes[s] == nil {
+						t.Errorf("%s: security scheme %s is not declared", name, s)
+					}
+				}
+			}
+			if open {
+				continue
+			}
+			if scope, _ := op["x-scope"].(string); !slices.Contains([]string{"write", "read", "operator"}, scope) {
+				t.Errorf("%s: x-scope %q, want write, read or operator", name, scope)
+			}
+			responses := op["responses"].(map[string]any)
+			for _, code := range []string{"401", "403"} {
+				if responses[code] == nil {
+					t.Errorf("%s: documents no %s", name, code)
+				}
+			}
+		}
+	}
+}
