@@ -6,6 +6,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/pointintime"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -236,12 +239,11 @@ func rollupWant(users map[string]*rollupTimeline, span map[int32][2]int64, final
 // A day that is not final (it ends after final) has a Through that depends on how far
 // the fold had got when it last wrote the row; it must be at or after the user's last
 // change.
-func rollupRead(t *testing.T, s *gocql.Session, users map[string]*rollupTimeline, days []time.Time, shards int, final int64) (map[string]string, string) {
+func rollupRead(t *testing.T, s *gocql.Session, ks string, users map[string]*rollupTimeline, days []time.Time, shards int, final int64) (map[string]string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ts := func(v time.Time) string { return v.UTC().Format("2006-01-02T15:04:05.000") }
-	ks := envOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
 	got := map[string]string{}
 	dayRow := func(spent [3]int64, sessions int, first, last, through time.Time, status string, user string, day time.Time) (string, string) {
 		th := ts(through)
@@ -426,7 +428,21 @@ func rollupQuiet(t *testing.T, topics ...string) {
 // either crash.
 func TestHistoryRollupsMatchModel(t *testing.T) {
 	p := newTopics(t, 2)
+	// A keyspace of its own: rows keyed by shard (snapshots, index names) would otherwise
+	// meet those of other runs, whose partitions have the same numbers.
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	if _, err := m.Apply(migCtx(t)); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	p.env["PULSE_OFFLINE_AFTER"] = "60s"
+	// Timeouts are decided by the wall clock, long past these events' times: every
+	// deadline is due as soon as it is set, and its change is dated at the deadline. An
+	// idle timeout of the pipeline's default 24h would date changes a day after the
+	// workload, far beyond the fold's lateness; 45 s keeps them within it.
+	p.env["PULSE_IDLE_AFTER"] = "45s"
 	// Checkpoints less often than commits: the restarted history re-reads the changes
 	// committed after the last checkpoint.
 	p.env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "4s"
@@ -467,7 +483,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 		}
 	}
 
-	const nUsers = 400
+	const nUsers = 2000
 	var events []presence.Event
 	devices := []string{"phone", "laptop", "tablet"}
 	for u := range nUsers {
@@ -619,7 +635,6 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	}
 	final -= rollupLateness.Microseconds()
 	want := rollupWant(users, span, final)
-	session := migCassandra(t)
 	days := []time.Time{midnight.AddDate(0, 0, -1), midnight}
 	var diff string
 	t.Cleanup(func() {
@@ -636,7 +651,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 		}
 	})
 	eventually(t, 60*time.Second, func() string {
-		got, bad := rollupRead(t, session, users, days, p.partitions, final)
+		got, bad := rollupRead(t, session, ks, users, days, p.partitions, final)
 		if bad != "" {
 			return bad
 		}
@@ -649,4 +664,129 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	}
 	t.Logf("%d users, %d changes (%d timeouts), %d sessions across midnight, %d rows equal the model",
 		len(users), changes, timeouts, acrossMidnight, len(want))
+
+	pitCheck(t, ks, users, span, final, rnd)
+}
+
+// pitCheck reads the shards' states at 200 random instants of the run, at every minute
+// boundary (where snapshots are taken) and a microsecond either side, and right at
+// changes and a microsecond either side (between two changes of the same second), and
+// compares each with the model: the counts per status, the users in each status by id,
+// and single users' statuses. Only instants before final are asked: snapshots exist
+// once the frontier passed them.
+func pitCheck(t *testing.T, ks string, users map[string]*rollupTimeline, span map[int32][2]int64, final int64, rnd *mrand.Rand) {
+	t.Helper()
+	port, _ := strconv.Atoi(cassandraPort())
+	session, err := cassx.NewSession(cassx.Config{Hosts: strings.Split(cassandraHost(), ","), Port: port,
+		Keyspace: ks, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	r := pointintime.New(session, 0)
+	var first, last int64
+	var all []*rollupTimeline
+	var changeTimes []int64
+	for _, tl := range users {
+		all = append(all, tl)
+		changeTimes = append(changeTimes, tl.at...)
+		if first == 0 || tl.at[0] < first {
+			first = tl.at[0]
+		}
+	}
+	for _, sp := range span {
+		last = max(last, min(sp[1], final))
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].user < all[j].user })
+	var instants []int64
+	for range 200 {
+		instants = append(instants, first+rnd.Int64N(last-first))
+	}
+	const usMin = int64(time.Minute / time.Microsecond)
+	for m := (first/usMin + 1) * usMin; m < last; m += usMin {
+		instants = append(instants, m-1, m, m+1)
+	}
+	for range 60 {
+		c := changeTimes[rnd.IntN(len(changeTimes))]
+		if c+1 < last {
+			instants = append(instants, c-1, c, c+1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	shards := len(span)
+	for _, x := range instants {
+		at := time.UnixMicro(x).UTC()
+		want := map[string]presence.Status{}
+		var wantCount [5]int
+		for _, tl := range all {
+			if st := tl.statusAt(x); st != presence.Offline {
+				want[tl.user] = st
+				wantCount[st]++
+			}
+		}
+		got := map[string]presence.Status{}
+		var gotCount [5]int
+		states := map[int32]*pointintime.State{}
+		for shard := range int32(shards) {
+			st, err := r.Shard(ctx, shard, at)
+			if err != nil {
+				t.Fatalf("at %s: %v", at.Format(time.RFC3339Nano), err)
+			}
+			states[shard] = st
+			gotCount[presence.Online] += int(st.Online.GetCardinality())
+			gotCount[presence.Idle] += int(st.Idle.GetCardinality())
+			gotCount[presence.Invisible] += int(st.Invisible.GetCardinality())
+			for status, bm := range map[presence.Status]*roaring.Bitmap{presence.Online: st.Online, presence.Idle: st.Idle, presence.Invisible: st.Invisible} {
+				names, err := r.Users(ctx, shard, bm.ToArray())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(names) != int(bm.GetCardinality()) {
+					t.Fatalf("at %s: shard %d names %d of its %d %s users", at.Format(time.RFC3339Nano), shard, len(names), bm.GetCardinality(), status)
+				}
+				for _, id := range names {
+					got[id] = status
+				}
+			}
+		}
+		if gotCount != wantCount {
+			t.Fatalf("at %s: counts online/idle/invisible %v, model %v", at.Format(time.RFC3339Nano), gotCount[1:], wantCount[1:])
+		}
+		if d := statusDiff(got, want); d != "" {
+			t.Fatalf("at %s: the users by status differ from the model: %s", at.Format(time.RFC3339Nano), d)
+		}
+		// Single users, located through user_indexes as a status read would.
+		for range 3 {
+			tl := all[rnd.IntN(len(all))]
+			shard, index, found, err := r.Locate(ctx, tl.user)
+			if err != nil || !found || shard != tl.shard || index != tl.index {
+				t.Fatalf("locating %s: shard %d index %d found %v err %v; want shard %d index %d", tl.user, shard, index, found, err, tl.shard, tl.index)
+			}
+			if g, w := states[shard].Status(index), tl.statusAt(x); g != w {
+				t.Fatalf("%s at %s: %s, model %s", tl.user, at.Format(time.RFC3339Nano), g, w)
+			}
+		}
+	}
+	t.Logf("point in time: %d instants over %s, each equal to the model (counts, users by status, 3 single users)",
+		len(instants), time.Duration(last-first)*time.Microsecond)
+}
+
+func statusDiff(got, want map[string]presence.Status) string {
+	var diffs []string
+	for id, w := range want {
+		if g := got[id]; g != w {
+			diffs = append(diffs, fmt.Sprintf("%s: %v, want %v", id, g, w))
+		}
+	}
+	for id, g := range got {
+		if _, ok := want[id]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: %v, want offline", id, g))
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d users: %s", len(diffs), firstLines(diffs, 10))
 }

@@ -3,6 +3,7 @@ package rollup
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -25,7 +26,13 @@ type Config struct {
 	// Lateness bounds how far out of changed_at order two users' changes may arrive;
 	// DefaultLateness when zero.
 	Lateness time.Duration
+	// SnapshotEvery is the time between two point-in-time Snapshots; it divides an
+	// hour. DefaultSnapshotEvery when zero.
+	SnapshotEvery time.Duration
 }
+
+// DefaultSnapshotEvery is the default time between two point-in-time Snapshots.
+const DefaultSnapshotEvery = time.Minute
 
 // Change is one effective status transition of a user, as presence.changes carries it.
 type Change struct {
@@ -104,6 +111,8 @@ type Fold struct {
 	dayDone, dayBegun int64
 
 	closed []closedSession // since the last Flush
+
+	pit pit // point in time (pointintime.go)
 }
 
 // minute holds, per second, how many users entered (+) or left (-) each status.
@@ -161,6 +170,12 @@ func New(cfg Config) (*Fold, error) {
 	if cfg.Lateness == 0 {
 		cfg.Lateness = DefaultLateness
 	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if cfg.SnapshotEvery < time.Microsecond || time.Hour%cfg.SnapshotEvery != 0 {
+		return nil, fmt.Errorf("rollup: snapshot interval %v does not divide an hour", cfg.SnapshotEvery)
+	}
 	return &Fold{
 		shard:     cfg.Shard,
 		lateness:  int64(cfg.Lateness / time.Microsecond),
@@ -170,6 +185,7 @@ func New(cfg Config) (*Fold, error) {
 		users:     make(map[string]*user),
 		alive:     roaring.New(),
 		minDirty:  math.MaxInt64,
+		pit:       newPIT(cfg.SnapshotEvery),
 	}, nil
 }
 
@@ -277,7 +293,8 @@ func (f *Fold) Apply(c Change) {
 		at = f.frontier
 		f.stats.Late++
 	}
-	if u == nil {
+	newUser := u == nil
+	if newUser {
 		u = &user{id: c.UserID, status: presence.Offline, since: noFrontier}
 		f.users[c.UserID] = u
 	} else if at <= u.since {
@@ -289,6 +306,7 @@ func (f *Fold) Apply(c Change) {
 	f.now = max(f.now, at)
 	f.extend(at)
 	f.extend(f.now)
+	f.recordPIT(c.UserID, c.Index, prev, c.Current, at, newUser)
 	f.apply(u, c.Index, prev, c.Current, at)
 	u.last = raw
 	if !u.inDirty {
@@ -429,6 +447,7 @@ func (f *Fold) Flush() Rows {
 	f.flushHours(&r)
 	f.flushSessions(&r)
 	f.flushDays(&r)
+	f.flushPIT(&r)
 	for _, u := range f.dirty {
 		u.inDirty = false
 		f.forgetIfDone(u)

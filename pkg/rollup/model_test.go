@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/rollup"
 )
@@ -519,6 +521,28 @@ func encodeRows(t testing.TB, flushes []rollup.Rows) []byte {
 				t.Fatal(err)
 			}
 			str(string(bm))
+		}
+		for _, sn := range r.Snapshots {
+			b = binary.AppendVarint(b, int64(sn.Shard))
+			tm(sn.At)
+			for _, bm := range []*roaring.Bitmap{sn.Online, sn.Idle, sn.Invisible} {
+				raw, err := bm.ToBytes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				str(string(raw))
+			}
+		}
+		for _, c := range r.Changes {
+			b = binary.AppendVarint(b, int64(c.Shard))
+			tm(c.At)
+			b = binary.AppendUvarint(b, uint64(c.Index))
+			b = append(b, byte(c.Status))
+		}
+		for _, u := range r.UserIndexes {
+			b = binary.AppendVarint(b, int64(u.Shard))
+			b = binary.AppendUvarint(b, uint64(u.Index))
+			str(u.UserID)
 		}
 	}
 	return b

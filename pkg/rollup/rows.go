@@ -15,11 +15,16 @@ type Rows struct {
 	Days     []Day     // by UserID, Day
 	Minutes  []Minute  // by Minute
 	Hours    []Hour    // by Hour
+	// Point in time (pointintime.go).
+	Snapshots   []Snapshot    // by At
+	Changes     []ShardChange // in the order applied
+	UserIndexes []UserIndex   // in the order first seen
 }
 
 // Len is the number of rows.
 func (r *Rows) Len() int {
-	return len(r.Sessions) + len(r.Days) + len(r.Minutes) + len(r.Hours)
+	return len(r.Sessions) + len(r.Days) + len(r.Minutes) + len(r.Hours) +
+		len(r.Snapshots) + len(r.Changes) + len(r.UserIndexes)
 }
 
 // Session is one session of a user (Q2), keyed by UserID and Start.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -14,7 +15,8 @@ import (
 )
 
 // snapshotVersion leads every checkpoint so that a later layout can still read this one.
-const snapshotVersion = 1
+// Version 2 added the point-in-time state.
+const snapshotVersion = 2
 
 // MarshalBinary is a checkpoint of the whole fold: restoring it with UnmarshalBinary and
 // folding the rest of the log hands out the same rows as never having stopped. It is a
@@ -118,7 +120,7 @@ func (f *Fold) MarshalBinary() ([]byte, error) {
 			b = append(b, flags(p.seen, p.hasSess, p.dirty))
 		}
 	}
-	return b, nil
+	return f.pit.marshal(b)
 }
 
 // UnmarshalBinary replaces the fold's state with checkpoint data taken by MarshalBinary
@@ -131,6 +133,10 @@ func (f *Fold) UnmarshalBinary(data []byte) error {
 	}
 	if g.shard != f.shard {
 		return fmt.Errorf("restoring rollup checkpoint: it is of shard %d, not %d", g.shard, f.shard)
+	}
+	if g.pit.every != f.pit.every {
+		return fmt.Errorf("restoring rollup checkpoint: it snapshots every %v, this fold every %v",
+			time.Duration(g.pit.every)*time.Microsecond, time.Duration(f.pit.every)*time.Microsecond)
 	}
 	g.lateness = f.lateness
 	*f = *g
@@ -255,6 +261,7 @@ func decode(data []byte) (*Fold, error) {
 			f.dirty = append(f.dirty, u)
 		}
 	}
+	f.pit = d.pit(f.shard)
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -70,6 +70,12 @@ type Config struct {
 	// partition has gathered that many statements.
 	FlushInterval   time.Duration
 	FlushStatements int
+	// SnapshotInterval is the time between two point-in-time snapshots of a shard
+	// (shard_snapshots); it divides an hour. SnapshotRetention and
+	// ShardChangesRetention are the TTLs of shard_snapshots and shard_changes rows.
+	SnapshotInterval      time.Duration
+	SnapshotRetention     time.Duration
+	ShardChangesRetention time.Duration
 }
 
 // PULSE_HISTORY_HEARTBEATS values.
@@ -118,7 +124,24 @@ func (c *Config) vars() []*config.Var {
 			config.NotNegative),
 		config.Int(&c.FlushStatements, "PULSE_HISTORY_FLUSH_STATEMENTS", 20000,
 			"a partition writes before its flush interval ends once it has gathered this many statements", config.Positive),
+		config.Duration(&c.SnapshotInterval, "PULSE_HISTORY_SNAPSHOT_INTERVAL", time.Minute,
+			"time between two point-in-time snapshots of a shard (shard_snapshots); must divide an hour", dividesAnHour),
+		config.Duration(&c.SnapshotRetention, "PULSE_HISTORY_SNAPSHOT_RETENTION", 30*24*time.Hour,
+			"how long shard_snapshots rows are kept (their TTL); point-in-time reads reach back this far", wholeSeconds),
+		config.Duration(&c.ShardChangesRetention, "PULSE_HISTORY_SHARD_CHANGES_RETENTION", 30*24*time.Hour,
+			"how long shard_changes rows are kept (their TTL); keep at least PULSE_HISTORY_SNAPSHOT_RETENTION", wholeSeconds),
 	)...)
+}
+
+// dividesAnHour accepts a positive duration that divides an hour: snapshots then fall
+// on the same instants every hour.
+func dividesAnHour(d time.Duration) (string, bool) {
+	return "must be positive and divide an hour (1m, 5m, 15m, 1h, …)", d > 0 && time.Hour%d == 0
+}
+
+// wholeSeconds accepts a positive whole number of seconds, what a Cassandra TTL holds.
+func wholeSeconds(d time.Duration) (string, bool) {
+	return "must be a positive whole number of seconds", d >= time.Second && d%time.Second == 0
 }
 
 func loadConfig(env *config.Env) (Config, error) {
@@ -132,6 +155,9 @@ func (c Config) Validate() error {
 	errs := []error{c.Kafka.Validate()}
 	if c.Cassandra.Username == "" && c.Cassandra.Password != "" {
 		errs = append(errs, errors.New("PULSE_CASSANDRA_USERNAME: empty while PULSE_CASSANDRA_PASSWORD is set; the driver authenticates with Username and Password together"))
+	}
+	if c.ShardChangesRetention < c.SnapshotRetention {
+		errs = append(errs, fmt.Errorf("PULSE_HISTORY_SHARD_CHANGES_RETENTION=%v: must be at least PULSE_HISTORY_SNAPSHOT_RETENTION (%v), or the oldest snapshots could not be moved forward", c.ShardChangesRetention, c.SnapshotRetention))
 	}
 	if c.Horizon < 2*c.MaxSkew {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_HORIZON=%v: must be at least 2×PULSE_INGEST_MAX_SKEW (%v), or events made stale by an event received up to that long before would not be flagged", c.Horizon, 2*c.MaxSkew))

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -41,6 +42,14 @@ const (
  close_online, close_idle, close_invisible, peak_online) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	insertUniquesCQL = `INSERT INTO uniques (day, hour, shard, users, cardinality) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?`
 
+	// Point in time (migrations/0007_point_in_time.cql).
+	insertSnapshotCQL = `INSERT INTO shard_snapshots (shard, hour, at, online, idle, invisible,
+ online_count, idle_count, invisible_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
+	insertShardChangeCQL = `INSERT INTO shard_changes (shard, minute, at_us, user_index, status) VALUES (?, ?, ?, ?, ?)
+ USING TTL ? AND TIMESTAMP ?`
+	insertShardUserCQL = `INSERT INTO shard_users (shard, block, user_index, user_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?`
+	insertUserIndexCQL = `INSERT INTO user_indexes (user_id, shard, user_index) VALUES (?, ?, ?) USING TIMESTAMP ?`
+
 	// A checkpoint's data chunks, then its header (chunk -1) once they are all written.
 	insertCheckpointChunkCQL = `INSERT INTO rollup_checkpoints (consumer_group, partition, chunk, generation, data)
  VALUES (?, ?, ?, ?, ?)`
@@ -58,9 +67,17 @@ const (
 	tableConcurrency = "concurrency"
 	tableUniques     = "uniques"
 	tableCheckpoints = "rollup_checkpoints"
+	tableSnapshots   = "shard_snapshots"
+	tableShardChange = "shard_changes"
+	tableShardUsers  = "shard_users"
+	tableUserIndexes = "user_indexes"
 )
 
-var rollupTables = []string{tableSessions, tableUserDaily, tableDailyUsers, tableConcurrency, tableUniques, tableCheckpoints}
+var rollupTables = []string{tableSessions, tableUserDaily, tableDailyUsers, tableConcurrency, tableUniques, tableCheckpoints,
+	tableSnapshots, tableShardChange, tableShardUsers, tableUserIndexes}
+
+// shardUsersBlock is how many indexes one shard_users partition holds.
+const shardUsersBlock = 4096
 
 // checkpointChunk is the most checkpoint bytes in one row: well under Cassandra's
 // mutation and batch limits, each chunk is written as its own request.
@@ -162,7 +179,8 @@ type rollupState struct {
 }
 
 func (h *history) newRollup(partition int32) *rollupState {
-	f, _ := rollup.New(rollup.Config{Shard: partition, Lateness: h.lateness()})
+	// The interval was validated with the configuration.
+	f, _ := rollup.New(rollup.Config{Shard: partition, Lateness: h.lateness(), SnapshotEvery: h.cfg.SnapshotInterval})
 	return &rollupState{fold: f, sources: map[int32]int64{}, through: -1, checkpointed: -1}
 }
 
@@ -242,8 +260,11 @@ func (s *rollupState) flushTimestamp() int64 {
 	return presence.Micros(s.fold.Watermark()) + s.through
 }
 
+// retention is how long the point-in-time rows live, as TTLs in seconds.
+type retention struct{ snapshots, changes int }
+
 // addRollup adds the statements of a Flush to plan, each with write time ts.
-func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64) {
+func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64, ttl retention) {
 	for i := range rows.Sessions {
 		s := &rows.Sessions[i]
 		month := time.Date(s.Start.Year(), s.Start.Month(), 1, 0, 0, 0, 0, time.UTC)
@@ -286,6 +307,38 @@ func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64) {
 		_, _ = h.Users.WriteTo(&buf) // a bytes.Buffer does not fail
 		b.add(tableUniques+"\x00"+day.Format(time.DateOnly), stmt{tableUniques, insertUniquesCQL, []any{
 			day, h.Hour, int(h.Shard), buf.Bytes(), int64(h.Users.GetCardinality()), ts,
+		}})
+	}
+
+	for i := range rows.Snapshots {
+		sn := &rows.Snapshots[i]
+		hour := sn.At.Truncate(time.Hour)
+		blobs := make([][]byte, 3)
+		for k, bm := range []*roaring.Bitmap{sn.Online, sn.Idle, sn.Invisible} {
+			var buf bytes.Buffer
+			_, _ = bm.WriteTo(&buf) // a bytes.Buffer does not fail
+			blobs[k] = buf.Bytes()
+		}
+		b.add(fmt.Sprintf("%s\x00%d\x00%d", tableSnapshots, sn.Shard, hour.UnixMicro()), stmt{tableSnapshots, insertSnapshotCQL, []any{
+			int(sn.Shard), hour, sn.At, blobs[0], blobs[1], blobs[2],
+			int(sn.Online.GetCardinality()), int(sn.Idle.GetCardinality()), int(sn.Invisible.GetCardinality()), ttl.snapshots, ts,
+		}})
+	}
+	for i := range rows.Changes {
+		c := &rows.Changes[i]
+		minute := c.At.Truncate(time.Minute)
+		b.add(fmt.Sprintf("%s\x00%d\x00%d", tableShardChange, c.Shard, minute.UnixMicro()), stmt{tableShardChange, insertShardChangeCQL, []any{
+			int(c.Shard), minute, c.At.UnixMicro(), int(c.Index), c.Status.String(), ttl.changes, ts,
+		}})
+	}
+	for i := range rows.UserIndexes {
+		u := &rows.UserIndexes[i]
+		block := int(u.Index / shardUsersBlock)
+		b.add(fmt.Sprintf("%s\x00%d\x00%d", tableShardUsers, u.Shard, block), stmt{tableShardUsers, insertShardUserCQL, []any{
+			int(u.Shard), block, int(u.Index), u.UserID, ts,
+		}})
+		b.add(tableUserIndexes+"\x00"+u.UserID, stmt{tableUserIndexes, insertUserIndexCQL, []any{
+			u.UserID, int(u.Shard), int(u.Index), ts,
 		}})
 	}
 }

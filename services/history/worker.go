@@ -203,7 +203,8 @@ func (w *worker) flush(ctx context.Context) error {
 	if st := w.rollup; st != nil {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
-		plan.addRollup(&rows, w.partition, st.flushTimestamp())
+		plan.addRollup(&rows, w.partition, st.flushTimestamp(), retention{
+			snapshots: int(w.h.cfg.SnapshotRetention / time.Second), changes: int(w.h.cfg.ShardChangesRetention / time.Second)})
 		w.reportRollup()
 	}
 	if err := w.h.writer.write(ctx, plan.requests(w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
