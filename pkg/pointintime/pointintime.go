@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -166,4 +167,19 @@ func (r *Reader) Locate(ctx context.Context, userID string) (shard int32, index 
 		return 0, 0, false, fmt.Errorf("locating user %q: %w", userID, err)
 	}
 	return int32(s), uint32(i), true, nil
+}
+
+// Shards is the state of shards 0 to n-1 at instant at, read concurrently.
+func (r *Reader) Shards(ctx context.Context, n int32, at time.Time) ([]*State, error) {
+	out := make([]*State, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for shard := range n {
+		wg.Go(func() { out[shard], errs[shard] = r.Shard(ctx, shard, at) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
