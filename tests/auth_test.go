@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -377,4 +379,41 @@ func TestAuthFeedConnectionCaps(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestAuthSecureByDefault: ingest and query refuse to start with neither keys nor a
+// user-token key; with PULSE_AUTH=off they start, warn, and let requests without
+// credentials read, but never in the operator view.
+func TestAuthSecureByDefault(t *testing.T) {
+	env := stackEnv()
+	delete(env, "PULSE_API_KEYS_FILE")
+	delete(env, "PULSE_JWT_HS256_SECRET")
+	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+	for _, name := range []string{"ingest", "query"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, binary(name))
+		cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		want := "authentication: no API keys (PULSE_API_KEYS_FILE) and no user token verifier"
+		if err == nil || timedOut || !strings.Contains(string(out), want) {
+			t.Errorf("%s without keys: %v; output:\n%s\nwant a failed start saying %q", name, err, out, want)
+		}
+	}
+	env["PULSE_AUTH"] = "off"
+	q := startService(t, "query", env)
+	if code, _, got := authDo(t, http.MethodGet, q.url+"/status/nobody", "", ""); code != http.StatusOK ||
+		got != `{"userId":"nobody","status":"offline","lastUpdated":null}` {
+		t.Errorf("GET /status/nobody without credentials, auth off: %d %s", code, got)
+	}
+	if code, _, got := authDo(t, http.MethodGet, q.url+"/status/nobody?view=operator", "", ""); code != http.StatusForbidden {
+		t.Errorf("the operator view without credentials, auth off: %d %s; want 403", code, got)
+	}
+	if !strings.Contains(q.out.String(), "authentication is off (PULSE_AUTH=off)") {
+		t.Errorf("query with PULSE_AUTH=off logged no warning; output:\n%s", q.out)
+	}
 }

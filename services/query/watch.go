@@ -124,7 +124,7 @@ func (w *watcher) end(err error) ending {
 var errBinaryMessage = errors.New("binary message")
 
 // options reads and checks a watch request. Everything wrong is a 400 (403 for a
-// firehose without the operator token) before any upgrade.
+// firehose without the operator scope) before any upgrade.
 func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 	q := c.QueryParams()
 	var o feed.Options
