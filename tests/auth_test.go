@@ -151,6 +151,28 @@ func TestAuthEveryRoute(t *testing.T) {
 		}
 	}
 
+	// Browsers put the key in ?access_token=, on the feed's routes only: the firehose
+	// is then a 403 (a reader, known), not a 401, over SSE and WebSocket.
+	for _, tc := range []struct {
+		target string
+		code   int
+	}{
+		{query + "/v1/watch/sse?firehose=true&access_token=" + testKeys.reader, http.StatusForbidden},
+		{query + "/v1/watch/sse?userIds=a&access_token=pulse_unknown", http.StatusUnauthorized},
+		{query + "/v1/online/count?access_token=" + testKeys.reader, http.StatusUnauthorized},
+	} {
+		if code, _, got := authDo(t, http.MethodGet, tc.target, "", ""); code != tc.code {
+			t.Errorf("GET %s: %d %s; want %d", tc.target, code, got, tc.code)
+		}
+	}
+	wsCtx, wsCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wsCancel()
+	_, res, err := websocket.Dial(wsCtx, watchURL(query, "/v1/watch", url.Values{"firehose": {"true"}, "access_token": {testKeys.reader}}),
+		&websocket.DialOptions{HTTPClient: bareClient})
+	if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
+		t.Errorf("WebSocket firehose with a reader's access_token: %v, %v; want HTTP 403", res, err)
+	}
+
 	// A user token acts for its own user only.
 	aliceToken := userToken(t, alice, hour, testKeys.hs256)
 	for _, op := range guarded(t, "ingest") {

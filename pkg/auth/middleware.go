@@ -31,14 +31,16 @@ type Guard struct {
 	// userRoutes are the route templates a user token may call; on those with a
 	// :userId parameter it must be the token's subject.
 	userRoutes map[string]bool
-	refused    *prometheus.CounterVec
+	// queryRoutes take the credential from ?access_token= too (QueryTokenRoutes).
+	queryRoutes map[string]bool
+	refused     *prometheus.CounterVec
 }
 
 // Guard builds the middleware of a service whose routes need scope. User tokens may
 // call only userRoutes (route templates such as "/v1/users/:userId/status"); every
 // other route answers them 403. The refusals are counted on reg.
 func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes ...string) *Guard {
-	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{},
+	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{}, queryRoutes: map[string]bool{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_auth_refused_total",
 			Help: "Requests refused by authentication (401) or authorization (403), by status code.",
@@ -48,6 +50,22 @@ func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes
 		g.userRoutes[r] = true
 	}
 	reg.MustRegister(g.refused)
+	return g
+}
+
+// AccessTokenParam is the query parameter carrying a credential on the routes of
+// QueryTokenRoutes.
+const AccessTokenParam = "access_token"
+
+// QueryTokenRoutes lets routes take the credential from ?access_token= when the
+// request has no Authorization header (RFC 6750 §2.3): browsers' WebSocket and
+// EventSource cannot set headers. A URL is more easily leaked (proxies' logs, the
+// browser's history) than a header, so it is for those routes only; Pulse logs
+// route templates, never URLs.
+func (g *Guard) QueryTokenRoutes(routes ...string) *Guard {
+	for _, r := range routes {
+		g.queryRoutes[r] = true
+	}
 	return g
 }
 
@@ -79,6 +97,11 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 func (g *Guard) authenticate(c echo.Context) (Principal, error) {
 	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if h == "" && g.queryRoutes[c.Path()] {
+		if cred := c.QueryParam(AccessTokenParam); cred != "" {
+			h = "Bearer " + cred
+		}
+	}
 	if h == "" {
 		if g.a.off {
 			return anonymous, nil

@@ -27,10 +27,13 @@ import (
 // history, the feed) needs an API key.
 var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status"}
 
+// feedRoutes take the credential from ?access_token= too, for browsers.
+var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
+
 // installAuth guards every route but the probes, /metrics and /openapi.json: the read
 // scope, and the operator scope for ?view=operator.
 func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) {
-	authn.Guard(reg, auth.ScopeRead, userRoutes...).Install(e)
+	authn.Guard(reg, auth.ScopeRead, userRoutes...).QueryTokenRoutes(feedRoutes...).Install(e)
 	e.Use(auth.Views)
 }
 
