@@ -2,8 +2,13 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
+	"net/http"
+	"net/url"
+	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -665,7 +670,10 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	t.Logf("%d users, %d changes (%d timeouts), %d sessions across midnight, %d rows equal the model",
 		len(users), changes, timeouts, acrossMidnight, len(want))
 
-	pitCheck(t, ks, users, span, final, rnd)
+	// The workload is decades old: let at= reach it.
+	p.env["PULSE_QUERY_AT_RETENTION"] = "500000h"
+	p.start(t, "query")
+	pitCheck(t, ks, p.svc["query"].url, users, span, final, rnd)
 }
 
 // pitCheck reads the shards' states at 200 random instants of the run, at every minute
@@ -674,7 +682,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 // compares each with the model: the counts per status, the users in each status by id,
 // and single users' statuses. Only instants before final are asked: snapshots exist
 // once the frontier passed them.
-func pitCheck(t *testing.T, ks string, users map[string]*rollupTimeline, span map[int32][2]int64, final int64, rnd *mrand.Rand) {
+func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimeline, span map[int32][2]int64, final int64, rnd *mrand.Rand) {
 	t.Helper()
 	port, _ := strconv.Atoi(cassandraPort())
 	session, err := cassx.NewSession(cassx.Config{Hosts: strings.Split(cassandraHost(), ","), Port: port,
@@ -715,7 +723,7 @@ func pitCheck(t *testing.T, ks string, users map[string]*rollupTimeline, span ma
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	shards := len(span)
-	for _, x := range instants {
+	for i, x := range instants {
 		at := time.UnixMicro(x).UTC()
 		want := map[string]presence.Status{}
 		var wantCount [5]int
@@ -756,6 +764,9 @@ func pitCheck(t *testing.T, ks string, users map[string]*rollupTimeline, span ma
 		if d := statusDiff(got, want); d != "" {
 			t.Fatalf("at %s: the users by status differ from the model: %s", at.Format(time.RFC3339Nano), d)
 		}
+		if i%10 == 0 {
+			pitAPICheck(t, queryURL, at, all, want, wantCount)
+		}
 		// Single users, located through user_indexes as a status read would.
 		for range 3 {
 			tl := all[rnd.IntN(len(all))]
@@ -768,8 +779,147 @@ func pitCheck(t *testing.T, ks string, users map[string]*rollupTimeline, span ma
 			}
 		}
 	}
-	t.Logf("point in time: %d instants over %s, each equal to the model (counts, users by status, 3 single users)",
+	t.Logf("point in time: %d instants over %s, each equal to the model (counts, users by status, 3 single users); every 10th through the API too",
 		len(instants), time.Duration(last-first)*time.Microsecond)
+
+	// Instants at= refuses, each with a clear answer and nothing read.
+	for _, c := range []struct {
+		at   string
+		code int
+		want string
+	}{
+		{"yesterday", 400, "RFC 3339"},
+		{time.Now().Add(time.Hour).UTC().Format(time.RFC3339), 400, "in the future"},
+		{"1960-01-01T00:00:00Z", 400, "older than"},
+		{time.UnixMicro(final + int64(time.Minute/time.Microsecond)).UTC().Format(time.RFC3339Nano), 503, "not final yet"},
+	} {
+		code, body := get(t, queryURL+"/v1/online/count?at="+url.QueryEscape(c.at))
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("count at %q = %d %s, want %d saying %q", c.at, code, body, c.code, c.want)
+		}
+	}
+	if code, body := get(t, queryURL+"/v1/online?activeWithin=5m&at="+url.QueryEscape(time.UnixMicro(first).UTC().Format(time.RFC3339Nano))); code != 400 || !strings.Contains(body, "activeWithin") {
+		t.Errorf("listing at T with activeWithin = %d %s, want 400 naming activeWithin", code, body)
+	}
+
+	// pulsectl online -at, at the last instant checked.
+	x := time.UnixMicro(instants[len(instants)-1]).UTC()
+	cmd := exec.Command(binary("pulsectl"), "online", "-at", x.Format(time.RFC3339Nano), "-csv")
+	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+queryURL, "PULSE_OPERATOR_KEY="+testKeys.operator)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pulsectl online -at: %v\n%s", err, out)
+	}
+	var wantCSV []string
+	for _, tl := range all {
+		if st := tl.statusAt(x.UnixMicro()); st != presence.Offline {
+			wantCSV = append(wantCSV, tl.user+","+st.String())
+		}
+	}
+	gotCSV := strings.Split(strings.TrimSpace(string(out)), "\n")[1:]
+	sort.Strings(gotCSV)
+	sort.Strings(wantCSV)
+	if !slices.Equal(gotCSV, wantCSV) {
+		t.Fatalf("pulsectl online -at %s: %d rows, model %d; first: %v", x.Format(time.RFC3339Nano), len(gotCSV), len(wantCSV), firstLines(gotCSV, 3))
+	}
+}
+
+// pitAPICheck asks query for the counts (operator and public view), the whole
+// listing (operator view, pages of 500) and five users' statuses at at, and compares
+// them with the model.
+func pitAPICheck(t *testing.T, queryURL string, at time.Time, all []*rollupTimeline, want map[string]presence.Status, wantCount [5]int) {
+	t.Helper()
+	ts := url.QueryEscape(at.Format(time.RFC3339Nano))
+	op := http.Header{"Authorization": {"Bearer " + testKeys.operator}}
+	call := func(method, target string, h http.Header, body string, out any) {
+		t.Helper()
+		req, err := http.NewRequest(method, queryURL+target, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s = %d %s", method, target, res.StatusCode, b)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, target, err, b)
+		}
+	}
+	var count struct {
+		Total    int            `json:"total"`
+		ByStatus map[string]int `json:"byStatus"`
+		At       time.Time      `json:"at"`
+	}
+	call("GET", "/v1/online/count?view=operator&at="+ts, op, "", &count)
+	if count.ByStatus["online"] != wantCount[presence.Online] || count.ByStatus["idle"] != wantCount[presence.Idle] ||
+		count.ByStatus["invisible"] != wantCount[presence.Invisible] || !count.At.Equal(at) {
+		t.Fatalf("count at %s (operator) = %+v, model online %d idle %d invisible %d", at.Format(time.RFC3339Nano), count,
+			wantCount[presence.Online], wantCount[presence.Idle], wantCount[presence.Invisible])
+	}
+	count.ByStatus = nil
+	call("GET", "/v1/online/count?at="+ts, nil, "", &count)
+	if _, seen := count.ByStatus["invisible"]; seen || count.Total != wantCount[presence.Online]+wantCount[presence.Idle] {
+		t.Fatalf("count at %s (public) = %+v, want total %d and no invisible", at.Format(time.RFC3339Nano), count, wantCount[presence.Online]+wantCount[presence.Idle])
+	}
+	got := map[string]presence.Status{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		var page struct {
+			Users []struct {
+				UserID string `json:"userId"`
+				Status string `json:"status"`
+			} `json:"users"`
+			NextCursor *string `json:"nextCursor"`
+		}
+		target := "/v1/online?view=operator&limit=500&at=" + ts
+		if cursor != "" {
+			target += "&cursor=" + url.QueryEscape(cursor)
+		}
+		call("GET", target, op, "", &page)
+		for _, u := range page.Users {
+			st, err := presence.ParseStatus(u.Status)
+			if _, dup := got[u.UserID]; err != nil || dup {
+				t.Fatalf("listing at %s: %s listed twice or with status %q", at.Format(time.RFC3339Nano), u.UserID, u.Status)
+			}
+			got[u.UserID] = st
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	if d := statusDiff(got, want); d != "" {
+		t.Fatalf("listing at %s differs from the model: %s", at.Format(time.RFC3339Nano), d)
+	}
+	ids := []string{all[0].user, all[len(all)/3].user, all[len(all)/2].user, all[len(all)-1].user, "never-seen-user"}
+	var batch struct {
+		Statuses []struct {
+			UserID string `json:"userId"`
+			Status string `json:"status"`
+		} `json:"statuses"`
+	}
+	b, _ := json.Marshal(map[string]any{"userIds": ids})
+	call("POST", "/statuses?view=operator&at="+ts, op, string(b), &batch)
+	for i, s := range batch.Statuses {
+		w := want[ids[i]]
+		if w == presence.StatusUnknown {
+			w = presence.Offline
+		}
+		if s.UserID != ids[i] || s.Status != w.String() {
+			t.Fatalf("POST /statuses at %s: %s is %s, model %s", at.Format(time.RFC3339Nano), s.UserID, s.Status, w)
+		}
+	}
 }
 
 func statusDiff(got, want map[string]presence.Status) string {

@@ -270,8 +270,8 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pending before Apply: %v", err)
 	}
-	if got := versionsOf(pending); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7}) {
-		t.Fatalf("Pending before Apply = %v, want [1 2 3 4 5 6 7]", got)
+	if got := versionsOf(pending); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("Pending before Apply = %v, want [1 2 3 4 5 6 7 8]", got)
 	}
 
 	start := time.Now()
@@ -279,13 +279,13 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7}) {
-		t.Fatalf("Apply applied %v, want [1 2 3 4 5 6 7]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("Apply applied %v, want [1 2 3 4 5 6 7 8]", got)
 	}
 
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))
 	assertRecorded(t, session, ks, migrations, start)
-	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
+	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_progress", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 
@@ -416,8 +416,8 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 	if !errors.As(err, &se) {
 		t.Fatalf("Apply error = %v, want *migrate.StatementError", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7}) {
-		t.Errorf("Apply applied %v before failing, want [1 2 3 4 5 6 7]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Errorf("Apply applied %v before failing, want [1 2 3 4 5 6 7 8]", got)
 	}
 	wantStmt := "CREATE TABLE IF NOT EXISTS " + ks + ".broken (\n  id text PRIMARY KEY,\n  value no_such_type\n)"
 	if se.File != "9001_broken.cql" || se.Index != 2 || se.Statement != wantStmt {
@@ -432,10 +432,10 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 		t.Errorf("error text =\n%s\nwant\n%s", err.Error(), wantMsg)
 	}
 
-	// 1..7 stay recorded, 9001 is not; Cassandra has no transactional DDL, so the statement
+	// 1..8 stay recorded, 9001 is not; Cassandra has no transactional DDL, so the statement
 	// before the failing one stays applied and the one after never ran.
-	assertRecorded(t, session, ks, migrations[:7], start)
-	if got, want := migTables(t, session, ks), []string{"broken_ok", "concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
+	assertRecorded(t, session, ks, migrations[:8], start)
+	if got, want := migTables(t, session, ks), []string{"broken_ok", "concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_progress", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 	pending, err := m.Pending(ctx)
@@ -480,7 +480,7 @@ func TestMigrateRefusesChangedChecksum(t *testing.T) {
 
 	// Nothing was applied: not the pending 9001, and 0002 was not re-applied.
 	assertRecorded(t, session, ks, migrations, start)
-	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
+	if got, want := migTables(t, session, ks), []string{"concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_progress", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
 }
@@ -514,8 +514,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	t.Logf("migrator a applied %v, b applied %v", versionsOf(applied[0]), versionsOf(applied[1]))
 	all := append(versionsOf(applied[0]), versionsOf(applied[1])...)
 	sort.Ints(all)
-	if !reflect.DeepEqual(all, []int{1, 2, 3, 4, 5, 6, 7}) {
-		t.Errorf("applied by the two migrators: %v and %v, want 1 to 7 once in all", versionsOf(applied[0]), versionsOf(applied[1]))
+	if !reflect.DeepEqual(all, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Errorf("applied by the two migrators: %v and %v, want 1 to 8 once in all", versionsOf(applied[0]), versionsOf(applied[1]))
 	}
 	assertRecorded(t, session, ks, migrations, start)
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))

@@ -183,3 +183,35 @@ func (r *Reader) Shards(ctx context.Context, n int32, at time.Time) ([]*State, e
 	}
 	return out, nil
 }
+
+// ErrNotFinal is returned for an instant some shard's rows are not final for yet:
+// changes dated before it may still be on their way to history.
+var ErrNotFinal = errors.New("not final yet")
+
+// FinalThrough is the instant up to which the rows of all shards 0 to n-1 are final:
+// the earliest of their progress marks (zero when a shard has none yet).
+func (r *Reader) FinalThrough(ctx context.Context, n int32) (time.Time, error) {
+	it := r.session.Query(`SELECT shard, final_through FROM shard_progress`).IterContext(ctx)
+	marks := map[int32]time.Time{}
+	var (
+		shard int
+		at    time.Time
+	)
+	for it.Scan(&shard, &at) {
+		marks[int32(shard)] = at.UTC()
+	}
+	if err := it.Close(); err != nil {
+		return time.Time{}, fmt.Errorf("reading shard_progress: %w", err)
+	}
+	var final time.Time
+	for s := range n {
+		m, ok := marks[s]
+		if !ok {
+			return time.Time{}, nil
+		}
+		if final.IsZero() || m.Before(final) {
+			final = m
+		}
+	}
+	return final, nil
+}

@@ -49,6 +49,8 @@ const (
  USING TTL ? AND TIMESTAMP ?`
 	insertShardUserCQL = `INSERT INTO shard_users (shard, block, user_index, user_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?`
 	insertUserIndexCQL = `INSERT INTO user_indexes (user_id, shard, user_index) VALUES (?, ?, ?) USING TIMESTAMP ?`
+	// How far the shard's point-in-time rows are final (0008_shard_progress.cql).
+	upsertProgressCQL = `INSERT INTO shard_progress (shard, final_through) VALUES (?, ?) USING TIMESTAMP ?`
 
 	// A checkpoint's data chunks, then its header (chunk -1) once they are all written.
 	insertCheckpointChunkCQL = `INSERT INTO rollup_checkpoints (consumer_group, partition, chunk, generation, data)
@@ -71,10 +73,11 @@ const (
 	tableShardChange = "shard_changes"
 	tableShardUsers  = "shard_users"
 	tableUserIndexes = "user_indexes"
+	tableProgress    = "shard_progress"
 )
 
 var rollupTables = []string{tableSessions, tableUserDaily, tableDailyUsers, tableConcurrency, tableUniques, tableCheckpoints,
-	tableSnapshots, tableShardChange, tableShardUsers, tableUserIndexes}
+	tableSnapshots, tableShardChange, tableShardUsers, tableUserIndexes, tableProgress}
 
 // shardUsersBlock is how many indexes one shard_users partition holds.
 const shardUsersBlock = 4096

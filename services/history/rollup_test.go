@@ -68,8 +68,11 @@ func finalRollup(hs *harness) map[string]string {
 		d := describe(st)
 		f := strings.Fields(d)
 		n := 4 // table and primary key
-		if st.table == tableSessions {
+		switch st.table {
+		case tableSessions:
 			n = 5 // user_sessions: session_start and start_us
+		case tableProgress:
+			n = 2 // shard_progress: the shard
 		}
 		key := strings.Join(f[:n], " ")
 		ts := st.args[len(st.args)-1].(int64)

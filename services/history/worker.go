@@ -210,6 +210,15 @@ func (w *worker) flush(ctx context.Context) error {
 	if err := w.h.writer.write(ctx, plan.requests(w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
+	if st := w.rollup; st != nil && !st.fold.Frontier().IsZero() {
+		// Only once the flush's rows are written: readers trust every change dated
+		// before it to be there.
+		progress := &group{keys: 1, stmts: []stmt{{tableProgress, upsertProgressCQL,
+			[]any{int(w.partition), st.fold.Frontier(), st.flushTimestamp()}}}}
+		if err := w.h.writer.write(ctx, []*group{progress}); err != nil {
+			return err
+		}
+	}
 	w.plan, w.pending, w.lastFlush = nil, w.planned, time.Now()
 	return nil
 }

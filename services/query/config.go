@@ -43,6 +43,9 @@ type Config struct {
 	// HistoryTimeout bounds a history request's Cassandra work, every partition read
 	// of it together; past it the reader gets a 503.
 	HistoryTimeout time.Duration
+	// AtRetention is how far back at= (point in time) may reach: history's
+	// PULSE_HISTORY_SNAPSHOT_RETENTION.
+	AtRetention time.Duration
 }
 
 // FeedConfig is the change feed's settings.
@@ -98,6 +101,8 @@ func (c *Config) vars() []*config.Var {
 			config.NotNegative),
 		config.Duration(&c.Counts.MaxAge, "PULSE_QUERY_COUNTS_MAX_AGE", time.Second,
 			"oldest background read a count is answered from; at least PULSE_QUERY_COUNTS_INTERVAL"),
+		config.Duration(&c.AtRetention, "PULSE_QUERY_AT_RETENTION", 30*24*time.Hour,
+			"how far in the past at= may ask (count, listing, statuses); set to history's PULSE_HISTORY_SNAPSHOT_RETENTION", config.Positive),
 		config.Duration(&c.HistoryTimeout, "PULSE_QUERY_HISTORY_TIMEOUT", 10*time.Second,
 			"bounds a history request's Cassandra work (every partition it reads); past it the answer is a 503",
 			config.Positive),

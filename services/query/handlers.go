@@ -32,6 +32,8 @@ type api struct {
 	// the history routes answer 503.
 	history        *historyDB
 	historyTimeout time.Duration
+	// atRetention is how far back at= reaches (attime.go).
+	atRetention time.Duration
 }
 
 func (a *api) routes(e *echo.Echo) {
@@ -109,6 +111,9 @@ func (a *api) loadUser(c echo.Context) (string, *presence.User, error) {
 }
 
 func (a *api) getStatus(c echo.Context) error {
+	if at, past, err := a.atParam(c); err != nil || past {
+		return a.or(err, func() error { return a.pastStatus(c, at) })
+	}
 	id, u, err := a.loadUser(c)
 	if err != nil {
 		return err
@@ -121,6 +126,10 @@ type statusesRequest struct {
 }
 
 func (a *api) postStatuses(c echo.Context) error {
+	at, past, err := a.atParam(c)
+	if err != nil {
+		return err
+	}
 	body, err := httpserver.ReadBody(c, a.maxBody)
 	if err != nil {
 		return err
@@ -142,6 +151,9 @@ func (a *api) postStatuses(c echo.Context) error {
 		if err := auth.ForUser(c, id); err != nil {
 			return err
 		}
+	}
+	if past {
+		return a.pastStatuses(c, at, req.UserIDs)
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
@@ -180,6 +192,9 @@ func timePtr(t time.Time) *time.Time {
 }
 
 func (a *api) getUserStatus(c echo.Context) error {
+	if at, past, err := a.atParam(c); err != nil || past {
+		return a.or(err, func() error { return a.pastStatus(c, at) })
+	}
 	id, u, err := a.loadUser(c)
 	if err != nil {
 		return err
@@ -214,6 +229,9 @@ type countView struct {
 }
 
 func (a *api) getOnlineCount(c echo.Context) error {
+	if at, past, err := a.atParam(c); err != nil || past {
+		return a.or(err, func() error { return a.pastCount(c, at) })
+	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
 	snap, err := a.counts.Get(ctx)

@@ -58,6 +58,8 @@ type onlineList struct {
 	Users []onlineUser `json:"users"`
 	// NextCursor is null once the walk is complete.
 	NextCursor *string `json:"nextCursor"`
+	// At is the instant a listing of the past (at=) describes.
+	At *time.Time `json:"at,omitempty"`
 }
 
 // badListCursor is what a client whose cursor the listing cannot read is told.
@@ -78,9 +80,9 @@ func parseListQuery(q url.Values, operator bool) (listQuery, error) {
 	lq := listQuery{limit: defaultListLimit}
 	for name := range q {
 		switch name {
-		case "status", "limit", "cursor", "activeWithin", "view":
+		case "status", "limit", "cursor", "activeWithin", "view", "at":
 		default:
-			return lq, httpserver.BadRequest(name, "unknown parameter; want status, limit, cursor, activeWithin or view")
+			return lq, httpserver.BadRequest(name, "unknown parameter; want status, limit, cursor, activeWithin, at or view")
 		}
 	}
 	switch s := q.Get("status"); s {
@@ -134,6 +136,13 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	at, past, err := h.atParam(c)
+	if err != nil {
+		return err
+	}
+	if past && q.activeWithin > 0 {
+		return httpserver.BadRequest("activeWithin", "cannot be combined with at: activity is known for the present only")
+	}
 	ctx, cancel := h.ctx(c)
 	defer cancel()
 	n, err := h.store.Shards(ctx)
@@ -142,6 +151,9 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	}
 	if n == 0 {
 		return c.JSON(http.StatusOK, onlineList{Users: []onlineUser{}})
+	}
+	if past {
+		return h.pastList(c, at, n, q)
 	}
 	var pos online.Position
 	if q.cursor != nil {

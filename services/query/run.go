@@ -70,7 +70,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed:    newWatcher(hub, cfg.Feed, logger),
-		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout}
+		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention}
 	reg.MustRegister(a.history.connectedGauge())
 	installAuth(srv.Echo, authn, reg)
 	a.routes(srv.Echo)

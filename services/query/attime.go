@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/labstack/echo/v4"
+
+	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/pkg/online"
+	"github.com/pulse-presence/pulse/pkg/pointintime"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// Point in time (Q5): at=T on the count, the listing and the statuses answers from
+// history's snapshots and changes (pkg/pointintime) instead of Redis, for the instant T:
+// the status of a user at T is the one set by their latest change at or before T. The
+// views are the present's: invisible users read as offline except to operators.
+
+// atParam reads ?at=: past is false when it is absent. An instant in the future or
+// further back than the retention is a 400.
+func (a *api) atParam(c echo.Context) (at time.Time, past bool, err error) {
+	s := c.QueryParam("at")
+	if s == "" {
+		return time.Time{}, false, nil
+	}
+	at, err = time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false, httpserver.BadRequest("at", fmt.Sprintf("must be an RFC 3339 time such as 2026-11-22T20:13:07Z (fractions of a second allowed), got %q", s))
+	}
+	at = at.UTC().Truncate(time.Microsecond)
+	now := time.Now()
+	switch {
+	case at.After(now):
+		return time.Time{}, false, httpserver.BadRequest("at", fmt.Sprintf("%s is in the future", at.Format(time.RFC3339Nano)))
+	case at.Before(now.Add(-a.atRetention)):
+		return time.Time{}, false, httpserver.BadRequest("at", fmt.Sprintf("%s is older than the %v history keeps", at.Format(time.RFC3339Nano), a.atRetention))
+	}
+	return at, true, nil
+}
+
+// or is err when there is one, else what past answers.
+func (a *api) or(err error, past func() error) error {
+	if err != nil {
+		return err
+	}
+	return past()
+}
+
+// atReader is a reader of the point-in-time tables with the request's deadline, once
+// the instant is known to be final for every shard; otherwise the error to answer.
+func (a *api) atReader(c echo.Context, at time.Time, shards int) (*pointintime.Reader, context.Context, context.CancelFunc, error) {
+	s := a.history.get()
+	if s == nil {
+		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), a.historyTimeout)
+	r := pointintime.New(s, 0)
+	final, err := r.FinalThrough(ctx, int32(shards))
+	if err != nil {
+		cancel()
+		return nil, nil, nil, a.atErr(err)
+	}
+	if at.After(final) || final.IsZero() {
+		cancel()
+		wait := time.Until(at.Add(10 * time.Minute)).Round(time.Second)
+		msg := fmt.Sprintf("the state at %s is not final yet: history has every change up to %s (changes may arrive up to 10 minutes late)",
+			at.Format(time.RFC3339Nano), final.Format(time.RFC3339Nano))
+		if final.IsZero() {
+			msg = "history has not written the state of every shard yet"
+		}
+		return nil, nil, nil, httpserver.Unavailable(msg, max(wait, time.Second))
+	}
+	return r, ctx, cancel, nil
+}
+
+// atErr turns a failed point-in-time read into its answer.
+func (a *api) atErr(err error) error {
+	if errors.Is(err, pointintime.ErrNoSnapshot) {
+		return &httpserver.Error{Status: http.StatusNotFound, Code: "not_found",
+			Message: "history holds no state of that instant: it is from before history began, or history was stopped then"}
+	}
+	a.logger.Warn("reading the past", "err", err)
+	return httpserver.Unavailable("history (Cassandra) did not answer", historyRetryAfter)
+}
+
+// pastCountView is GET /v1/online/count?at=: the counts at the instant At.
+type pastCountView struct {
+	Total    uint64            `json:"total"`
+	ByStatus map[string]uint64 `json:"byStatus"`
+	At       time.Time         `json:"at"`
+}
+
+func (a *api) pastCount(c echo.Context, at time.Time) error {
+	n, err := a.shardCount(c)
+	if err != nil {
+		return err
+	}
+	r, ctx, cancel, err := a.atReader(c, at, n)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	states, err := r.Shards(ctx, int32(n), at)
+	if err != nil {
+		return a.atErr(err)
+	}
+	var on, idle, inv uint64
+	for _, st := range states {
+		on += st.Online.GetCardinality()
+		idle += st.Idle.GetCardinality()
+		inv += st.Invisible.GetCardinality()
+	}
+	v := pastCountView{Total: on + idle, ByStatus: map[string]uint64{"online": on, "idle": idle}, At: at}
+	if auth.OperatorView(c) {
+		v.Total += inv
+		v.ByStatus["invisible"] = inv
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+// shardCount is the number of shards, from the live state's layout.
+func (a *api) shardCount(c echo.Context) (int, error) {
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	n, err := a.store.Shards(ctx)
+	if err != nil {
+		return 0, a.readErr(err)
+	}
+	if n == 0 {
+		return 0, httpserver.Unavailable("no shard layout registered yet", time.Second)
+	}
+	return n, nil
+}
+
+// pastStatusView is a user's status at the instant At.
+type pastStatusView struct {
+	UserID string    `json:"userId"`
+	Status string    `json:"status"`
+	At     time.Time `json:"at"`
+}
+
+// pastStatuses reads the statuses of ids at at, in the reader's view.
+func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]pastStatusView, error) {
+	n, err := a.shardCount(c)
+	if err != nil {
+		return nil, err
+	}
+	r, ctx, cancel, err := a.atReader(c, at, n)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	operator := auth.OperatorView(c)
+	states := map[int32]*pointintime.State{}
+	out := make([]pastStatusView, len(ids))
+	for i, id := range ids {
+		out[i] = pastStatusView{UserID: id, Status: presence.Offline.String(), At: at}
+		shard, index, found, err := r.Locate(ctx, id)
+		if err != nil {
+			return nil, a.atErr(err)
+		}
+		if !found {
+			continue // never changed status: offline at every instant
+		}
+		st := states[shard]
+		if st == nil {
+			if st, err = r.Shard(ctx, shard, at); err != nil {
+				return nil, a.atErr(err)
+			}
+			states[shard] = st
+		}
+		out[i].Status = viewStatus(st.Status(index), operator)
+	}
+	return out, nil
+}
+
+// pastStatus is GET /status/{id}?at= and
+// GET /v1/users/{id}/status?at=.
+func (a *api) pastStatus(c echo.Context, at time.Time) error {
+	id, err := userIDParam(c)
+	if err != nil {
+		return err
+	}
+	if err := auth.ForUser(c, id); err != nil {
+		return err
+	}
+	out, err := a.pastStatusesOf(c, at, []string{id})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out[0])
+}
+
+// pastStatuses is POST /statuses?at=.
+func (a *api) pastStatuses(c echo.Context, at time.Time, ids []string) error {
+	out, err := a.pastStatusesOf(c, at, ids)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"statuses": out, "at": at})
+}
+
+// pastList is GET /v1/online?at=: the listing's walk in (shard, index) order over the
+// shards' states at at, with the listing's cursor.
+func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQuery) error {
+	var pos online.Position
+	if q.cursor != nil {
+		if q.cursor.Shards != n {
+			return httpserver.BadRequest("cursor", fmt.Sprintf("belongs to a state of %d shards, which now has %d; start the walk again", q.cursor.Shards, n))
+		}
+		pos = q.cursor.Pos
+	}
+	r, ctx, cancel, err := h.atReader(c, at, n)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	res := onlineList{Users: []onlineUser{}, At: &at}
+	for pos.Shard < n && len(res.Users) < q.limit {
+		st, err := r.Shard(ctx, int32(pos.Shard), at)
+		if err != nil {
+			return h.atErr(err)
+		}
+		listed := roaring.New()
+		for _, s := range q.statuses {
+			switch s {
+			case presence.Online:
+				listed.Or(st.Online)
+			case presence.Idle:
+				listed.Or(st.Idle)
+			case presence.Invisible:
+				listed.Or(st.Invisible)
+			}
+		}
+		it := listed.Iterator()
+		it.AdvanceIfNeeded(pos.From)
+		var page []uint32
+		for it.HasNext() && len(res.Users)+len(page) < q.limit {
+			page = append(page, it.Next())
+		}
+		names, err := r.Users(ctx, int32(pos.Shard), page)
+		if err != nil {
+			return h.atErr(err)
+		}
+		for _, idx := range page {
+			id, ok := names[idx]
+			if !ok {
+				h.logger.Warn("point in time: an index has no user", "shard", pos.Shard, "index", idx)
+				continue
+			}
+			res.Users = append(res.Users, onlineUser{UserID: id, Status: st.Status(idx).String()})
+		}
+		if it.HasNext() {
+			pos.From = it.PeekNext()
+		} else {
+			pos = online.Position{Shard: pos.Shard + 1}
+		}
+	}
+	if pos.Shard < n {
+		s := online.Cursor{Shards: n, Pos: pos}.Encode()
+		res.NextCursor = &s
+	}
+	return c.JSON(http.StatusOK, res)
+}
