@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/openapi"
 )
 
@@ -437,5 +440,60 @@ func TestAuthSecureByDefault(t *testing.T) {
 	}
 	if !strings.Contains(q.out.String(), "authentication is off (PULSE_AUTH=off)") {
 		t.Errorf("query with PULSE_AUTH=off logged no warning; output:\n%s", q.out)
+	}
+}
+
+// TestAuthKeysRotateWithoutRestart: ingest reads its keys file again when it changes
+// (PULSE_API_KEYS_RELOAD), so a key is rotated on a running service: the new key is
+// added beside the old, both work, then the old is removed and refused.
+func TestAuthKeysRotateWithoutRestart(t *testing.T) {
+	p := newTopics(t, 1)
+	file := filepath.Join(t.TempDir(), "api-keys")
+	write := func(lines ...string) {
+		t.Helper()
+		// Write then rename, as an operator's tooling would: the service never reads
+		// half a file.
+		tmp := file + ".new"
+		if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldLine := auth.Line("rot-old", auth.ScopeWrite, testKeys.rotOld)
+	newLine := auth.Line("rot-new", auth.ScopeWrite, testKeys.rotNew)
+	write(oldLine)
+	p.env["PULSE_API_KEYS_FILE"] = file
+	p.env["PULSE_API_KEYS_RELOAD"] = "100ms"
+	p.start(t, "ingest")
+	post := func(key string) int {
+		code, _, _ := authDo(t, http.MethodPost, p.svc["ingest"].url+"/v1/heartbeat", key, `{"userId":"`+p.run+`-rot"}`)
+		return code
+	}
+	waitFor := func(what string, key string, want int) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() string {
+			if got := post(key); got != want {
+				return fmt.Sprintf("%s: %d, want %d", what, got, want)
+			}
+			return ""
+		})
+	}
+	if post(testKeys.rotOld) != http.StatusAccepted || post(testKeys.rotNew) != http.StatusUnauthorized {
+		t.Fatal("before the rotation: want the old key accepted and the new one refused")
+	}
+	write(oldLine, newLine)
+	waitFor("the new key once added", testKeys.rotNew, http.StatusAccepted)
+	if got := post(testKeys.rotOld); got != http.StatusAccepted {
+		t.Fatalf("the old key while both are listed: %d", got)
+	}
+	write(newLine)
+	waitFor("the old key once removed", testKeys.rotOld, http.StatusUnauthorized)
+	if got := post(testKeys.rotNew); got != http.StatusAccepted {
+		t.Fatalf("the new key after the rotation: %d", got)
+	}
+	if !strings.Contains(p.svc["ingest"].out.String(), "API keys reloaded") {
+		t.Errorf("ingest logged no reload; output:\n%s", p.svc["ingest"].out)
 	}
 }

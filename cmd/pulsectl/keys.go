@@ -50,6 +50,6 @@ func runKeys(_ context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "key (give it to the client; it is shown only now):\n  %s\n", key)
 	fmt.Fprintf(stdout, "line for %s (the digest only):\n  %s\n", auth.KeysFileEnv, line)
-	fmt.Fprintln(stdout, "ingest and query read the keys file at start: add the line, then restart them one at a time.")
+	fmt.Fprintln(stdout, "ingest and query read the keys file again within PULSE_API_KEYS_RELOAD (10s by default) of a change.")
 	return nil
 }

@@ -17,11 +17,15 @@
 package auth
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pulse-presence/pulse/pkg/config"
@@ -107,6 +111,8 @@ type Config struct {
 	Mode string
 	// KeysFile lists the API keys by digest (ParseKeys); "" for none.
 	KeysFile string
+	// KeysReload is how often KeysFile is read again (WatchKeys); 0: only at start.
+	KeysReload time.Duration
 	// OperatorToken declares one operator key by its plain value (deprecated: put
 	// the key's digest in KeysFile instead); "" for none.
 	OperatorToken string
@@ -147,7 +153,10 @@ func Vars(c *Config) []*config.Var {
 			"off lets requests without credentials through with write and read (never operator) and logs a warning every minute; on refuses to start without keys or a token verifier",
 			config.OneOf("on", "off")),
 		config.String(&c.KeysFile, KeysFileEnv, "",
-			"file of API keys, one `<name> <scopes> sha256:<hex digest>` a line (pulsectl keys new prints one); read at start"),
+			"file of API keys, one `<name> <scopes> sha256:<hex digest>` a line (pulsectl keys new prints one); read at start and every PULSE_API_KEYS_RELOAD"),
+		config.Duration(&c.KeysReload, "PULSE_API_KEYS_RELOAD", 10*time.Second,
+			"how often PULSE_API_KEYS_FILE is read again, so keys are added and removed without a restart (a bad file keeps the previous keys); 0: only at start",
+			config.NotNegative),
 		config.String(&c.OperatorToken, OperatorTokenEnv, "",
 			"deprecated: one operator key given in plain text; prefer a line with scope operator in PULSE_API_KEYS_FILE",
 			validOperatorToken).Secret(),
@@ -177,32 +186,27 @@ var ErrNoCredentials = errors.New("no API keys (" + KeysFileEnv + ") and no user
 // Authenticator turns credentials into principals.
 type Authenticator struct {
 	off  bool
-	keys *Keys
+	keys atomic.Pointer[Keys]
 	jwt  *verifier
+
+	keysFile      string
+	keysSum       [32]byte // SHA-256 of the keys file as last loaded
+	operatorToken string
 }
 
 // New builds the Authenticator of cfg, reading its files. It refuses a configuration
 // that would authenticate nobody unless cfg.Off.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{off: cfg.Off(), keys: &Keys{byDigest: map[[32]byte]Principal{}}}
-	if cfg.KeysFile != "" {
-		k, err := LoadKeys(cfg.KeysFile)
-		if err != nil {
-			return nil, err
-		}
-		a.keys = k
-	}
-	if cfg.OperatorToken != "" {
-		if err := a.keys.add(Principal{Name: "operator-token", Scopes: ScopeOperator}, Digest(cfg.OperatorToken)); err != nil {
-			return nil, fmt.Errorf("%s: %w", OperatorTokenEnv, err)
-		}
+	a := &Authenticator{off: cfg.Off(), keysFile: cfg.KeysFile, operatorToken: cfg.OperatorToken}
+	if _, err := a.ReloadKeys(); err != nil {
+		return nil, err
 	}
 	v, err := newVerifier(cfg.JWT)
 	if err != nil {
 		return nil, err
 	}
 	a.jwt = v
-	if !a.off && a.keys.Len() == 0 && a.jwt == nil {
+	if !a.off && a.keys.Load().Len() == 0 && a.jwt == nil {
 		return nil, ErrNoCredentials
 	}
 	return a, nil
@@ -218,7 +222,7 @@ func (a *Authenticator) Describe() []any {
 	if a.jwt != nil {
 		algs = a.jwt.methods
 	}
-	return []any{"auth_off", a.off, "api_keys", a.keys.Len(), "user_token_algs", algs}
+	return []any{"auth_off", a.off, "api_keys", a.keys.Load().Len(), "user_token_algs", algs}
 }
 
 // ErrUnknownKey is Authenticate's error for a key no configured digest matches.
@@ -238,7 +242,7 @@ func (a *Authenticator) Authenticate(cred string) (Principal, error) {
 		}
 		return Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub}, nil
 	}
-	p, ok := a.keys.Lookup(cred)
+	p, ok := a.keys.Load().Lookup(cred)
 	if !ok {
 		return Principal{}, ErrUnknownKey
 	}
@@ -253,7 +257,7 @@ func (a *Authenticator) WarnWhileOff(ctx context.Context, logger *slog.Logger, i
 	}
 	warn := func() {
 		logger.Warn("authentication is off ("+ModeEnv+"=off): anyone who reaches this service may write and read any user's presence",
-			"api_keys", a.keys.Len())
+			"api_keys", a.keys.Load().Len())
 	}
 	warn()
 	t := time.NewTicker(interval)
@@ -264,6 +268,61 @@ func (a *Authenticator) WarnWhileOff(ctx context.Context, logger *slog.Logger, i
 			return
 		case <-t.C:
 			warn()
+		}
+	}
+}
+
+// ReloadKeys reads the keys file again and, when its content changed, serves the
+// keys it now lists (the deprecated operator token included). A file that cannot be
+// read or parsed leaves the keys as they were and is reported.
+func (a *Authenticator) ReloadKeys() (changed bool, err error) {
+	k := &Keys{byDigest: map[[32]byte]Principal{}, names: map[string]bool{}}
+	var sum [32]byte
+	if a.keysFile != "" {
+		raw, err := os.ReadFile(a.keysFile)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", KeysFileEnv, err)
+		}
+		sum = sha256.Sum256(raw)
+		if a.keys.Load() != nil && sum == a.keysSum {
+			return false, nil
+		}
+		if k, err = ParseKeys(bytes.NewReader(raw), a.keysFile); err != nil {
+			return false, err
+		}
+	}
+	if a.operatorToken != "" {
+		if err := k.add(Principal{Name: "operator-token", Scopes: ScopeOperator}, Digest(a.operatorToken)); err != nil {
+			return false, fmt.Errorf("%s: %w", OperatorTokenEnv, err)
+		}
+	}
+	a.keysSum = sum
+	a.keys.Store(k)
+	return true, nil
+}
+
+// WatchKeys reloads the keys file every interval until ctx ends, logging each change
+// and each file it refused; it returns at once without a file or with interval 0.
+// Rotation then needs no restart: add the new key's line, move the clients, remove
+// the old line.
+func (a *Authenticator) WatchKeys(ctx context.Context, logger *slog.Logger, interval time.Duration) {
+	if a.keysFile == "" || interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := a.ReloadKeys()
+		switch {
+		case err != nil:
+			logger.Warn("API keys file refused; keeping the previous keys", "err", err)
+		case changed:
+			logger.Info("API keys reloaded", "file", a.keysFile, "api_keys", a.keys.Load().Len())
 		}
 	}
 }

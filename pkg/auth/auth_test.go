@@ -336,3 +336,40 @@ func TestNewKey(t *testing.T) {
 		t.Fatalf("the line of a new key does not find it: %+v %v", p, ok)
 	}
 }
+
+// The keys file is read again when it changes: a rotation needs no restart, and a
+// broken file keeps the keys that were served.
+func TestReloadKeys(t *testing.T) {
+	path := keysFile(t, Line("w", ScopeWrite, writeKey))
+	a, err := New(Config{KeysFile: path, OperatorToken: "operator-token-0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := func(key string) bool {
+		_, err := a.Authenticate(key)
+		return err == nil
+	}
+	if !known(writeKey) || known(readKey) || !known("operator-token-0123") {
+		t.Fatal("the first keys are not served")
+	}
+	if changed, err := a.ReloadKeys(); changed || err != nil {
+		t.Fatalf("reload of an unchanged file: %v, %v", changed, err)
+	}
+	write := func(lines ...string) {
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(Line("w", ScopeWrite, writeKey), Line("r", ScopeRead, readKey))
+	if changed, err := a.ReloadKeys(); !changed || err != nil || !known(writeKey) || !known(readKey) {
+		t.Fatalf("both keys of a rotation: %v, %v", changed, err)
+	}
+	write(Line("r", ScopeRead, readKey))
+	if changed, err := a.ReloadKeys(); !changed || err != nil || known(writeKey) || !known(readKey) || !known("operator-token-0123") {
+		t.Fatalf("after the old key's removal: %v, %v", changed, err)
+	}
+	write("r read sha256:nothex")
+	if changed, err := a.ReloadKeys(); changed || err == nil || !strings.Contains(err.Error(), "line 1") || !known(readKey) {
+		t.Fatalf("a broken file: %v, %v; want an error naming line 1 and the previous keys kept", changed, err)
+	}
+}

@@ -32,6 +32,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		"max_body", cfg.MaxBody, "max_batch", cfg.MaxBatch, "key_rate", cfg.KeyRate, "user_rate", cfg.UserRate,
 		"user_burst", cfg.UserBurst}, authn.Describe()...)...)
 	go authn.WarnWhileOff(ctx, logger, time.Minute)
+	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
 
 	reg := app.NewRegistry()
 	client, err := kafkax.NewClient(cfg.Kafka, logger, reg, producerOpts(cfg)...)

@@ -50,6 +50,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String(),
 		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey}, authn.Describe()...)...)
 	go authn.WarnWhileOff(ctx, logger, time.Minute)
+	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
