@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -189,7 +190,22 @@ func TestAuthEveryRoute(t *testing.T) {
 		t.Errorf("a batch for alice and bob with alice's token: %d %s; want 403", code, got)
 	}
 	for _, op := range guarded(t, "query") {
-		code, _, got := authDo(t, op.Method, opURL(query, op, bob), aliceToken, validBody(op, bob))
+		target := opURL(query, op, bob)
+		switch op.Path {
+		case "/v1/watch/sse":
+			target += "?userIds=" + bob
+		case "/v1/watch":
+			// A plain GET is a 426 there; the WebSocket handshake gets the 403.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, res, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {bob}}),
+				&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + aliceToken}}})
+			cancel()
+			if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
+				t.Errorf("WebSocket watch of bob with alice's token: %v, %v; want HTTP 403", res, err)
+			}
+			continue
+		}
+		code, _, got := authDo(t, op.Method, target, aliceToken, validBody(op, bob))
 		if code != http.StatusForbidden || !strings.HasPrefix(got, `{"error":{"code":"forbidden"`) {
 			t.Errorf("%s for bob with alice's token: %d %s; want 403", op, code, got)
 		}
@@ -495,5 +511,112 @@ func TestAuthKeysRotateWithoutRestart(t *testing.T) {
 	}
 	if !strings.Contains(p.svc["ingest"].out.String(), "API keys reloaded") {
 		t.Errorf("ingest logged no reload; output:\n%s", p.svc["ingest"].out)
+	}
+}
+
+// TestAuthUserTokenWatch: a user token watches, over SSE and WebSocket, its own user
+// and the users of its pulse_watch claim; any other user (in the URL or in a
+// subscribe command) and the firehose are refused.
+func TestAuthUserTokenWatch(t *testing.T) {
+	p := newTopics(t, 1)
+	p.start(t, "query")
+	query := p.svc["query"].url
+	alice, bob, carol := p.run+"-alice", p.run+"-bob", p.run+"-carol"
+	exp := time.Now().Add(time.Hour).Unix()
+	sign := func(claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testKeys.hs256))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	friends := sign(jwt.MapClaims{"sub": alice, "exp": exp, "pulse_watch": []string{bob}})
+	alone := sign(jwt.MapClaims{"sub": alice, "exp": exp})
+
+	// Allowed: alice and bob over SSE, once the feed is ready.
+	sse := func(q, token string) (int, string) {
+		return func() (int, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, query+"/v1/watch/sse?"+q, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			res, err := bareClient.Do(req)
+			if err != nil {
+				t.Fatalf("GET /v1/watch/sse?%s: %v", q, err)
+			}
+			defer res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				line, _ := bufioLine(res.Body) // the stream stays open: read the first event only
+				return res.StatusCode, line
+			}
+			b, _ := io.ReadAll(res.Body)
+			return res.StatusCode, strings.TrimSpace(string(b))
+		}()
+	}
+	eventually(t, 30*time.Second, func() string {
+		if code, got := sse("userIds="+alice+","+bob, friends); code != http.StatusOK || got != "event: snapshot" {
+			return fmt.Sprintf("SSE of alice and bob with alice's token: %d %s", code, got)
+		}
+		return ""
+	})
+	for _, tc := range []struct {
+		q, token, want string
+	}{
+		{"userIds=" + alice + "," + carol, friends, `{"error":{"code":"forbidden","message":"this user token may not watch \"` + carol + `\": only its own user and the users of its pulse_watch claim"}}`},
+		{"userIds=" + bob, alone, `{"error":{"code":"forbidden","message":"this user token may not watch \"` + bob + `\": only its own user and the users of its pulse_watch claim"}}`},
+		{"firehose=true", friends, `{"error":{"code":"forbidden","message":"a user token may not watch the firehose"}}`},
+		{"userIds=" + alice + "&view=operator", friends, `{"error":{"code":"forbidden","message":"view=operator needs a key with the operator scope: Authorization: Bearer \u003ckey\u003e"}}`},
+	} {
+		if code, got := sse(tc.q, tc.token); code != http.StatusForbidden || got != tc.want {
+			t.Errorf("SSE ?%s: %d %s; want 403 %s", tc.q, code, got, tc.want)
+		}
+	}
+
+	// WebSocket: a subscribe to carol is refused with a forbidden error message and
+	// ignored; one to bob is answered with bob's snapshot.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {alice}}),
+		&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + friends}}})
+	if err != nil {
+		t.Fatalf("WebSocket with alice's token: %v", err)
+	}
+	defer conn.CloseNow()
+	read := func() watchMsg {
+		t.Helper()
+		_, b, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading the WebSocket: %v", err)
+		}
+		var m watchMsg
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("message %s: %v", b, err)
+		}
+		return m
+	}
+	if m := read(); m.Type != "snapshot" || len(m.Statuses) != 1 || m.Statuses[0].UserID != alice {
+		t.Fatalf("first message %+v, want alice's snapshot", m)
+	}
+	for _, id := range []string{carol, bob} {
+		if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","userIds":["`+id+`"]}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := read(); m.Type != "error" || m.Code != "forbidden" {
+		t.Fatalf("after subscribing carol: %+v, want an error message with code forbidden", m)
+	}
+	if m := read(); m.Type != "snapshot" || len(m.Statuses) != 1 || m.Statuses[0].UserID != bob {
+		t.Fatalf("after subscribing bob: %+v, want bob's snapshot", m)
+	}
+}
+
+// bufioLine reads the first event line ("event: …") of an SSE stream.
+func bufioLine(r io.Reader) (string, error) {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil || strings.HasPrefix(line, "event:") {
+			return strings.TrimSpace(line), err
+		}
 	}
 }

@@ -10,7 +10,7 @@
 //     once and be rotated without downtime.
 //   - User tokens are JWTs the platform signs (HS256, RS256 or EdDSA). Their subject
 //     is a user id, and they act only for that user: post its own events, read its
-//     own status.
+//     own status, watch its own user and those of its pulse_watch claim.
 //
 // An Authenticator turns a credential into a Principal; its Middleware guards a
 // service's routes and leaves the probes, /metrics and /openapi.json open.
@@ -89,6 +89,18 @@ type Principal struct {
 	// UserID is the subject of a user token, which may act only for that user;
 	// empty for API keys, which act for any user.
 	UserID string
+	// watch are the other users a user token may watch (its pulse_watch claim); a
+	// pointer keeps Principal comparable.
+	watch *map[string]bool
+}
+
+// MayWatch reports whether p may watch userID on the change feed: API keys any user,
+// a user token its own user and those of its pulse_watch claim.
+func (p Principal) MayWatch(userID string) bool {
+	if p.UserID == "" || p.UserID == userID {
+		return true
+	}
+	return p.watch != nil && (*p.watch)[userID]
 }
 
 // Has reports whether p holds scope; operator implies read.
@@ -236,11 +248,19 @@ func (a *Authenticator) Authenticate(cred string) (Principal, error) {
 		if a.jwt == nil {
 			return Principal{}, errors.New("user tokens are not accepted by this service (no verifier configured)")
 		}
-		sub, err := a.jwt.verify(cred)
+		sub, watch, err := a.jwt.verify(cred)
 		if err != nil {
 			return Principal{}, err
 		}
-		return Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub}, nil
+		p := Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub}
+		if len(watch) > 0 {
+			set := make(map[string]bool, len(watch))
+			for _, id := range watch {
+				set[id] = true
+			}
+			p.watch = &set
+		}
+		return p, nil
 	}
 	p, ok := a.keys.Load().Lookup(cred)
 	if !ok {

@@ -373,3 +373,33 @@ func TestReloadKeys(t *testing.T) {
 		t.Fatalf("a broken file: %v, %v; want an error naming line 1 and the previous keys kept", changed, err)
 	}
 }
+
+// A user token's pulse_watch claim lists the other users it may watch; API keys
+// watch anyone.
+func TestUserTokenWatchClaim(t *testing.T) {
+	a, err := New(Config{JWT: JWTConfig{HS256Secret: hsSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	p, err := a.Authenticate(hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "pulse_watch": []string{"bob", "carol"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"alice": true, "bob": true, "carol": true, "dave": false} {
+		if p.MayWatch(id) != want {
+			t.Errorf("MayWatch(%s) = %v, want %v", id, !want, want)
+		}
+	}
+	plain, err := a.Authenticate(hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": exp}))
+	if err != nil || plain.MayWatch("bob") || !plain.MayWatch("alice") {
+		t.Fatalf("without the claim: %+v %v; want only alice", plain, err)
+	}
+	if !(Principal{Name: "k", Scopes: ScopeRead}).MayWatch("anyone") {
+		t.Fatal("an API key may watch anyone")
+	}
+	if _, err := a.Authenticate(hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "pulse_watch": []string{"ok", ""}})); err == nil ||
+		!strings.Contains(err.Error(), "pulse_watch[1]") {
+		t.Fatalf("an empty id in pulse_watch: %v", err)
+	}
+}

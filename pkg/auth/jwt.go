@@ -57,16 +57,38 @@ func newVerifier(c JWTConfig) (*verifier, error) {
 	return v, nil
 }
 
-// verify checks a user token and returns its subject, the user id it acts for.
-func (v *verifier) verify(raw string) (string, error) {
-	var claims jwt.RegisteredClaims
+// WatchClaim names the claim listing, besides the subject, the users a user token
+// may watch on the change feed (a friends list, say).
+const WatchClaim = "pulse_watch"
+
+// maxWatch bounds the users of WatchClaim.
+const maxWatch = 10_000
+
+// userClaims are the claims Pulse reads from a user token.
+type userClaims struct {
+	jwt.RegisteredClaims
+	Watch []string `json:"pulse_watch,omitempty"`
+}
+
+// verify checks a user token and returns its subject, the user id it acts for, and
+// the other users it may watch.
+func (v *verifier) verify(raw string) (string, []string, error) {
+	var claims userClaims
 	if _, err := v.parser.ParseWithClaims(raw, &claims, v.key); err != nil {
-		return "", fmt.Errorf("invalid user token: %w", err)
+		return "", nil, fmt.Errorf("invalid user token: %w", err)
 	}
 	if err := presence.ValidateID(claims.Subject, presence.MaxUserIDLen); err != nil {
-		return "", fmt.Errorf("invalid user token: sub must be a user id: %w", err)
+		return "", nil, fmt.Errorf("invalid user token: sub must be a user id: %w", err)
 	}
-	return claims.Subject, nil
+	if len(claims.Watch) > maxWatch {
+		return "", nil, fmt.Errorf("invalid user token: %s lists %d users, at most %d", WatchClaim, len(claims.Watch), maxWatch)
+	}
+	for i, id := range claims.Watch {
+		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+			return "", nil, fmt.Errorf("invalid user token: %s[%d]: %w", WatchClaim, i, err)
+		}
+	}
+	return claims.Subject, claims.Watch, nil
 }
 
 // key picks the verification key by the token's algorithm, which the parser has

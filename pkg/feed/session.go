@@ -26,6 +26,9 @@ const (
 	CodeInvalidCommand = "invalid_command"
 	// CodeTooManyUsers: a subscribe would exceed the per-connection limit; ignored.
 	CodeTooManyUsers = "too_many_users"
+	// CodeForbidden: a subscribe named a user the connection's credential may not
+	// watch; ignored.
+	CodeForbidden = "forbidden"
 )
 
 // Message is one message for the client, already JSON.

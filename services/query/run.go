@@ -22,10 +22,11 @@ import (
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
-// userRoutes are the routes a user token may read, for its own user only: its
-// status, in the seed's shapes and in /v1's. Everything else (counts, listings,
-// history, the feed) needs an API key.
-var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status"}
+// userRoutes are the routes a user token may read: its own user's status, in the
+// seed's shapes and in /v1's, and the feed of its own user and of those its
+// pulse_watch claim lists (watcher.options, watcher.readCommands). Everything else
+// (counts, listings, history) needs an API key.
+var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/watch", "/v1/watch/sse"}
 
 // feedRoutes take the credential from ?access_token= too, for browsers.
 var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}

@@ -142,11 +142,16 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 	switch {
 	case o.Firehose && len(ids) > 0:
 		return o, httpserver.BadRequest("userIds", "must be absent with firehose=true: the firehose watches every user")
+	case o.Firehose && auth.PrincipalOf(c).UserID != "":
+		return o, auth.Forbidden("a user token may not watch the firehose")
 	case o.Firehose && !auth.IsOperator(c):
 		return o, &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
 			Message: "firehose=true needs a key with the operator scope: Authorization: Bearer <key>"}
 	case sse && !o.Firehose && len(ids) == 0:
 		return o, httpserver.BadRequest("userIds", "is required: a comma-separated list of user ids")
+	}
+	if err := mayWatch(auth.PrincipalOf(c), ids); err != nil {
+		return o, err
 	}
 	o.UserIDs = ids
 	o.Operator = auth.OperatorView(c)
@@ -163,6 +168,17 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 		o.Cursor = &cur
 	}
 	return o, nil
+}
+
+// mayWatch refuses, with a 403, the first of ids p may not watch: a user token
+// watches only its own user and those of its pulse_watch claim.
+func mayWatch(p auth.Principal, ids []string) *httpserver.Error {
+	for _, id := range ids {
+		if !p.MayWatch(id) {
+			return auth.Forbidden(fmt.Sprintf("this user token may not watch %q: only its own user and the users of its %s claim", id, auth.WatchClaim))
+		}
+	}
+	return nil
 }
 
 // watchIDs reads ?userIds=a,b&userIds=c: comma-separated, repeatable. Ids that
@@ -245,7 +261,8 @@ func (w *watcher) websocket(c echo.Context) error {
 	ctx, cancel := context.WithCancelCause(c.Request().Context())
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess) })
+	p := auth.PrincipalOf(c)
+	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess, p) })
 	wg.Go(func() { w.ping(ctx, cancel, conn) })
 
 	end := w.writeMessages(ctx, conn, sess)
@@ -285,7 +302,7 @@ func (w *watcher) writeMessages(ctx context.Context, conn *websocket.Conn, sess 
 // readCommands hands the client's commands to the session. A command that cannot
 // be decoded is answered with an invalid_command error message; the connection ends
 // on a binary message, a command flood, or when the client goes.
-func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session) {
+func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session, p auth.Principal) {
 	for {
 		typ, b, err := conn.Read(ctx)
 		if err != nil {
@@ -299,6 +316,8 @@ func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFu
 		cmd, err := feed.DecodeCommand(b, w.cfg.MaxUsers)
 		if err != nil {
 			err = sess.Reject(feed.CodeInvalidCommand, err.Error())
+		} else if refused := mayWatch(p, cmd.UserIDs); cmd.Op == feed.OpSubscribe && refused != nil {
+			err = sess.Reject(feed.CodeForbidden, refused.Message)
 		} else {
 			err = sess.Handle(cmd)
 		}
