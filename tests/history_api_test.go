@@ -363,6 +363,9 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	if err := statestore.New(rdb, prefix).RegisterShards(context.Background(), 16, statestore.DefaultBuckets); err != nil {
 		t.Fatal(err)
 	}
+	if err := statestore.New(rdb, prefix).MarkWhole(context.Background(), 16); err != nil {
+		t.Fatal(err)
+	}
 	env := stackEnv()
 	env["PULSE_REDIS_PREFIX"] = prefix
 	env["PULSE_CASSANDRA_KEYSPACE"] = ks

@@ -48,9 +48,9 @@ func checkNames(rep readyReport) []string {
 func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 	deps := map[string][]string{
 		"ingest":     {"kafka"},
-		"aggregator": {"kafka", "redis"},
+		"aggregator": {"kafka", "redis", "state"},
 		"history":    {"kafka", "cassandra"},
-		"query":      {"redis"},
+		"query":      {"redis", "state"},
 	}
 	// Topics, groups and Redis prefix of their own: a service under test must not join
 	// the groups of a pipeline running on the same stack, nor write its state.

@@ -20,6 +20,9 @@ func BenchmarkWriteWindow(b *testing.B) {
 	if err := store.RegisterShards(ctx, 16, statestore.DefaultBuckets); err != nil {
 		b.Fatal(err)
 	}
+	if err := store.MarkWhole(ctx, 16); err != nil {
+		b.Fatal(err)
+	}
 	users := make(map[string]*presence.User, 500)
 	for i := range 500 {
 		u := presence.NewUser(uint32(i))

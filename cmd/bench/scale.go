@@ -141,6 +141,10 @@ func (b *bench) scalePulse(ctx context.Context, rdb *redis.Client, shards, onlin
 		if err := store.RegisterShards(ctx, shards, statestore.DefaultBuckets); err != nil {
 			return err
 		}
+		// The bulk load writes whole shards itself.
+		if err := store.MarkWhole(ctx, shards); err != nil {
+			return err
+		}
 		return b.loadPulse(ctx, store, shards)
 	})
 	if err != nil {

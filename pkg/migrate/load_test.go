@@ -234,6 +234,9 @@ func TestRepositoryMigrations(t *testing.T) {
 		{3, "0003_user_activity.cql", 1},
 		{4, "0004_user_status_compaction.cql", 1},
 		{5, "0005_history_rollups.cql", 6},
+		{6, "0006_user_sessions_microseconds.cql", 2},
+		{7, "0007_point_in_time.cql", 4},
+		{8, "0008_shard_progress.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)

@@ -44,6 +44,9 @@ func newFixture(t *testing.T, store *statestore.Store, shards int) *fixture {
 	if err := store.RegisterShards(context.Background(), shards, statestore.DefaultBuckets); err != nil {
 		t.Fatal(err)
 	}
+	if err := store.MarkWhole(context.Background(), shards); err != nil {
+		t.Fatal(err)
+	}
 	f := &fixture{t: t, store: store, shards: shards, offset: make([]int64, shards), next: make([]uint32, shards),
 		bitmaps: make([][len(statestore.Tracked)]*roaring.Bitmap, shards), users: map[string]*presence.User{}}
 	for sh := range shards {

@@ -58,6 +58,9 @@ func measureLoad(t *testing.T, users, shards, buckets int) float64 {
 	if err := load.RegisterShards(ctx, shards, buckets); err != nil {
 		t.Fatal(err)
 	}
+	if err := load.MarkWhole(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
 	const window = 5000
 	now := time.Date(2026, 11, 22, 7, 0, 0, 0, time.UTC)
 	type shardState struct {

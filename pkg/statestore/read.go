@@ -91,18 +91,22 @@ func (s *Store) ShardCounts(ctx context.Context, n int) ([]Counts, error) {
 	}
 	pipe := s.rdb.Pipeline()
 	cnts := make([]*redis.SliceCmd, n)
-	nexts := make([]*redis.StringCmd, n)
+	nexts := make([]*redis.SliceCmd, n)
 	for sh := range n {
 		cnts[sh] = pipe.HMGet(ctx, s.keys.Counts(sh), "online", "idle", "invisible")
-		nexts[sh] = pipe.HGet(ctx, s.keys.Meta(sh), "next")
+		nexts[sh] = pipe.HMGet(ctx, s.keys.Meta(sh), "next", "offset", "rebuilding")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading counts of %d shards: %w", n, err)
 	}
 	for sh := range n {
+		meta := nexts[sh].Val()
+		if err := shardUsable(sh, meta[1:]); err != nil {
+			return nil, err
+		}
 		vals := cnts[sh].Val()
 		out[sh] = Counts{
-			Registered: parseCount(nexts[sh].Val()),
+			Registered: parseCount(meta[0]),
 			Online:     parseCount(vals[0]),
 			Idle:       parseCount(vals[1]),
 			Invisible:  parseCount(vals[2]),

@@ -49,6 +49,9 @@ func readFixture(t *testing.T, s *Store, shards int, users map[string]presence.S
 	if err := s.RegisterShards(ctx, shards, 64); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.MarkWhole(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
 	ids := make([]string, 0, len(users))
 	for id := range users {
 		ids = append(ids, id)

@@ -59,6 +59,13 @@ var (
 	// ErrLegacyLayout means Redis holds state of the layout before state buckets
 	// (a key per user), which this version neither reads nor converts.
 	ErrLegacyLayout = errors.New("state in Redis has the layout of an older Pulse")
+	// ErrStateLost means a window write found its shard holding less than the writer
+	// had written: Redis lost its data. The writer must rebuild the shard from the log
+	// (docs/design.md guarantee 10).
+	ErrStateLost = errors.New("the shard's state is gone from Redis")
+	// ErrRebuilding means a read touched a shard whose state is missing or being
+	// rebuilt from the log: any answer from it could be wrong.
+	ErrRebuilding = errors.New("state is being rebuilt")
 )
 
 // bucketsPerShard is how many state buckets each of shards gets of total: total /
@@ -112,6 +119,13 @@ func (s *Store) RegisterShards(ctx context.Context, n, buckets int) error {
 	}
 	if err := s.register(ctx, s.keys.Shards(), n, shardMismatch); err != nil {
 		return err
+	}
+	pipe = s.rdb.Pipeline()
+	for sh := range n {
+		pipe.Eval(ctx, initShardsLua, []string{s.keys.Meta(sh)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("initialising the bookkeeping of %d shards: %w", n, err)
 	}
 	s.mu.Lock()
 	s.layout, s.layoutAt, s.pinned = layout{shards: n, buckets: per}, time.Now(), true
@@ -168,6 +182,11 @@ func (s *Store) loadLayout(ctx context.Context) (layout, error) {
 	}
 	n, err := shards.Int()
 	if errors.Is(err, redis.Nil) {
+		if s.layout.shards > 0 {
+			// This store read a layout before: Redis lost it (a flush, a restart
+			// without persistence), and with it the state.
+			return layout{}, fmt.Errorf("the shard layout is gone from Redis: %w", ErrRebuilding)
+		}
 		return layout{}, nil
 	}
 	if err != nil {
@@ -357,6 +376,12 @@ type Window struct {
 	Dirty   [len(Tracked)]bool
 	// Outbox is the window's changes; nil when there were none.
 	Outbox *pulsev1.ChangeBatch
+	// Written is one past the offset the writer last wrote to the shard (0: it wrote
+	// none). A shard holding less means Redis lost it: the write is refused with
+	// ErrStateLost.
+	Written int64
+	// Rebuilding marks the shard as being rebuilt from the log (FinishRebuild clears it).
+	Rebuilding bool
 }
 
 // WriteWindow writes w in one round trip, atomically. It reports false, and writes
@@ -379,7 +404,103 @@ func (s *Store) WriteWindow(ctx context.Context, w *Window) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("writing window of shard %d at offset %d: %w", sh, w.LastOffset, err)
 	}
+	if res == -1 {
+		return false, fmt.Errorf("writing window of shard %d at offset %d after offset %d: %w", sh, w.LastOffset, w.Written-1, ErrStateLost)
+	}
 	return res == 1, nil
+}
+
+// initShards gives every shard without bookkeeping an empty one marked as rebuilding:
+// until its owner has checked the shard against the log (FinishRebuild), readers are
+// told the state is being rebuilt rather than shown an empty shard as the truth.
+const initShardsLua = `if redis.call('HSETNX', KEYS[1], 'offset', '-1') == 1 then
+  redis.call('HSET', KEYS[1], 'rebuilding', '1')
+end
+return 0`
+
+// Bookkeeping is what Redis holds of a shard's bookkeeping.
+type Bookkeeping struct {
+	// Exists is false when Redis holds none: it lost the shard (or no aggregator has
+	// registered the layout yet).
+	Exists bool
+	// Offset is the last offset the shard holds, -1 for none.
+	Offset int64
+	// Rebuilding is set while the shard is marked as being rebuilt.
+	Rebuilding bool
+}
+
+// ShardBookkeeping reads shard sh's bookkeeping.
+func (s *Store) ShardBookkeeping(ctx context.Context, sh int) (Bookkeeping, error) {
+	vals, err := s.rdb.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding").Result()
+	if err != nil {
+		return Bookkeeping{}, fmt.Errorf("reading the bookkeeping of shard %d: %w", sh, err)
+	}
+	b := Bookkeeping{Offset: -1, Rebuilding: vals[1] != nil}
+	if v, ok := vals[0].(string); ok {
+		b.Exists = true
+		if b.Offset, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return Bookkeeping{}, fmt.Errorf("shard %d offset %q: %w", sh, v, err)
+		}
+	}
+	return b, nil
+}
+
+// MarkRebuilding marks shard sh as being rebuilt: readers of it answer ErrRebuilding
+// until FinishRebuild.
+func (s *Store) MarkRebuilding(ctx context.Context, sh int) error {
+	if err := s.rdb.HSet(ctx, s.keys.Meta(sh), "rebuilding", "1").Err(); err != nil {
+		return fmt.Errorf("marking shard %d as rebuilding: %w", sh, err)
+	}
+	return nil
+}
+
+// FinishRebuild marks shard sh as whole again: its owner found it consistent with the
+// log, or rebuilt it from there.
+func (s *Store) FinishRebuild(ctx context.Context, sh int) error {
+	if err := s.rdb.HDel(ctx, s.keys.Meta(sh), "rebuilding").Err(); err != nil {
+		return fmt.Errorf("clearing the rebuilding mark of shard %d: %w", sh, err)
+	}
+	return nil
+}
+
+// CheckShards returns ErrRebuilding when one of shards 0 to n-1 has no state in Redis
+// or is being rebuilt: a reader of bitmaps or counts must not answer from it.
+func (s *Store) CheckShards(ctx context.Context, n int) error {
+	shards := make([]int, n)
+	for i := range shards {
+		shards[i] = i
+	}
+	return s.checkShards(ctx, shards)
+}
+
+// checkShards returns ErrRebuilding when one of the shards has no bookkeeping (Redis
+// lost it) or is marked as being rebuilt.
+func (s *Store) checkShards(ctx context.Context, shards []int) error {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(shards))
+	for i, sh := range shards {
+		cmds[i] = pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading the bookkeeping of %d shards: %w", len(shards), err)
+	}
+	for i, c := range cmds {
+		if err := shardUsable(shards[i], c.Val()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardUsable judges a shard by its meta's offset and rebuilding fields.
+func shardUsable(sh int, vals []any) error {
+	if len(vals) < 2 || vals[0] == nil {
+		return fmt.Errorf("shard %d has no state in Redis: %w", sh, ErrRebuilding)
+	}
+	if vals[1] != nil {
+		return fmt.Errorf("shard %d: %w", sh, ErrRebuilding)
+	}
+	return nil
 }
 
 // windowCall is write.lua's KEYS and ARGV for w with buckets state buckets per shard.
@@ -454,7 +575,11 @@ func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
 	for _, bm := range w.Bitmaps {
 		args = append(args, bm.GetCardinality())
 	}
-	args = append(args, len(states), len(revs))
+	rebuilding := ""
+	if w.Rebuilding {
+		rebuilding = "1"
+	}
+	args = append(args, len(states), len(revs), w.Written-1, rebuilding)
 	for _, b := range append(states, revs...) {
 		keys = append(keys, b.key)
 		args = append(args, len(b.args)/2)
@@ -470,7 +595,16 @@ func (s *Store) Get(ctx context.Context, userID string) (*presence.User, error) 
 		return nil, err
 	}
 	sh := shard.For(userID, l.shards)
-	b, err := s.rdb.HGet(ctx, s.keys.State(sh, bucketOf(userID, l.buckets)), userID).Result()
+	pipe := s.rdb.Pipeline()
+	meta := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding")
+	state := pipe.HGet(ctx, s.keys.State(sh, bucketOf(userID, l.buckets)), userID)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading user state: %w", err)
+	}
+	if err := shardUsable(sh, meta.Val()); err != nil {
+		return nil, err
+	}
+	b, err := state.Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -489,8 +623,17 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*presence.User, er
 		return out, err
 	}
 	refs := make([]userRef, len(ids))
+	var shards []int
+	seen := map[int]bool{}
 	for i, id := range ids {
 		refs[i] = userRef{shard: shard.For(id, l.shards), id: id}
+		if !seen[refs[i].shard] {
+			seen[refs[i].shard] = true
+			shards = append(shards, refs[i].shard)
+		}
+	}
+	if err := s.checkShards(ctx, shards); err != nil {
+		return nil, err
 	}
 	vals, err := s.readStates(ctx, l.buckets, refs)
 	if err != nil {
@@ -549,4 +692,15 @@ func parseCount(v any) uint64 {
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
 	return s.rdb.Ping(ctx).Err()
+}
+
+// MarkWhole clears the rebuilding mark of shards 0 to n-1: for a state written by
+// other means than the aggregators (a bulk load, a test), which is whole as written.
+func (s *Store) MarkWhole(ctx context.Context, n int) error {
+	for sh := range n {
+		if err := s.FinishRebuild(ctx, sh); err != nil {
+			return err
+		}
+	}
+	return nil
 }

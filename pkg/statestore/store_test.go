@@ -36,6 +36,9 @@ func newWriter(t *testing.T, s *Store, shards, buckets int) *writer {
 	if err := s.RegisterShards(context.Background(), shards, buckets); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.MarkWhole(context.Background(), shards); err != nil {
+		t.Fatal(err)
+	}
 	w := &writer{t: t, s: s, shards: shards, next: make([]uint32, shards), offset: make([]int64, shards),
 		bms: make([][len(Tracked)]*roaring.Bitmap, shards), users: map[string]*presence.User{}}
 	for sh := range shards {

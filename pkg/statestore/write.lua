@@ -4,20 +4,28 @@
 -- invisible, then the state buckets the window writes, then the rev buckets it writes.
 -- ARGV[1] last offset of the window, ARGV[2] next free index, ARGV[3] outbox,
 -- ARGV[4..6] bitmaps (empty: unchanged), ARGV[7..9] their counts,
--- ARGV[10] the number of state buckets, ARGV[11] the number of rev buckets, then for
--- each bucket in KEYS order: its number of entries c, then c field, value pairs (state
--- buckets: user id, state; rev buckets: index & 127, user id).
+-- ARGV[10] the number of state buckets, ARGV[11] the number of rev buckets,
+-- ARGV[12] the offset the writer last wrote (-1: none), ARGV[13] '1' while the writer
+-- rebuilds the shard from the log, then for each bucket in KEYS order: its number of
+-- entries c, then c field, value pairs (state buckets: user id, state; rev buckets:
+-- index & 127, user id).
 --
 -- Returns 1 when written, 0 when the shard already holds this offset or a later
 -- one: a replay after a crash between this write and the offset commit then changes
--- nothing (docs/design.md guarantee 7).
+-- nothing (docs/design.md guarantee 7). Returns -1, writing nothing, when the shard
+-- holds less than the writer last wrote: Redis lost its data (a flush, a restart
+-- without persistence, a failover to an empty replica), and writing the window over
+-- it would make a partial state look whole (guarantee 10).
 local cur = tonumber(redis.call('HGET', KEYS[1], 'offset') or '-1')
+if cur < tonumber(ARGV[12]) then
+  return -1
+end
 if cur >= tonumber(ARGV[1]) then
   return 0
 end
 
 -- One HSET per bucket, of at most 256 pairs: unpack is bounded by Lua's C stack.
-local k, a = 7, 12
+local k, a = 7, 14
 for _ = 1, tonumber(ARGV[10]) + tonumber(ARGV[11]) do
   local c = tonumber(ARGV[a])
   a = a + 1
@@ -42,4 +50,7 @@ if ARGV[3] ~= '' then
   redis.call('SET', KEYS[3], ARGV[3])
 end
 redis.call('HSET', KEYS[1], 'offset', ARGV[1], 'next', ARGV[2])
+if ARGV[13] == '1' then
+  redis.call('HSET', KEYS[1], 'rebuilding', '1')
+end
 return 1

@@ -39,6 +39,10 @@ type Config struct {
 	// CommitInterval is how often a partition's offset is committed (and always on
 	// revoke and shutdown); Redis's offset guard makes replays of the rest harmless.
 	CommitInterval time.Duration
+	// StateCheckInterval is how often a partition checks that Redis still holds its
+	// shard, to rebuild it from the log when it does not (guarantee 10) even while no
+	// event arrives.
+	StateCheckInterval time.Duration
 	// QueueBatches bounds each partition's queue of polled batches.
 	QueueBatches int
 	// RevokeTimeout bounds how long a revoked partition (a rebalance, or shutdown) may
@@ -88,6 +92,8 @@ func (c *Config) vars() []*config.Var {
 			"deadline of each Redis or Kafka call of a window (retried)", config.Positive),
 		config.Duration(&c.CommitInterval, "PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second,
 			"how often a partition's offset is committed (always on revoke and shutdown)", config.NotNegative),
+		config.Duration(&c.StateCheckInterval, "PULSE_AGGREGATOR_STATE_CHECK_INTERVAL", 2*time.Second,
+			"how often a partition checks that Redis still holds its shard (and rebuilds it from the log when not), besides every window write", config.Positive),
 		config.Int(&c.QueueBatches, "PULSE_AGGREGATOR_QUEUE_BATCHES", 32, "polled batches queued per partition",
 			config.Positive),
 		config.Duration(&c.SessionTimeout, "PULSE_AGGREGATOR_SESSION_TIMEOUT", 45*time.Second,

@@ -19,8 +19,11 @@ type record struct {
 type shardState struct {
 	partition int32
 	offset    int64 // last record folded into Redis
-	next      uint32
-	bitmaps   [len(statestore.Tracked)]*roaring.Bitmap
+	// written is one past the last offset this worker knows Redis holds for the shard
+	// (loaded or written): a shard holding less lost its data (statestore.ErrStateLost).
+	written int64
+	next    uint32
+	bitmaps [len(statestore.Tracked)]*roaring.Bitmap
 }
 
 // foldStats counts what a window did, for metrics.

@@ -11,10 +11,22 @@ type metrics struct {
 	windowSize   prometheus.Histogram
 	flushSeconds prometheus.Histogram
 	retries      *prometheus.CounterVec
+	// Shards rebuilt from the log after Redis lost them (guarantee 10).
+	rebuilds       prometheus.Counter
+	rebuildSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_rebuilds_total",
+			Help: "Shards rebuilt from the log because Redis no longer held what this aggregator had written.",
+		}),
+		rebuildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pulse_aggregator_rebuild_seconds",
+			Help:    "Time to rebuild one shard from the log.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
+		}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_aggregator_events_total",
 			Help: "Events folded, by outcome: applied, stale (older than the device's newest) or duplicate.",
@@ -46,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 

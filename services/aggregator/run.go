@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,10 +40,19 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	store := statestore.New(rdb, cfg.RedisPrefix)
 	m := newMetrics(reg)
 
-	var cons *consume.Consumer
+	var (
+		cons       *consume.Consumer
+		partitions int
+		rebuilding atomic.Int32
+	)
+	// register records the layout again after Redis lost it (guarantee 10).
+	register := func(ctx context.Context) error {
+		return store.RegisterShards(ctx, partitions, cfg.StateBuckets)
+	}
 	newWorker := func(topic string, partition int32) consume.Worker {
 		return &worker{
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
+			register: register, rebuilding: &rebuilding,
 			readRange: horizon.FromKafka(cfg.Kafka, logger),
 			logger:    logger.With("partition", partition),
 			st:        shardState{partition: partition},
@@ -69,7 +79,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 
 	// Shards are partitions: record their number so readers can find users.
-	if err := registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic, cfg.StateBuckets, logger); err != nil {
+	if partitions, err = registerShards(ctx, cons.Client(), store, cfg.Kafka.EventsTopic, cfg.StateBuckets, logger); err != nil {
 		return err
 	}
 
@@ -78,6 +88,12 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 			return kafkax.Ping(ctx, cons.Client(), cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
 		}},
 		health.Check{Name: "redis", Func: func(ctx context.Context) error { return redisx.Ping(ctx, rdb) }},
+		health.Check{Name: "state", Func: func(context.Context) error {
+			if n := rebuilding.Load(); n > 0 {
+				return fmt.Errorf("rebuilding %d shards from the log: Redis lost their state", n)
+			}
+			return nil
+		}},
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(gctx) })
@@ -89,7 +105,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 // and with it the state buckets.
 // A topic created moments ago may not be in every broker's metadata yet, so a missing
 // topic is retried for a minute before the aggregator gives up.
-func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string, buckets int, logger *slog.Logger) error {
+func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store, topic string, buckets int, logger *slog.Logger) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(cl)
@@ -113,7 +129,7 @@ func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store
 		return nil
 	}, "topic", topic)
 	if err != nil {
-		return fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
+		return 0, fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
 	}
-	return store.RegisterShards(ctx, partitions, buckets)
+	return partitions, store.RegisterShards(ctx, partitions, buckets)
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,8 +32,13 @@ type worker struct {
 	store   *statestore.Store
 	logger  *slog.Logger
 	metrics *metrics
-	// readRange re-reads the partition to rebuild the duplicate horizon.
+	// readRange re-reads the partition to rebuild the duplicate horizon, and the
+	// shard's state when Redis lost it.
 	readRange horizon.ReadRange
+	// register records the shard layout again; rebuilding counts the shards being
+	// rebuilt in this process, for /readyz.
+	register   func(context.Context) error
+	rebuilding *atomic.Int32
 
 	st       shardState
 	dedupe   *recent.Window
@@ -64,8 +71,18 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 		}
 	}
 	arm()
+	check := time.NewTicker(w.cfg.StateCheckInterval)
+	defer check.Stop()
 	for {
 		select {
+		case <-check.C:
+			if err := w.checkState(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			arm()
 		case batch, ok := <-recs:
 			if !ok {
 				// Revoked or shutting down: the open window is flushed and committed.
@@ -134,6 +151,7 @@ func (w *worker) start(ctx context.Context) error {
 		return err
 	}
 	w.st.offset, w.st.next, w.st.bitmaps = loaded.Offset, loaded.Next, loaded.Bitmaps
+	w.st.written = loaded.Offset + 1
 
 	committed, err := w.committed(ctx)
 	if err != nil {
@@ -157,6 +175,20 @@ func (w *worker) start(ctx context.Context) error {
 		committed = loaded.Offset + 1
 	}
 	w.committedOff, w.committedAt = committed, w.now()
+
+	// Redis lost the shard while no one owned it: its bookkeeping is new, yet the
+	// group had committed records folded into it. Fold the log up to the commit again
+	// (changes of those records were all produced before).
+	if loaded.Offset < 0 && committed > 0 {
+		if err := w.rebuildState(ctx, committed-1, committed-1); err != nil {
+			return err
+		}
+	}
+	if err := w.retry(ctx, "marking the shard whole", func(ctx context.Context) error {
+		return w.store.FinishRebuild(ctx, int(p))
+	}); err != nil {
+		return err
+	}
 
 	// Deadlines come from the state, before any new event is applied: users who went
 	// silent while no aggregator owned the shard still time out, at once if overdue.
@@ -227,7 +259,38 @@ func (w *worker) flush(ctx context.Context) error {
 	batch := w.pending
 	w.pending = nil
 	last := batch[len(batch)-1].Offset
+	prev := w.st.offset
+	win, err := w.foldAndWrite(ctx, batch, false)
+	if errors.Is(err, statestore.ErrStateLost) {
+		// Redis lost the shard: fold the log again through this window, producing
+		// the changes of this window, which were not produced yet.
+		if err := w.rebuildState(ctx, last, prev); err != nil {
+			return err
+		}
+		w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+		return w.commitNow(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if win != nil {
+		if err := w.produce(ctx, win.Outbox.Changes); err != nil {
+			return err
+		}
+	}
+	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
+	if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
+		return w.commitNow(ctx)
+	}
+	return nil
+}
 
+// foldAndWrite folds batch into the shard and writes the window to Redis, guarded by
+// offset; it returns the window written (nil when the batch held nothing to fold) for
+// its changes to be produced. Records Redis holds already only feed the duplicate
+// horizon. A shard that lost its state in Redis is statestore.ErrStateLost.
+func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuilding bool) (*statestore.Window, error) {
+	last := batch[len(batch)-1].Offset
 	recs := make([]record, 0, len(batch))
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]struct{}, len(batch))
@@ -242,8 +305,10 @@ func (w *worker) flush(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			w.metrics.undecodable.Inc()
-			w.logger.Warn("skipping undecodable record", "partition", r.Partition, "offset", r.Offset, "err", err)
+			if !rebuilding {
+				w.metrics.undecodable.Inc()
+				w.logger.Warn("skipping undecodable record", "partition", r.Partition, "offset", r.Offset, "err", err)
+			}
 			continue
 		}
 		recs = append(recs, record{offset: r.Offset, event: e})
@@ -252,40 +317,38 @@ func (w *worker) flush(ctx context.Context) error {
 			ids = append(ids, e.UserID)
 		}
 	}
-
-	if len(recs) > 0 {
-		var users map[string]*presence.User
-		if err := w.retry(ctx, "loading users", func(ctx context.Context) (err error) {
-			users, err = w.store.LoadUsers(ctx, int(w.st.partition), ids)
-			return err
-		}); err != nil {
-			return err
-		}
-		win, stats := fold(&w.st, recs, users, func(e *presence.Event) bool {
-			return w.dedupe.Duplicate(e.ID, e.ReceivedAt)
-		})
-		win.LastOffset = last
-		if err := w.retry(ctx, "writing window", func(ctx context.Context) error {
-			_, err := w.store.WriteWindow(ctx, win)
-			return err
-		}); err != nil {
-			return err
-		}
-		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
-		for id, u := range win.Users {
-			w.timeouts.Update(id, u)
-		}
-		w.metrics.observeWindow(len(recs), stats, len(win.Outbox.Changes))
-		if err := w.produce(ctx, win.Outbox.Changes); err != nil {
-			return err
-		}
+	if len(recs) == 0 {
+		w.st.offset = max(w.st.offset, last)
+		return nil, nil
 	}
+	var users map[string]*presence.User
+	if err := w.retry(ctx, "loading users", func(ctx context.Context) (err error) {
+		users, err = w.store.LoadUsers(ctx, int(w.st.partition), ids)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	win, stats := fold(&w.st, recs, users, func(e *presence.Event) bool {
+		return w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+	})
+	win.LastOffset, win.Written, win.Rebuilding = last, w.st.written, rebuilding
+	if err := w.retry(ctx, "writing window", func(ctx context.Context) error {
+		_, err := w.store.WriteWindow(ctx, win)
+		if errors.Is(err, statestore.ErrStateLost) {
+			return retry.Permanent(err)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	w.st.written = last + 1
+	w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+	for id, u := range win.Users {
+		w.timeouts.Update(id, u)
+	}
+	w.metrics.observeWindow(len(recs), stats, len(win.Outbox.Changes))
 	w.st.offset = last
-	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
-	if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
-		return w.commitNow(ctx)
-	}
-	return nil
+	return win, nil
 }
 
 // commitNow commits the last folded offset if it is not committed yet. Offsets need
@@ -383,4 +446,127 @@ func (w *worker) policy(what string, timeout time.Duration) retry.Policy {
 		TryTimeout: timeout,
 		OnRetry:    func(int, error) { w.metrics.retries.WithLabelValues(what).Inc() },
 	}
+}
+
+// rebuildState folds the partition's log from its start through offset upTo into
+// Redis again, after Redis lost the shard (docs/design.md guarantee 10). The shard is
+// marked as rebuilding meanwhile, so readers answer 503 instead of a partial state;
+// changes of records after emitAfter (not produced before) are produced, the others
+// were. Windows already written by an earlier attempt are skipped by the offset guard.
+// The duplicate horizon and the deadlines come out of it as they were.
+func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error {
+	p := w.st.partition
+	w.rebuilding.Add(1)
+	defer w.rebuilding.Add(-1)
+	w.metrics.rebuilds.Inc()
+	start := time.Now()
+	w.logger.Warn("the shard's state is gone from Redis: rebuilding it from the log", "partition", p,
+		"through_offset", upTo, "produced_through", emitAfter)
+	var records int
+	err := w.retryWithin(ctx, "rebuilding the shard from the log", 10*time.Minute, func(ctx context.Context) error {
+		if err := w.register(ctx); err != nil {
+			return err
+		}
+		// Mark the shard before any window of the rebuild lands, whatever Redis holds.
+		if err := w.store.MarkRebuilding(ctx, int(p)); err != nil {
+			return err
+		}
+		loaded, err := w.store.LoadShard(ctx, int(p))
+		if err != nil {
+			return err
+		}
+		w.st.offset, w.st.next, w.st.bitmaps, w.st.written = loaded.Offset, loaded.Next, loaded.Bitmaps, loaded.Offset+1
+		w.dedupe = recent.New(w.cfg.DedupeHorizon)
+		records = 0
+		var batch []*kgo.Record
+		write := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			win, err := w.foldAndWrite(ctx, batch, true)
+			batch = batch[:0]
+			if err != nil || win == nil {
+				return err
+			}
+			var fresh []*pulsev1.Change
+			for _, c := range win.Outbox.Changes {
+				if c.SourceOffset > emitAfter {
+					fresh = append(fresh, c)
+				}
+			}
+			return w.produce(ctx, fresh)
+		}
+		// Time 0: the log from its first record on.
+		err = w.readRange(ctx, w.topic, p, time.UnixMilli(0), upTo+1, func(r *kgo.Record) error {
+			records++
+			batch = append(batch, r)
+			if len(batch) >= w.cfg.MaxWindowRecords {
+				return write()
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return write()
+	})
+	if err != nil {
+		return err
+	}
+	w.st.offset = max(w.st.offset, upTo)
+	w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
+	if err := w.retryWithin(ctx, "rebuilding deadlines", 2*time.Minute, func(ctx context.Context) error {
+		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
+		return w.store.LiveUsers(ctx, int(p), w.st.bitmaps[:], w.timeouts.Update)
+	}); err != nil {
+		return err
+	}
+	if err := w.retry(ctx, "marking the shard whole", func(ctx context.Context) error {
+		return w.store.FinishRebuild(ctx, int(p))
+	}); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	w.metrics.rebuildSeconds.Observe(took.Seconds())
+	w.logger.Warn("shard rebuilt from the log", "partition", p, "records", records, "registered", w.st.next,
+		"took", took.Round(time.Millisecond), "users_per_second", int(float64(w.st.next)/max(took.Seconds(), 1e-3)))
+	return nil
+}
+
+// checkState compares what Redis holds of the shard with what this worker wrote, so
+// that a shard that lost its state is found even while no event arrives: it records
+// the layout again when Redis lost it, rebuilds the shard from the log when Redis holds
+// less than was written, and marks it whole when it holds everything.
+func (w *worker) checkState(ctx context.Context) error {
+	p := int(w.st.partition)
+	read := func() (statestore.Bookkeeping, bool) {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		defer cancel()
+		b, err := w.store.ShardBookkeeping(cctx, p)
+		return b, err == nil // Redis unreachable: the next check or window write tells
+	}
+	b, ok := read()
+	if !ok {
+		return nil
+	}
+	if !b.Exists {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		err := w.register(cctx)
+		cancel()
+		if err != nil {
+			return nil
+		}
+		if b, ok = read(); !ok {
+			return nil
+		}
+	}
+	if b.Offset < w.st.written-1 {
+		return w.rebuildState(ctx, w.st.offset, w.st.offset)
+	}
+	if b.Rebuilding {
+		cctx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		defer cancel()
+		_ = w.store.FinishRebuild(cctx, p) // retried at the next check
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -87,6 +88,9 @@ func userIDParam(c echo.Context) (string, error) {
 
 // readErr turns a Redis failure into the 503 readers can retry.
 func (a *api) readErr(err error) error {
+	if errors.Is(err, statestore.ErrRebuilding) {
+		return httpserver.Unavailable("the presence state is being rebuilt from the log (Redis lost it); retry shortly", 2*time.Second)
+	}
 	a.logger.Warn("reading state", "err", err)
 	return httpserver.Unavailable("presence state is unreachable right now", time.Second)
 }

@@ -162,6 +162,9 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		}
 		pos = q.cursor.Pos
 	}
+	if err := h.store.CheckShards(ctx, n); err != nil {
+		return h.readErr(err)
+	}
 	oq := online.Query{Statuses: q.statuses, Limit: q.limit}
 	if q.activeWithin > 0 {
 		oq.ActiveSince = h.now().Add(-q.activeWithin)
@@ -225,6 +228,9 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 	}
 	if n == 0 || len(req.UserIDs) == 0 {
 		return c.JSON(http.StatusOK, res)
+	}
+	if err := h.store.CheckShards(ctx, n); err != nil {
+		return h.readErr(err)
 	}
 	locs, err := h.store.Locate(ctx, n, req.UserIDs)
 	if err != nil {

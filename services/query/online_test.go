@@ -266,6 +266,9 @@ func newFixture(tb testing.TB, store *statestore.Store, shards int) *fixture {
 	if err := store.RegisterShards(context.Background(), shards, statestore.DefaultBuckets); err != nil {
 		tb.Fatal(err)
 	}
+	if err := store.MarkWhole(context.Background(), shards); err != nil {
+		tb.Fatal(err)
+	}
 	f := &fixture{tb: tb, store: store, shards: shards, offset: make([]int64, shards), next: make([]uint32, shards),
 		bitmaps: make([][len(statestore.Tracked)]*roaring.Bitmap, shards), users: map[string]*presence.User{}}
 	for sh := range shards {

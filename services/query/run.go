@@ -57,11 +57,22 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	rdb := redisx.NewClient(cfg.Redis)
 	defer rdb.Close()
 
+	store := statestore.New(rdb, cfg.RedisPrefix)
 	srv := httpserver.New(cfg.HTTP, logger, reg, health.Check{
 		Name: "redis",
 		Func: func(ctx context.Context) error { return redisx.Ping(ctx, rdb) },
+	}, health.Check{
+		// Not ready while Redis lacks state it had (guarantee 10): the aggregators are
+		// rebuilding it from the log.
+		Name: "state",
+		Func: func(ctx context.Context) error {
+			n, err := store.Shards(ctx)
+			if err != nil || n == 0 {
+				return err
+			}
+			return store.CheckShards(ctx, n)
+		},
 	})
-	store := statestore.New(rdb, cfg.RedisPrefix)
 	// The change feed tails presence.changes on its own; while Kafka is unreachable
 	// its routes answer 503 and every other read keeps working, so Kafka is not a
 	// /readyz dependency of this service.
