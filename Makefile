@@ -84,6 +84,16 @@ test-unit: $(GOTESTSUM) ## Unit tests (the Redis-backed ones skip without the st
 test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
 	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) $(MODULE)/tests/...
 
+# The fault scenarios of tests/ (docs/design.md guarantees 7, 10 and 11): servers down,
+# processes killed with SIGKILL, Redis flushed, poison records. make test runs them too,
+# with the rest of tests/.
+FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics
+
+.PHONY: test-faults
+test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a flushed Redis, poison records
+	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
+		-run '^($(FAULT_TESTS))$$' $(MODULE)/tests/...
+
 # The stack comes up before the unit tests, so none of them skips for want of a server.
 test: export PULSE_REQUIRE_SERVERS = 1
 test: lint up test-unit test-integration ## Everything: lint, the stack, unit tests, integration tests

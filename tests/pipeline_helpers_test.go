@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/deadletter"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 
@@ -69,7 +70,7 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 	adm := kafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, p.events, p.changes)
+	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}
@@ -81,7 +82,7 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, p.events, p.changes)
+		_, _ = adm.DeleteTopics(ctx, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
 	})
 	// A new topic reaches the broker's metadata a moment after it is created.
 	eventually(t, 30*time.Second, func() string {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/pulse-presence/pulse/pkg/deadletter"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/ports"
 )
@@ -25,7 +26,9 @@ func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 	brokers := fs.String("brokers", ports.LocalAddr(ports.Kafka), "comma-separated broker addresses")
 	partitions := fs.Int("partitions", 16, "partitions per topic (also Pulse's shard count)")
 	replication := fs.Int("replication", 1, "replication factor (3 in production)")
-	names := fs.String("topics", kafkax.DefaultEventsTopic+","+kafkax.DefaultChangesTopic, "topics to create")
+	names := fs.String("topics", strings.Join([]string{kafkax.DefaultEventsTopic, kafkax.DefaultChangesTopic,
+		deadletter.Topic(kafkax.DefaultEventsTopic), deadletter.Topic(kafkax.DefaultChangesTopic)}, ","),
+		"topics to create: the events, the changes and their dead-letter topics")
 	retention := fs.Duration("retention", 7*24*time.Hour, "how long the log keeps records; replays and feed resumes reach back this far")
 	timeout := fs.Duration("timeout", 30*time.Second, "deadline for the whole operation")
 	if err := fs.Parse(args); err != nil {
@@ -52,8 +55,11 @@ func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 	adm := kadm.NewClient(cl)
 
 	retentionMs := fmt.Sprint(retention.Milliseconds())
+	// With acks=all, a write is acknowledged once min.insync.replicas replicas hold it:
+	// 2 of 3 survives the loss of one broker without losing an acknowledged event.
+	minISR := fmt.Sprint(max(1, min(2, *replication-1)))
 	resp, err := adm.CreateTopics(ctx, int32(*partitions), int16(*replication),
-		map[string]*string{"retention.ms": &retentionMs}, topics...)
+		map[string]*string{"retention.ms": &retentionMs, "min.insync.replicas": &minISR}, topics...)
 	if err != nil {
 		return fmt.Errorf("creating topics: %w", err)
 	}
@@ -66,7 +72,7 @@ func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 		r := resp[name]
 		switch {
 		case r.Err == nil:
-			fmt.Fprintf(stdout, "    created topic %s (%d partitions)\n", name, *partitions)
+			fmt.Fprintf(stdout, "    created topic %s (%d partitions, replication %d, min.insync.replicas %s)\n", name, *partitions, *replication, minISR)
 		case errors.Is(r.Err, kerr.TopicAlreadyExists):
 			d := details[name]
 			if n := len(d.Partitions); n != *partitions {

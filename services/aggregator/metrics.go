@@ -13,11 +13,16 @@ type metrics struct {
 	retries      *prometheus.CounterVec
 	// Shards rebuilt from the log after Redis lost them (guarantee 10).
 	rebuilds       prometheus.Counter
+	deadLetters    prometheus.Counter
 	rebuildSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_dead_letters_total",
+			Help: "Records of presence.events written to presence.events.dlq because they cannot be decoded or applied.",
+		}),
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_rebuilds_total",
 			Help: "Shards rebuilt from the log because Redis no longer held what this aggregator had written.",
@@ -58,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.deadLetters, m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 

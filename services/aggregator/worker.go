@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pulse-presence/pulse/pkg/deadletter"
 	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -294,6 +295,7 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 	recs := make([]record, 0, len(batch))
 	ids := make([]string, 0, len(batch))
 	seen := make(map[string]struct{}, len(batch))
+	var dead []*kgo.Record
 	for _, r := range batch {
 		e, err := records.DecodeEvent(r)
 		if r.Offset <= w.st.offset {
@@ -306,8 +308,10 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 		}
 		if err != nil {
 			if !rebuilding {
+				// Guarantee 11: the record goes to the dead-letter topic, the partition on.
 				w.metrics.undecodable.Inc()
-				w.logger.Warn("skipping undecodable record", "partition", r.Partition, "offset", r.Offset, "err", err)
+				w.logger.Warn("undecodable record sent to the dead-letter topic", "partition", r.Partition, "offset", r.Offset, "err", err)
+				dead = append(dead, deadletter.Record(r, "aggregator", err, w.now()))
 			}
 			continue
 		}
@@ -315,6 +319,13 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 		if _, ok := seen[e.UserID]; !ok {
 			seen[e.UserID] = struct{}{}
 			ids = append(ids, e.UserID)
+		}
+	}
+	// Dead letters are produced before the window is written: once Redis holds the
+	// window, a restart skips its records.
+	if len(dead) > 0 {
+		if err := w.produceAll(ctx, "producing dead letters", dead, w.metrics.deadLetters); err != nil {
+			return nil, err
 		}
 	}
 	if len(recs) == 0 {

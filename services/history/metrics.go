@@ -9,6 +9,7 @@ type metrics struct {
 	retries        prometheus.Counter
 	cassandraUp    prometheus.Gauge
 	skipped        *prometheus.CounterVec
+	deadLetters    prometheus.Counter
 	stale          prometheus.Counter
 	commitLag      *prometheus.HistogramVec
 	commitFailures prometheus.Counter
@@ -49,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cassandraUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pulse_history_cassandra_up",
 			Help: "1 when the last Cassandra write succeeded, 0 while writes are failing and being retried.",
+		}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_dead_letters_total",
+			Help: "Records of presence.changes written to presence.changes.dlq because they cannot be decoded.",
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_history_records_skipped_total",
@@ -109,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Checkpoints that could not be restored; the fold started empty.",
 		}),
 	}
-	reg.MustRegister(m.rows, m.writeSeconds, m.retries, m.cassandraUp, m.skipped, m.stale,
+	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.cassandraUp, m.skipped, m.stale,
 		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt,
 		m.rollupChanges, m.rollupUsers, m.rollupMinutes, m.rollupHours, m.rollupReplayed,
 		m.checkpoints, m.checkpointBytes, m.checkpointFailures)

@@ -45,8 +45,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		commit:      func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
 		readRange:   horizon.FromKafka(cfg.Kafka, logger),
 		checkpoints: cassStore{session},
-		logger:      logger,
-		m:           m,
+		produce: func(ctx context.Context, recs ...*kgo.Record) error {
+			return cons.Client().ProduceSync(ctx, recs...).FirstErr()
+		},
+		logger: logger,
+		m:      m,
 	}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,

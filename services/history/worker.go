@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/deadletter"
 	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
@@ -30,8 +31,10 @@ type history struct {
 	readRange horizon.ReadRange
 	// checkpoints reads the rollup folds' checkpoints (the writer writes them).
 	checkpoints checkpointLoader
-	logger      *slog.Logger
-	m           *metrics
+	// produce writes dead letters (presence.changes.dlq) and waits for the acks.
+	produce func(ctx context.Context, recs ...*kgo.Record) error
+	logger  *slog.Logger
+	m       *metrics
 }
 
 // newWorker is the consumer's consume.NewWorker: events partitions get a horizon, and
@@ -70,6 +73,9 @@ type worker struct {
 
 	poisonLogged  time.Time
 	poisonSkipped int // since the last log line
+	// dead are the changes records gathered since the last flush that cannot be
+	// decoded: they go to presence.changes.dlq before the flush's writes.
+	dead []*kgo.Record
 
 	rollup         *rollupState // changes only, from the first batch on
 	lastCheckpoint time.Time
@@ -200,6 +206,16 @@ func (w *worker) flush(ctx context.Context) error {
 	if plan == nil {
 		return nil
 	}
+	if len(w.dead) > 0 {
+		pol := retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.Kafka.RetryTimeout}
+		if err := retry.Do(ctx, pol, w.logger, "producing dead letters", func(ctx context.Context) error {
+			return w.h.produce(ctx, w.dead...)
+		}); err != nil {
+			return err
+		}
+		w.h.m.deadLetters.Add(float64(len(w.dead)))
+		w.dead = nil
+	}
 	if st := w.rollup; st != nil {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
@@ -279,6 +295,11 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 // stop the pipeline. The log line is rate-limited per partition.
 func (w *worker) poison(r *kgo.Record, err error) {
 	w.h.m.skipped.WithLabelValues(skipUndecodable).Inc()
+	if !w.events {
+		// The aggregator sends undecodable events to presence.events.dlq; history is
+		// the one reader that gives up on a change (guarantee 11).
+		w.dead = append(w.dead, deadletter.Record(r, "history", err, time.Now()))
+	}
 	w.poisonSkipped++
 	if now := time.Now(); w.poisonLogged.IsZero() || now.Sub(w.poisonLogged) >= poisonLogEvery {
 		w.logger.Warn("skipping undecodable records", "offset", r.Offset, "err", err,

@@ -119,6 +119,7 @@ type harness struct {
 	writtenAtCommit []int
 	log             []*kgo.Record // what readRange serves
 	reads           []string      // readRange calls
+	deadLetters     []*kgo.Record // produced to the dead-letter topic
 }
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
@@ -149,6 +150,12 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 			return nil
 		},
 		checkpoints: hs.store,
+		produce: func(_ context.Context, recs ...*kgo.Record) error {
+			hs.mu.Lock()
+			defer hs.mu.Unlock()
+			hs.deadLetters = append(hs.deadLetters, recs...)
+			return nil
+		},
 		readRange: func(_ context.Context, topic string, p int32, since time.Time, end int64, fn func(*kgo.Record) error) error {
 			hs.mu.Lock()
 			hs.reads = append(hs.reads, fmt.Sprintf("%s/%d since=%s end=%d", topic, p, since.Format(time.TimeOnly), end))
@@ -428,6 +435,9 @@ func TestChangesWorker(t *testing.T) {
 		}
 		if c, _ := hs.committed(); !reflect.DeepEqual(c, []int64{2}) {
 			t.Errorf("commits %v, want [2]: past the undecodable record", c)
+		}
+		if len(hs.deadLetters) != 1 || hs.deadLetters[0].Topic != "ch.dlq" || string(hs.deadLetters[0].Value) != "nope" {
+			t.Errorf("dead letters %v, want the undecodable record on ch.dlq", hs.deadLetters)
 		}
 	})
 }
