@@ -34,6 +34,7 @@ func commands() []command {
 		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
 		{"online", "who is online, now or at an instant of the past (online -at TIME [-count])", runOnline},
 		{"dlq", "list dead letters, or replay them to their topic (dlq list|replay)", runDLQ},
+		{"rebuild", "have the aggregators rebuild the state in Redis from the log, with progress (rebuild [-shard N])", runRebuild},
 		{"keys", "make a new API key and its line for PULSE_API_KEYS_FILE (keys new -scope write)", runKeys},
 	}
 }

@@ -704,3 +704,42 @@ func (s *Store) MarkWhole(ctx context.Context, n int) error {
 	}
 	return nil
 }
+
+// DeleteShard removes every key of shard sh: its bookkeeping first (so that no window
+// write lands meanwhile: the writer's guard finds the shard lost), then its states, ids,
+// bitmaps, counts and outbox. The shard's owner does it before rebuilding the shard
+// from the log, so that nothing of a partial state (a lagging replica's) is folded
+// into the rebuilt one. It returns how many keys it deleted.
+func (s *Store) DeleteShard(ctx context.Context, sh int) (int, error) {
+	deleted, err := s.rdb.Del(ctx, s.keys.Meta(sh)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("deleting the bookkeeping of shard %d: %w", sh, err)
+	}
+	var cursor uint64
+	for {
+		keys, next, err := s.rdb.Scan(ctx, cursor, s.keys.tag(sh)+"*", 1000).Result()
+		if err != nil {
+			return int(deleted), fmt.Errorf("listing the keys of shard %d: %w", sh, err)
+		}
+		if len(keys) > 0 {
+			n, err := s.rdb.Del(ctx, keys...).Result()
+			if err != nil {
+				return int(deleted), fmt.Errorf("deleting the keys of shard %d: %w", sh, err)
+			}
+			deleted += n
+		}
+		if cursor = next; cursor == 0 {
+			return int(deleted), nil
+		}
+	}
+}
+
+// ForgetShard deletes shard sh's bookkeeping alone: its owner then finds the shard
+// lost and rebuilds it from the log, answering readers 503 meanwhile (what `pulsectl
+// rebuild` asks for).
+func (s *Store) ForgetShard(ctx context.Context, sh int) error {
+	if err := s.rdb.Del(ctx, s.keys.Meta(sh)).Err(); err != nil {
+		return fmt.Errorf("deleting the bookkeeping of shard %d: %w", sh, err)
+	}
+	return nil
+}

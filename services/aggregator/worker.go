@@ -460,11 +460,11 @@ func (w *worker) policy(what string, timeout time.Duration) retry.Policy {
 }
 
 // rebuildState folds the partition's log from its start through offset upTo into
-// Redis again, after Redis lost the shard (docs/design.md guarantee 10). The shard is
-// marked as rebuilding meanwhile, so readers answer 503 instead of a partial state;
-// changes of records after emitAfter (not produced before) are produced, the others
-// were. Windows already written by an earlier attempt are skipped by the offset guard.
-// The duplicate horizon and the deadlines come out of it as they were.
+// Redis again, after Redis lost the shard (docs/design.md guarantee 10). Each attempt
+// clears the shard and starts over; the shard is marked as rebuilding meanwhile, so
+// readers answer 503 instead of a partial state. Changes of records after emitAfter
+// (not produced before) are produced, the others were. The duplicate horizon and the
+// deadlines come out of it as they were.
 func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error {
 	p := w.st.partition
 	w.rebuilding.Add(1)
@@ -475,10 +475,15 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 		"through_offset", upTo, "produced_through", emitAfter)
 	var records int
 	err := w.retryWithin(ctx, "rebuilding the shard from the log", 10*time.Minute, func(ctx context.Context) error {
+		// Whatever Redis still holds of the shard (a lagging replica's partial state)
+		// must not be folded into the rebuilt one: start from nothing.
+		if _, err := w.store.DeleteShard(ctx, int(p)); err != nil {
+			return err
+		}
 		if err := w.register(ctx); err != nil {
 			return err
 		}
-		// Mark the shard before any window of the rebuild lands, whatever Redis holds.
+		// Mark the shard before any window of the rebuild lands.
 		if err := w.store.MarkRebuilding(ctx, int(p)); err != nil {
 			return err
 		}
