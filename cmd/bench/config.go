@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	pulseports "github.com/pulse-presence/pulse/pkg/ports"
 )
 
@@ -32,6 +34,11 @@ type config struct {
 	histGrp  string
 	events   string // topics
 	changes  string
+	// https: ingest and query serve TLS; tls is the client side, trusting the
+	// system's roots and caFile's CAs.
+	https  bool
+	caFile string
+	tls    *tls.Config
 
 	users       int // loadgen's user population
 	batchSize   int
@@ -227,6 +234,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator and ingest during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
 	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
 	fs.BoolVar(&cfg.keepServices, "keep-services", false, "leave the services bench started running at the end")
+	fs.BoolVar(&cfg.https, "https", os.Getenv("PULSE_TLS_CERT_FILE") != "",
+		"ingest and query serve TLS: call them at https URLs (default: when PULSE_TLS_CERT_FILE is set, which the services bench starts inherit)")
+	caFile := trust.Flag(fs, os.Getenv)
 
 	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
@@ -261,6 +271,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if !filepath.IsAbs(cfg.outDir) {
 		cfg.outDir = filepath.Join(root, cfg.outDir)
+	}
+	cfg.caFile = *caFile
+	if cfg.tls, err = trust.Config(cfg.caFile); err != nil {
+		return cfg, fmt.Errorf("-ca: %w", err)
 	}
 	cfg.flags = cli.Values(fs)
 	return cfg, cfg.validate()

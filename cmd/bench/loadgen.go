@@ -47,6 +47,9 @@ func (b *bench) runLoad(ctx context.Context, l load) (loadResult, error) {
 		"-users", strconv.Itoa(b.cfg.users),
 		"-duration", l.duration.String(), "-warmup", l.warmup.String(),
 	}, l.args...)
+	if b.cfg.caFile != "" {
+		args = append(args, "-ca", b.cfg.caFile)
+	}
 	cmd := exec.CommandContext(ctx, b.st.loadgenBin(), args...)
 	cmd.Env = append(os.Environ(), devKeys(b.cfg.home, os.Getenv)...)
 	cmd.Stdout, cmd.Stderr = out, out

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer lr.close()
-	b := &bench{cfg: cfg, st: st, lag: lr, http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}},
+	b := &bench{cfg: cfg, st: st, lag: lr, http: &http.Client{Timeout: 10 * time.Second, Transport: cfg.transport()},
 		ticks: clockTicks(), dir: dir, rawDir: rawDir, out: out, res: res}
 	if !cfg.profile {
 		b.note("no CPU profiles: run with -profile (services bench starts then get PULSE_PPROF=1; running ones need it set)")

@@ -43,14 +43,26 @@ type stack struct {
 func newStack(cfg config, log io.Writer) *stack {
 	return &stack{
 		cfg:   cfg,
-		http:  &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}},
+		http:  &http.Client{Timeout: 5 * time.Second, Transport: cfg.transport()},
 		procs: map[string]process{},
 		log:   log,
 	}
 }
 
+// url is a service's base URL: https for ingest and query when they serve TLS (-https);
+// aggregator and history serve plain HTTP.
 func (s *stack) url(service string) string {
-	return "http://127.0.0.1:" + strconv.Itoa(s.cfg.ports.service(service))
+	scheme := "http"
+	if s.cfg.https && (service == "ingest" || service == "query") {
+		scheme = "https"
+	}
+	return scheme + "://127.0.0.1:" + strconv.Itoa(s.cfg.ports.service(service))
+}
+
+// transport is bench's HTTP transport: no proxy (bench measures Pulse, never a proxy
+// in between), trusting the system's roots and -ca.
+func (c config) transport() *http.Transport {
+	return &http.Transport{Proxy: nil, TLSClientConfig: c.tls}
 }
 
 func (s *stack) loadgenBin() string { return filepath.Join(s.cfg.home, "bin", "loadgen") }

@@ -417,7 +417,7 @@ func (b *bench) profile(ctx context.Context, name string, secs int, dir string) 
 	if key := operatorKey(b.cfg.home, os.Getenv); key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	c := &http.Client{Timeout: time.Duration(secs+30) * time.Second, Transport: &http.Transport{Proxy: nil}}
+	c := &http.Client{Timeout: time.Duration(secs+30) * time.Second, Transport: b.cfg.transport()}
 	resp, err := c.Do(req)
 	if err != nil {
 		return "", err

@@ -36,7 +36,8 @@
 //
 // Keys come from the environment, never from flags (which the process list shows):
 // PULSE_PRODUCER_KEY is sent to ingest and PULSE_READER_KEY to query, as
-// "Authorization: Bearer <key>"; `make run` prints both as export lines.
+// "Authorization: Bearer <key>"; `make run` prints both as export lines. https URLs
+// are verified against the system's roots plus -ca (PULSE_TLS_CA_FILE), a private CA.
 //
 // Example, against `make run`:
 //
@@ -55,6 +56,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	"github.com/pulse-presence/pulse/pkg/ports"
 )
 
@@ -72,6 +74,9 @@ type config struct {
 	workers                int
 	users, devices         int
 	seed                   uint64
+	// caFile is the PEM file of CA certificates trusted for https URLs besides the
+	// system's.
+	caFile string
 
 	singleRate, batchRate, heartbeatRate                       float64
 	readRate, batchReadRate, detailRate, countRate, filterRate float64
@@ -122,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.probeUsers, "probe-users", 0, "probe users lg-probe-0 … (0: enough that each is reused every 30 s)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to `FILE`")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
+	caFile := trust.Flag(fs, os.Getenv)
 	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
 	}
@@ -130,6 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-mix: %w", err)
 	}
 	cfg.mix = m
+	cfg.caFile = *caFile
 	cfg.producerKey, cfg.readerKey = os.Getenv("PULSE_PRODUCER_KEY"), os.Getenv("PULSE_READER_KEY")
 	cfg.flags = cli.Values(fs)
 	return cfg, cfg.validate()
@@ -176,7 +183,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := newClient(cfg)
+	c, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
 	defer c.http.CloseIdleConnections()
 	wls, err := buildWorkloads(ctx, cfg, c)
 	if err != nil {

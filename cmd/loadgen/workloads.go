@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/trust"
 )
 
 // class is how a request ended.
@@ -84,8 +86,13 @@ type client struct {
 	ingestAuth, queryAuth string
 }
 
-func newClient(cfg config) *client {
+func newClient(cfg config) (*client, error) {
+	tc, err := trust.Config(cfg.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-ca: %w", err)
+	}
 	tr := &http.Transport{
+		TLSClientConfig:     tc,
 		Proxy:               nil, // a load test measures Pulse, never a proxy in between
 		DialContext:         (&net.Dialer{Timeout: cfg.timeout, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        2 * cfg.workers,
@@ -100,7 +107,7 @@ func newClient(cfg config) *client {
 		timeout:    cfg.timeout,
 		ingestAuth: bearer(cfg.producerKey),
 		queryAuth:  bearer(cfg.readerKey),
-	}
+	}, nil
 }
 
 func bearer(key string) string {

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	"github.com/pulse-presence/pulse/pkg/historyapi"
 	"github.com/pulse-presence/pulse/pkg/ports"
 )
@@ -38,6 +39,8 @@ type readFlags struct {
 	timeout  time.Duration
 	from     string
 	to       string
+	// ca is the PEM file of a private CA trusted for an https -url.
+	ca *string
 }
 
 func newReadFlags(name string, getenv func(string) string, from, to string) (*flag.FlagSet, *readFlags) {
@@ -53,6 +56,7 @@ func newReadFlags(name string, getenv func(string) string, from, to string) (*fl
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
 	fs.StringVar(&f.from, "from", "", from)
 	fs.StringVar(&f.to, "to", "", to)
+	f.ca = trust.Flag(fs, getenv)
 	return fs, f
 }
 
@@ -215,11 +219,27 @@ func runAnalytics(ctx context.Context, fs *flag.FlagSet, f *readFlags, args []st
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	t, err := fetch(ctx, &queryClient{base: f.url, token: f.token, operator: f.operator, http: &http.Client{}}, pos)
+	hc, err := httpClient(*f.ca, 0)
+	if err != nil {
+		return err
+	}
+	t, err := fetch(ctx, &queryClient{base: f.url, token: f.token, operator: f.operator, http: hc}, pos)
 	if err != nil {
 		return err
 	}
 	return t.print(stdout, f.csv)
+}
+
+// httpClient is an HTTP client trusting the system's roots and caFile's CAs for https
+// URLs; timeout 0: none (the command's context bounds it).
+func httpClient(caFile string, timeout time.Duration) (*http.Client, error) {
+	tc, err := trust.Config(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-ca: %w", err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	return &http.Client{Timeout: timeout, Transport: tr}, nil
 }
 
 // cloneValues copies q, so adding to it leaves the caller's values alone.

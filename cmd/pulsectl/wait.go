@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
@@ -49,6 +50,7 @@ func runWait(ctx context.Context, args []string, stdout io.Writer) error {
 	httpURLs := fs.String("http", "", "name=baseURL,... of services whose /readyz must answer 200")
 	pids := fs.String("pids", "", "name=pid,...: fail at once when a server's process exits")
 	logDir := fs.String("logs", "", "folder of <name>.log files; the failing server's tail is printed")
+	caFile := trust.Flag(fs, os.Getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,7 +58,7 @@ func runWait(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-pids: %w", err)
 	}
-	targets, err := buildTargets(*redisAddr, *kafkaAddr, *cassAddr, *httpURLs)
+	targets, err := buildTargets(*redisAddr, *kafkaAddr, *cassAddr, *httpURLs, *caFile)
 	if err != nil {
 		return err
 	}
@@ -215,7 +217,7 @@ func (p *progress) line(targets []*target, start time.Time, final bool) {
 	}
 }
 
-func buildTargets(redisAddr, kafkaAddr, cassAddr, httpURLs string) ([]*target, error) {
+func buildTargets(redisAddr, kafkaAddr, cassAddr, httpURLs, caFile string) ([]*target, error) {
 	var targets []*target
 	quiet := slog.New(slog.DiscardHandler)
 	if redisAddr != "" {
@@ -264,7 +266,10 @@ func buildTargets(redisAddr, kafkaAddr, cassAddr, httpURLs string) ([]*target, e
 	if err != nil {
 		return nil, fmt.Errorf("-http: %w", err)
 	}
-	client := &http.Client{Timeout: 3 * time.Second}
+	client, err := httpClient(caFile, 3*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	for _, name := range sortedKeys(services) {
 		url := strings.TrimRight(services[name], "/") + "/readyz"
 		targets = append(targets, &target{

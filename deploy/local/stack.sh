@@ -354,6 +354,15 @@ service_port() {
 	esac
 }
 
+# service_url NAME: the service's base URL. Ingest and query serve TLS when
+# PULSE_TLS_CERT_FILE and PULSE_TLS_KEY_FILE are set (they inherit this environment);
+# by default, and always for aggregator and history, plain HTTP on 127.0.0.1.
+service_url() {
+	local scheme=http
+	if [[ -n ${PULSE_TLS_CERT_FILE:-} && ( $1 == ingest || $1 == query ) ]]; then scheme=https; fi
+	echo "$scheme://127.0.0.1:$(service_port "$1")"
+}
+
 # start_services [NAME...]: all four services when none is named.
 start_services() {
 	local name names=("$@") pids=()
@@ -376,7 +385,8 @@ start_services() {
 		pids+=("$name=$(<"$run/$name.pid")")
 	done
 	local urls=()
-	for name in "${names[@]}"; do urls+=("$name=http://127.0.0.1:$(service_port "$name")"); done
+	for name in "${names[@]}"; do urls+=("$name=$(service_url "$name")"); done
+	# With TLS, pulsectl wait trusts PULSE_TLS_CA_FILE besides the system's roots.
 	# -pids: a service that exits at start fails the wait at once, with its log's tail.
 	pulsectl wait -timeout "$SERVICES_WAIT_TIMEOUT" -logs "$logs" -pids "$(
 		IFS=,
@@ -444,7 +454,9 @@ dev_keys() {
 cmd_run() {
 	cmd_up
 	start_services
-	local keys
+	local keys ingest_url query_url
+	ingest_url=$(service_url ingest)
+	query_url=$(service_url query)
 	if [[ -n $DEV_KEYS ]]; then
 		keys=$(
 			cat <<EOF
@@ -454,11 +466,11 @@ cmd_run() {
     export PULSE_READER_KEY=$PULSE_READER_KEY     # read: query
     export PULSE_OPERATOR_KEY=$PULSE_OPERATOR_KEY   # operator: view=operator, firehose, a user's history
   then:
-    curl -s -XPOST 127.0.0.1:$INGEST_PORT/status -H "Authorization: Bearer \$PULSE_PRODUCER_KEY" \\
+    curl -s -XPOST $ingest_url/status -H "Authorization: Bearer \$PULSE_PRODUCER_KEY" \\
          -H 'Content-Type: application/json' -d '{"userId":"alice","status":"online"}'
-    curl -s -H "Authorization: Bearer \$PULSE_READER_KEY" 127.0.0.1:$QUERY_PORT/status/alice
+    curl -s -H "Authorization: Bearer \$PULSE_READER_KEY" $query_url/status/alice
     curl -s -H "Authorization: Bearer \$PULSE_OPERATOR_KEY" \\
-         'http://127.0.0.1:$QUERY_PORT/v1/users/alice/sessions?view=operator'
+         '$query_url/v1/users/alice/sessions?view=operator'
     go run ./cmd/pulsectl sessions alice     # reads PULSE_OPERATOR_KEY
     go run ./cmd/loadgen -duration 10s -single-rate 100 -read-rate 100   # reads PULSE_PRODUCER_KEY, PULSE_READER_KEY
 EOF
@@ -469,8 +481,8 @@ EOF
 	cat <<EOF
 
 Pulse is running:
-  ingest      http://127.0.0.1:$INGEST_PORT     (POST /status, /v1/events, /v1/heartbeat)
-  query       http://127.0.0.1:$QUERY_PORT     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
+  ingest      $ingest_url     (POST /status, /v1/events, /v1/heartbeat)
+  query       $query_url     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
                                             /v1/online, /v1/online/count, POST /v1/online/filter,
                                             /v1/watch (WebSocket), /v1/watch/sse)
   aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)

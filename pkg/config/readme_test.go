@@ -41,12 +41,13 @@ func TestREADMEDocumentsSharedVariables(t *testing.T) {
 	)
 	vars := logging.Vars(&lc)
 	vars = append(vars, httpserver.Vars(&hc, ports.ListenAddr(ports.Ingest))...)
+	vars = append(vars, httpserver.TLSVars(&hc.TLS)...)
 	vars = append(vars, kafkax.Vars(&kc, "pulse-ingest")...)
 	vars = append(vars, redisx.Vars(&rc)...)
 	vars = append(vars, cassx.Vars(&cc)...)
 	vars = append(vars, auth.Vars(&ac)...)
 	configtest.Table(t, vars)
-	configtest.README(t, readme, vars, "logging", "http", "kafka", "redis", "cassandra", "auth")
+	configtest.README(t, readme, vars, "logging", "http", "tls", "kafka", "redis", "cassandra", "auth")
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local

@@ -1,10 +1,11 @@
 // Package httpserver is the HTTP edge every Pulse service shares: an Echo server with
-// /healthz, /readyz and /metrics, request metrics, JSON errors of one shape, and a
-// graceful shutdown bounded by a deadline.
+// /healthz, /readyz and /metrics, request metrics, JSON errors of one shape, a
+// graceful shutdown bounded by a deadline, and TLS from files reloaded when they change.
 package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -34,6 +35,9 @@ type Config struct {
 	CheckTimeout time.Duration
 	// PProf serves Go's profiles under /debug/pprof/ (off by default: they expose internals).
 	PProf bool
+	// TLS, when enabled, makes the port speak only TLS. Its rows (TLSVars) are in the
+	// tables of the services that face clients; the others serve plain HTTP.
+	TLS TLSConfig
 }
 
 // Vars are the HTTP rows of a service's configuration table; defAddr is the service's
@@ -77,6 +81,7 @@ type Server struct {
 	ln       net.Listener
 	draining atomic.Bool
 	depUp    *prometheus.GaugeVec
+	certs    *certReloader // nil without TLS
 }
 
 // New builds a server whose /readyz runs checks, and whose /metrics serves reg.
@@ -100,6 +105,15 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 	}, []string{"route", "method", "code"})
 	reg.MustRegister(latency, s.depUp)
+	if cfg.TLS.Enabled() {
+		s.certs = newCertReloader(cfg.TLS.CertFile, cfg.TLS.KeyFile, logger)
+		notAfter := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pulse_tls_certificate_not_after_seconds",
+			Help: "When the certificate the HTTP port serves expires, in Unix seconds.",
+		})
+		reg.MustRegister(notAfter)
+		s.certs.loaded = func(c *tls.Certificate) { notAfter.Set(float64(c.Leaf.NotAfter.Unix())) }
+	}
 
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverPanics, measure(latency))
@@ -122,8 +136,22 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 }
 
 // Listen opens the listening socket, so callers learn the address (":0" in tests)
-// before serving.
+// before serving. With TLS it first loads the certificate: a pair that does not load
+// stops the start.
 func (s *Server) Listen() error {
+	if err := s.cfg.TLS.Validate(); err != nil {
+		return err
+	}
+	if s.certs != nil {
+		if err := s.certs.load(); err != nil {
+			return err
+		}
+		tc, err := newTLSConfig(s.cfg.TLS, s.certs)
+		if err != nil {
+			return err
+		}
+		s.srv.TLSConfig = tc
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
@@ -148,9 +176,19 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	s.logger.Info("http server listening", "addr", s.ln.Addr().String())
+	s.logger.Info("http server listening", "addr", s.ln.Addr().String(), "tls", s.certs != nil,
+		"client_certificates", s.cfg.TLS.ClientCAFile != "")
 	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
+	go func() {
+		if s.certs == nil {
+			errc <- s.srv.Serve(s.ln)
+			return
+		}
+		// The certificate comes from TLSConfig.GetCertificate, so no file names here.
+		// A plain HTTP request on this port gets net/http's 400 "Client sent an HTTP
+		// request to an HTTPS server" and the connection closed: nothing is served.
+		errc <- s.srv.ServeTLS(s.ln, "", "")
+	}()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving http: %w", err)

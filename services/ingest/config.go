@@ -48,6 +48,7 @@ const minBody = 1024
 // vars is pulse-ingest's configuration table, bound to c: every variable it reads.
 func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Ingest))
+	vars = append(vars, httpserver.TLSVars(&c.HTTP.TLS)...)
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-ingest")...)
 	vars = append(vars, auth.Vars(&c.Auth)...)
 	return append(vars, config.Group("ingest",
@@ -79,7 +80,7 @@ func loadConfig(env *config.Env) (Config, error) {
 
 // Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.Kafka.Validate()}
+	errs := []error{c.Kafka.Validate(), c.HTTP.TLS.Validate()}
 	// A request waits up to the ack timeout before it answers; the answer must still
 	// be writable, and a shutdown must still let it finish.
 	if c.AckTimeout >= c.HTTP.WriteTimeout || c.AckTimeout >= c.HTTP.ShutdownTimeout {

@@ -86,6 +86,7 @@ type FeedConfig struct {
 // vars is pulse-query's configuration table, bound to c: every variable it reads.
 func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Query))
+	vars = append(vars, httpserver.TLSVars(&c.HTTP.TLS)...)
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-query")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
 	vars = append(vars, cassx.Vars(&c.Cassandra)...)
@@ -158,7 +159,7 @@ func loadConfig(env *config.Env) (Config, error) {
 
 // Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
-	errs := []error{c.Redis.Validate(), c.Kafka.Validate()}
+	errs := []error{c.Redis.Validate(), c.Kafka.Validate(), c.HTTP.TLS.Validate()}
 	if c.Cassandra.Username == "" && c.Cassandra.Password != "" {
 		errs = append(errs, errors.New("PULSE_CASSANDRA_USERNAME: empty while PULSE_CASSANDRA_PASSWORD is set; the driver authenticates with Username and Password together"))
 	}
