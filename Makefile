@@ -87,7 +87,7 @@ test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the rea
 # The fault scenarios of tests/ (docs/design.md guarantees 7, 10 and 11): servers down,
 # processes killed with SIGKILL, Redis flushed, poison records. make test runs them too,
 # with the rest of tests/.
-FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics|TestKafkaKilledLosesNothingAcknowledged
+FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics|TestKafkaKilledLosesNothingAcknowledged|TestHistoryCatchesUpAfterCassandraOutage
 
 .PHONY: test-faults
 test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a flushed Redis, poison records

@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// Cassandra stopped for a minute under a stream of events and changes, then started
+// again: history reports Cassandra down on /readyz and retries, commits nothing it has
+// not written, and once Cassandra is back it catches up to exactly the model's rows —
+// none missing, none extra.
+func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(stackHome(), "run", "cassandra.pid"))
+	if err != nil {
+		t.Fatalf("reading Cassandra's pid (the test stops the local stack's Cassandra): %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("Cassandra pid %q: %v", raw, err)
+	}
+	h := histSetup(t)
+	g := newHistGen(h.run, 24, 2)
+	var m histModel
+	h.histCleanup(t, &m, g.users)
+	var events []histEvent
+	var changes []histChange
+	produce := func(nEvents, nChanges int) {
+		var evs []presence.Event
+		for range nEvents {
+			evs = append(evs, g.event())
+		}
+		var chs []*pulsev1.Change
+		for range nChanges {
+			chs = append(chs, g.change())
+		}
+		events = append(events, h.produceEvents(t, evs)...)
+		changes = append(changes, h.produceChanges(t, chs)...)
+	}
+	produce(300, 30)
+	s := startService(t, "history", h.env)
+	eventually(t, 60*time.Second, func() string {
+		if h.histCommitted(t) == 0 {
+			return "history has committed nothing yet"
+		}
+		return ""
+	})
+
+	stopped := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping Cassandra (pid %d): %v", pid, err)
+	}
+	restarted := false
+	restart := func() {
+		if restarted {
+			return
+		}
+		restarted = true
+		out, err := exec.Command(filepath.Join("..", "deploy", "local", "stack.sh"), "up").CombinedOutput()
+		if err != nil {
+			t.Fatalf("starting the stack again: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(restart)
+	eventually(t, 60*time.Second, func() string {
+		if code, rep := readyz(t, s); code != 503 || !strings.Contains(fmt.Sprint(rep), "cassandra") {
+			return fmt.Sprintf("history /readyz = %d %+v while Cassandra is down", code, rep)
+		}
+		return ""
+	})
+	// A minute of traffic with Cassandra down.
+	for time.Since(stopped) < 60*time.Second {
+		produce(20, 2)
+		time.Sleep(500 * time.Millisecond)
+	}
+	committedDown := h.histCommitted(t)
+	restart()
+	back := time.Now()
+	produce(100, 10)
+	m = histBuildModel(events, changes)
+	eventually(t, 180*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	t.Logf("Cassandra down %v; history had committed %d of %d event records when it came back, and wrote all %d rows %v after",
+		back.Sub(stopped).Round(time.Second), committedDown, len(events), len(m.rows), time.Since(back).Round(time.Second))
+}
