@@ -89,6 +89,18 @@ test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the rea
 # with the rest of tests/.
 FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics|TestKafkaKilledLosesNothingAcknowledged|TestHistoryCatchesUpAfterCassandraOutage
 
+# Every fuzz target of the modules, FUZZTIME each (go test -fuzz runs one at a time).
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s): decoders of outside input, cursors, tokens, bodies
+	@for pkg in $$(go list $(UNIT_PKGS)); do \
+		for f in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "==> $$pkg $$f ($(FUZZTIME))"; \
+			go test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
 .PHONY: test-faults
 test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a flushed Redis, poison records
 	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
