@@ -16,6 +16,12 @@ const AllDevices = "*"
 // day cannot grow their state without bound.
 const MaxDevices = 16
 
+// MaxLiveDevices bounds the devices of a user even when all of them are live, so a
+// client that heartbeats a new device id every time cannot grow a state without bound
+// (docs/design.md, Security and limits). Past it the live device seen longest ago is
+// dropped, and the outcome says so (Outcome.DevicesDropped).
+const MaxLiveDevices = 64
+
 // Device is one device of a user.
 type Device struct {
 	ID     string
@@ -58,6 +64,9 @@ type Outcome struct {
 	Previous, Current Status
 	// At is when the change took effect (LastUpdated afterwards).
 	At time.Time
+	// DevicesDropped counts live devices dropped because the user had more than
+	// MaxLiveDevices.
+	DevicesDropped int
 }
 
 func (u *User) device(id string) (int, bool) {
@@ -116,8 +125,10 @@ func (u *User) Apply(e *Event) Outcome {
 		u.LastActive = later(u.LastActive, t)
 	}
 	u.LastSeen = later(u.LastSeen, t)
-	u.evictDevices()
-	return u.settle(t)
+	dropped := u.evictDevices()
+	out := u.settle(t)
+	out.DevicesDropped = dropped
+	return out
 }
 
 // applyTimeout applies a timeout the aggregator decided and wrote to the log. It takes
@@ -180,19 +191,29 @@ func (u *User) effective() Status {
 	return best
 }
 
-func (u *User) evictDevices() {
+func (u *User) evictDevices() (droppedLive int) {
 	for len(u.Devices) > MaxDevices {
-		oldest := -1
+		oldest, oldestLive := -1, -1
 		for i, d := range u.Devices {
 			if d.Status == Offline && (oldest < 0 || d.LastSeen.Before(u.Devices[oldest].LastSeen)) {
 				oldest = i
 			}
+			if oldestLive < 0 || d.LastSeen.Before(u.Devices[oldestLive].LastSeen) {
+				oldestLive = i
+			}
 		}
 		if oldest < 0 {
-			return // every device is live: keep them all rather than lie
+			// Every device is live: keep them all up to MaxLiveDevices rather than
+			// forget a connection, then drop the one seen longest ago.
+			if len(u.Devices) <= MaxLiveDevices {
+				return droppedLive
+			}
+			oldest = oldestLive
+			droppedLive++
 		}
 		u.Devices = slices.Delete(u.Devices, oldest, oldest+1)
 	}
+	return droppedLive
 }
 
 func later(a, b time.Time) time.Time {

@@ -344,6 +344,31 @@ func TestApplyKeepsLiveDevicesPastTheLimit(t *testing.T) {
 	}
 }
 
+// Past MaxLiveDevices live devices, the one seen longest ago is dropped and the
+// outcome counts it: heartbeating new device ids cannot grow a state without bound.
+func TestApplyDropsTheOldestLiveDevicePastTheBound(t *testing.T) {
+	u := NewUser(0)
+	names := make([]string, MaxLiveDevices+3)
+	for i := range names {
+		names[i] = fmt.Sprintf("d%03d", i)
+	}
+	dropped := 0
+	for i, d := range names {
+		dropped += u.Apply(heartbeatEv(d, at(i))).DevicesDropped
+	}
+	if len(u.Devices) != MaxLiveDevices || dropped != 3 {
+		t.Fatalf("%d devices, %d dropped; want %d kept and 3 dropped", len(u.Devices), dropped, MaxLiveDevices)
+	}
+	for _, gone := range names[:3] {
+		if _, found := u.device(gone); found {
+			t.Errorf("%s, the oldest seen, was kept", gone)
+		}
+	}
+	if u.Status != Online {
+		t.Errorf("status %v, want online", u.Status)
+	}
+}
+
 // TestApplyTimeoutLosesToNewerHeartbeat is docs/design.md guarantee 5: a timeout event
 // carries the last-seen it was decided on, and must not apply when the device was
 // seen after that (a heartbeat raced the timeout into the log and won).

@@ -29,6 +29,8 @@ type shardState struct {
 // foldStats counts what a window did, for metrics.
 type foldStats struct {
 	applied, stale, duplicates int
+	// devicesDropped counts live devices dropped past presence.MaxLiveDevices.
+	devicesDropped int
 }
 
 // fold applies a window's records, in log order, to users (the current states of
@@ -87,6 +89,7 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 			continue
 		}
 		stats.applied++
+		stats.devicesDropped += out.DevicesDropped
 		u.Offset = r.offset
 		w.Users[e.UserID] = u
 		if !out.Changed {

@@ -14,11 +14,16 @@ type metrics struct {
 	// Shards rebuilt from the log after Redis lost them (guarantee 10).
 	rebuilds       prometheus.Counter
 	deadLetters    prometheus.Counter
+	devicesDropped prometheus.Counter
 	rebuildSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		devicesDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_devices_dropped_total",
+			Help: "Live devices dropped because their user had more than the bound of live devices (the one seen longest ago goes).",
+		}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_dead_letters_total",
 			Help: "Records of presence.events written to presence.events.dlq because they cannot be decoded or applied.",
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.deadLetters, m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 
@@ -72,4 +77,5 @@ func (m *metrics) observeWindow(events int, s foldStats, changes int) {
 	m.records.WithLabelValues("applied").Add(float64(s.applied))
 	m.records.WithLabelValues("stale").Add(float64(s.stale))
 	m.records.WithLabelValues("duplicate").Add(float64(s.duplicates))
+	m.devicesDropped.Add(float64(s.devicesDropped))
 }
