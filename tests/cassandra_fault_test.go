@@ -2,17 +2,10 @@ package tests
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // Cassandra stopped for a minute under a stream of events and changes, then started
@@ -20,14 +13,7 @@ import (
 // not written, and once Cassandra is back it catches up to exactly the model's rows —
 // none missing, none extra.
 func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(stackHome(), "run", "cassandra.pid"))
-	if err != nil {
-		t.Fatalf("reading Cassandra's pid (the test stops the local stack's Cassandra): %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatalf("Cassandra pid %q: %v", raw, err)
-	}
+	pid := stackPID(t, "cassandra")
 	h := histSetup(t)
 	g := newHistGen(h.run, 24, 2)
 	var m histModel
@@ -35,16 +21,8 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 	var events []histEvent
 	var changes []histChange
 	produce := func(nEvents, nChanges int) {
-		var evs []presence.Event
-		for range nEvents {
-			evs = append(evs, g.event())
-		}
-		var chs []*pulsev1.Change
-		for range nChanges {
-			chs = append(chs, g.change())
-		}
-		events = append(events, h.produceEvents(t, evs)...)
-		changes = append(changes, h.produceChanges(t, chs)...)
+		evs, chs := h.produceGenerated(t, g, nEvents, nChanges)
+		events, changes = append(events, evs...), append(changes, chs...)
 	}
 	produce(300, 30)
 	s := startService(t, "history", h.env)
@@ -59,18 +37,7 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatalf("stopping Cassandra (pid %d): %v", pid, err)
 	}
-	restarted := false
-	restart := func() {
-		if restarted {
-			return
-		}
-		restarted = true
-		out, err := exec.Command(filepath.Join("..", "deploy", "local", "stack.sh"), "up").CombinedOutput()
-		if err != nil {
-			t.Fatalf("starting the stack again: %v\n%s", err, out)
-		}
-	}
-	t.Cleanup(restart)
+	restart := stackRestarter(t)
 	eventually(t, 60*time.Second, func() string {
 		if code, rep := readyz(t, s); code != 503 || !strings.Contains(fmt.Sprint(rep), "cassandra") {
 			return fmt.Sprintf("history /readyz = %d %+v while Cassandra is down", code, rep)

@@ -209,6 +209,20 @@ func (g *histGen) change() *pulsev1.Change {
 }
 
 // produceEvents writes events in order and returns them with their log positions.
+// produceGenerated produces nEvents events and nChanges changes from g.
+func (h *histEnv) produceGenerated(t *testing.T, g *histGen, nEvents, nChanges int) ([]histEvent, []histChange) {
+	t.Helper()
+	evs := make([]presence.Event, 0, nEvents)
+	for range nEvents {
+		evs = append(evs, g.event())
+	}
+	chs := make([]*pulsev1.Change, 0, nChanges)
+	for range nChanges {
+		chs = append(chs, g.change())
+	}
+	return h.produceEvents(t, evs), h.produceChanges(t, chs)
+}
+
 func (h *histEnv) produceEvents(t *testing.T, events []presence.Event) []histEvent {
 	t.Helper()
 	recs := make([]*kgo.Record, len(events))
@@ -578,16 +592,8 @@ func TestHistoryCrashReplaysExactly(t *testing.T) {
 	var events []histEvent
 	var changes []histChange
 	produce := func(nEvents, nChanges int) {
-		var evs []presence.Event
-		for range nEvents {
-			evs = append(evs, g.event())
-		}
-		var chs []*pulsev1.Change
-		for range nChanges {
-			chs = append(chs, g.change())
-		}
-		events = append(events, h.produceEvents(t, evs)...)
-		changes = append(changes, h.produceChanges(t, chs)...)
+		evs, chs := h.produceGenerated(t, g, nEvents, nChanges)
+		events, changes = append(events, evs...), append(changes, chs...)
 	}
 	produce(600, 60)
 

@@ -4,10 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,15 +15,6 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 
-// stackHome is where the local stack keeps its pid files: PULSE_HOME, as stack.sh
-// reads it, else the repository's .pulse.
-func stackHome() string {
-	if h := os.Getenv("PULSE_HOME"); h != "" {
-		return h
-	}
-	return filepath.Join("..", ".pulse")
-}
-
 // Kafka killed with SIGKILL under a steady stream of batches, then started again:
 // while it is down ingest answers 503 with Retry-After and acknowledges nothing; every
 // event ingest acknowledged, before and after, is in presence.events exactly as sent,
@@ -35,15 +22,7 @@ func stackHome() string {
 // stream is this test's own (two concurrent posters of 50-event batches), not
 // cmd/loadgen.
 func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
-	pidFile := filepath.Join(stackHome(), "run", "kafka.pid")
-	raw, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatalf("reading Kafka's pid (the test kills the local stack's Kafka): %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatalf("Kafka pid %q: %v", raw, err)
-	}
+	pid := stackPID(t, "kafka")
 	p := newTopics(t, 2)
 	p.env["PULSE_INGEST_ACK_TIMEOUT"] = "2s"
 	p.start(t, "ingest")
@@ -121,18 +100,7 @@ func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("killing Kafka (pid %d): %v", pid, err)
 	}
-	restarted := false
-	restart := func() {
-		if restarted {
-			return
-		}
-		restarted = true
-		out, err := exec.Command(filepath.Join("..", "deploy", "local", "stack.sh"), "up").CombinedOutput()
-		if err != nil {
-			t.Fatalf("restarting the stack: %v\n%s", err, out)
-		}
-	}
-	t.Cleanup(restart) // whatever happens, the stack's Kafka comes back
+	restart := stackRestarter(t)
 	_, refusedBefore := count()
 	eventually(t, 30*time.Second, func() string {
 		if _, r := count(); r < refusedBefore+200 {
