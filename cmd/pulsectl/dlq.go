@@ -38,8 +38,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	cfg := kafkax.Config{Brokers: strings.Split(*brokers, ","), ClientID: "pulsectl",
-		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, RetryTimeout: *timeout}
+	cfg := kafkaConfig(*brokers, *timeout)
 	want := map[[2]int64]bool{}
 	if args[0] == "replay" {
 		if *all == (*offsets != "") {

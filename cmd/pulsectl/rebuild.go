@@ -59,9 +59,7 @@ func runRebuild(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("-shard=%d: want -1 or 0..%d", *shard, n-1)
 	}
 
-	cl, err := kafkax.NewClient(kafkax.Config{Brokers: strings.Split(*brokers, ","), ClientID: "pulsectl",
-		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, RetryTimeout: 30 * time.Second},
-		slog.New(slog.DiscardHandler), nil)
+	cl, err := kafkax.NewClient(kafkaConfig(*brokers, 30*time.Second), slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		return err
 	}

@@ -44,10 +44,7 @@ func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	cl, err := kafkax.NewClient(kafkax.Config{
-		Brokers: strings.Split(*brokers, ","), ClientID: "pulsectl",
-		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, RetryTimeout: *timeout,
-	}, slog.New(slog.DiscardHandler), nil)
+	cl, err := kafkax.NewClient(kafkaConfig(*brokers, *timeout), slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		return err
 	}

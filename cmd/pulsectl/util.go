@@ -5,7 +5,18 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/kafkax"
 )
+
+// kafkaConfig is the Kafka client of a pulsectl command that talks to the brokers in
+// the comma-separated list brokers, retrying for at most retry.
+func kafkaConfig(brokers string, retry time.Duration) kafkax.Config {
+	return kafkax.Config{Brokers: strings.Split(brokers, ","), ClientID: "pulsectl",
+		DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, RetryTimeout: retry}
+}
 
 func splitHostPort(addr string) (string, int, error) {
 	host, p, err := net.SplitHostPort(addr)

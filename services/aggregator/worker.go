@@ -181,23 +181,15 @@ func (w *worker) start(ctx context.Context) error {
 	// group had committed records folded into it. Fold the log up to the commit again
 	// (changes of those records were all produced before).
 	if loaded.Offset < 0 && committed > 0 {
+		// rebuildState leaves the shard whole and its deadlines rebuilt.
 		if err := w.rebuildState(ctx, committed-1, committed-1); err != nil {
 			return err
 		}
-	}
-	if err := w.retry(ctx, "marking the shard whole", func(ctx context.Context) error {
-		return w.store.FinishRebuild(ctx, int(p))
-	}); err != nil {
+	} else if err := w.markWhole(ctx); err != nil {
 		return err
-	}
-
-	// Deadlines come from the state, before any new event is applied: users who went
-	// silent while no aggregator owned the shard still time out, at once if overdue.
-	w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
-	if err := w.retryWithin(ctx, "rebuilding deadlines", 2*time.Minute, func(ctx context.Context) error {
-		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
-		return w.store.LiveUsers(ctx, int(p), loaded.Bitmaps[:], w.timeouts.Update)
-	}); err != nil {
+	} else if err := w.rebuildDeadlines(ctx); err != nil {
+		// Deadlines come from the state, before any new event is applied: users who went
+		// silent while no aggregator owned the shard still time out, at once if overdue.
 		return err
 	}
 
@@ -493,6 +485,8 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 		}
 		w.st.offset, w.st.next, w.st.bitmaps, w.st.written = loaded.Offset, loaded.Next, loaded.Bitmaps, loaded.Offset+1
 		w.dedupe = recent.New(w.cfg.DedupeHorizon)
+		// The fold arms deadlines as it goes; rebuildDeadlines replaces them at the end.
+		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
 		records = 0
 		var batch []*kgo.Record
 		write := func() error {
@@ -530,16 +524,10 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 		return err
 	}
 	w.st.offset = max(w.st.offset, upTo)
-	w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
-	if err := w.retryWithin(ctx, "rebuilding deadlines", 2*time.Minute, func(ctx context.Context) error {
-		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
-		return w.store.LiveUsers(ctx, int(p), w.st.bitmaps[:], w.timeouts.Update)
-	}); err != nil {
+	if err := w.rebuildDeadlines(ctx); err != nil {
 		return err
 	}
-	if err := w.retry(ctx, "marking the shard whole", func(ctx context.Context) error {
-		return w.store.FinishRebuild(ctx, int(p))
-	}); err != nil {
+	if err := w.markWhole(ctx); err != nil {
 		return err
 	}
 	took := time.Since(start)
@@ -585,4 +573,20 @@ func (w *worker) checkState(ctx context.Context) error {
 		_ = w.store.FinishRebuild(cctx, p) // retried at the next check
 	}
 	return nil
+}
+
+// rebuildDeadlines arms the deadlines of every live user of the shard's bitmaps, as
+// Redis holds them now.
+func (w *worker) rebuildDeadlines(ctx context.Context) error {
+	return w.retryWithin(ctx, "rebuilding deadlines", 2*time.Minute, func(ctx context.Context) error {
+		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
+		return w.store.LiveUsers(ctx, int(w.st.partition), w.st.bitmaps[:], w.timeouts.Update)
+	})
+}
+
+// markWhole clears the shard's rebuilding mark: its owner knows it whole.
+func (w *worker) markWhole(ctx context.Context) error {
+	return w.retry(ctx, "marking the shard whole", func(ctx context.Context) error {
+		return w.store.FinishRebuild(ctx, int(w.st.partition))
+	})
 }
