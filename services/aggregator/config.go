@@ -67,6 +67,11 @@ type Config struct {
 	// afterwards; size it so a bucket holds under about 100 users at the largest user
 	// count expected (docs/redis.md).
 	StateBuckets int
+	// CrashAfterWrite, for fault tests, ends the process (exit code 3) right after its
+	// N-th window reached Redis, before the window's changes are produced and its
+	// offset committed: the one point a crash must not lose or double a change at.
+	// 0, the default, never does.
+	CrashAfterWrite int
 }
 
 // vars is pulse-aggregator's configuration table, bound to c: every variable it reads.
@@ -111,6 +116,9 @@ func (c *Config) vars() []*config.Var {
 		config.Int(&c.StateBuckets, "PULSE_STATE_BUCKETS", statestore.DefaultBuckets,
 			"Redis hashes holding user states, over all shards; fixed when the state is first built, about users ÷ 80 (docs/redis.md)",
 			config.Between(1, maxStateBuckets)),
+		config.Int(&c.CrashAfterWrite, "PULSE_AGGREGATOR_CRASH_AFTER_WRITE", 0,
+			"fault testing only: exit (code 3) right after the N-th window reached Redis, before its changes are produced and its offset committed; 0: never",
+			config.NotNegative),
 	)...)
 }
 

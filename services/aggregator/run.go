@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -49,10 +50,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	register := func(ctx context.Context) error {
 		return store.RegisterShards(ctx, partitions, cfg.StateBuckets)
 	}
+	written := crashAfter(cfg.CrashAfterWrite, logger)
 	newWorker := func(topic string, partition int32) consume.Worker {
 		return &worker{
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
-			register: register, rebuilding: &rebuilding,
+			register: register, rebuilding: &rebuilding, written: written,
 			readRange: horizon.FromKafka(cfg.Kafka, logger),
 			logger:    logger.With("partition", partition),
 			st:        shardState{partition: partition},
@@ -132,4 +134,20 @@ func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store
 		return 0, fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
 	}
 	return partitions, store.RegisterShards(ctx, partitions, buckets)
+}
+
+// crashAfter is the crash point of PULSE_AGGREGATOR_CRASH_AFTER_WRITE: a function that
+// ends the process at its n-th call, over all partitions; nil when n is 0.
+func crashAfter(n int, logger *slog.Logger) func() {
+	if n == 0 {
+		return nil
+	}
+	logger.Warn("fault testing: the aggregator exits after a window write", "windows", n)
+	var calls atomic.Int64
+	return func() {
+		if calls.Add(1) == int64(n) {
+			logger.Error("fault testing: exiting between a window's Redis write and its changes and commit", "windows", n)
+			os.Exit(3)
+		}
+	}
 }

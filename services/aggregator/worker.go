@@ -40,6 +40,9 @@ type worker struct {
 	// rebuilt in this process, for /readyz.
 	register   func(context.Context) error
 	rebuilding *atomic.Int32
+	// written is called after each window reached Redis and before its changes are
+	// produced (the crash point of PULSE_AGGREGATOR_CRASH_AFTER_WRITE); nil: nothing.
+	written func()
 
 	st       shardState
 	dedupe   *recent.Window
@@ -265,6 +268,9 @@ func (w *worker) flush(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if win != nil && w.written != nil {
+		w.written()
 	}
 	if win != nil {
 		if err := w.produce(ctx, win.Outbox.Changes); err != nil {
