@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"time"
@@ -68,16 +69,27 @@ type Config struct {
 	Timeout time.Duration
 	// ConnectTimeout bounds dialling and the connection handshake (default 5s).
 	ConnectTimeout time.Duration
-	// Username and Password enable PasswordAuthenticator when Username is set.
-	Username string
-	Password string
+	// Username and Password enable PasswordAuthenticator when Username is set; the
+	// password may come from PasswordFile instead (read at start).
+	Username     string
+	Password     string
+	PasswordFile string
+	// TLS makes every connection TLS (client_encryption_options enabled on the nodes).
+	TLS config.ClientTLS
 }
+
+// The variables of Cassandra's security, for the errors that name them.
+const (
+	envPrefix       = "PULSE_CASSANDRA_"
+	PasswordEnv     = "PULSE_CASSANDRA_PASSWORD"
+	PasswordFileEnv = "PULSE_CASSANDRA_PASSWORD_FILE"
+)
 
 // Vars are the Cassandra rows of a service's configuration table, defaulting to the
 // local stack. They check what Validate checks of each field; a Password without a
 // Username involves two variables and is the service's to check.
 func Vars(c *Config) []*config.Var {
-	return config.Group("cassandra",
+	return append(config.Group("cassandra",
 		config.List(&c.Hosts, "PULSE_CASSANDRA_HOSTS", []string{"127.0.0.1"},
 			"contact points, comma-separated; the driver discovers the rest of the ring", config.NotEmpty),
 		config.Int(&c.Port, "PULSE_CASSANDRA_PORT", ports.Cassandra, "CQL port of every node", config.Between(1, 65535)),
@@ -87,9 +99,20 @@ func Vars(c *Config) []*config.Var {
 		config.Duration(&c.Timeout, "PULSE_CASSANDRA_TIMEOUT", 5*time.Second, "bounds each request", config.Positive),
 		config.Duration(&c.ConnectTimeout, "PULSE_CASSANDRA_CONNECT_TIMEOUT", DefaultConnectTimeout,
 			"bounds dialling a node and the handshake; 0: 5s", config.NotNegative),
+	), securityVars(c)...)
+}
+
+// securityVars are the rows of TLS and authentication, which NewSession also reads
+// from the environment for a Config made in code.
+func securityVars(c *Config) []*config.Var {
+	vars := []*config.Var{
 		config.String(&c.Username, "PULSE_CASSANDRA_USERNAME", "", "user of Cassandra's PasswordAuthenticator; empty: no authentication"),
-		config.String(&c.Password, "PULSE_CASSANDRA_PASSWORD", "", "that user's password").Secret(),
-	)
+		config.String(&c.Password, PasswordEnv, "", "that user's password; or PULSE_CASSANDRA_PASSWORD_FILE").Secret(),
+		config.String(&c.PasswordFile, PasswordFileEnv, "",
+			"file holding that password (its final line end dropped), instead of PULSE_CASSANDRA_PASSWORD; read at start"),
+	}
+	vars = append(vars, config.ClientTLSVars(&c.TLS, envPrefix, "Cassandra")...)
+	return config.Group("cassandra", vars...)
 }
 
 func validKeyspace(name string) (string, bool) {
@@ -140,30 +163,69 @@ func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 {
 		errs = append(errs, fmt.Errorf("cassandra ConnectTimeout: %v is negative", c.ConnectTimeout))
 	}
-	if c.Username == "" && c.Password != "" {
+	if c.Username == "" && (c.Password != "" || c.PasswordFile != "") {
 		errs = append(errs, errors.New("cassandra Username: required when Password is set"))
 	}
+	errs = append(errs, c.TLS.Validate(envPrefix), config.CheckSecret(c.Password, c.PasswordFile, PasswordEnv, PasswordFileEnv))
 	return errors.Join(errs...)
 }
 
 // String describes the configuration for start-up logs, with the password masked.
 func (c Config) String() string {
 	c = c.withDefaults()
-	pw := ""
-	if c.Password != "" {
-		pw = "***"
+	return fmt.Sprintf("hosts=%s port=%d keyspace=%q consistency=%s timeout=%v connect_timeout=%v username=%q password=%q tls=%t",
+		strings.Join(c.Hosts, ","), c.Port, c.Keyspace, strings.ToUpper(c.Consistency), c.Timeout, c.ConnectTimeout, c.Username,
+		config.Mask(c.Password+c.PasswordFile), c.TLS.On())
+}
+
+// LogValue is String for structured logs.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// withEnvSecurity fills in what cfg leaves unset of TLS, and of the credentials, from
+// the environment: a Config made in code (pulsectl's commands build theirs from
+// flags) connects the way the services' tables say.
+func (c Config) withEnvSecurity() (Config, error) {
+	noTLS := c.TLS.IsZero()
+	noCreds := c.Username == "" && c.Password == "" && c.PasswordFile == ""
+	if !noTLS && !noCreds {
+		return c, nil
 	}
-	return fmt.Sprintf("hosts=%s port=%d keyspace=%q consistency=%s timeout=%v connect_timeout=%v username=%q password=%q",
-		strings.Join(c.Hosts, ","), c.Port, c.Keyspace, strings.ToUpper(c.Consistency), c.Timeout, c.ConnectTimeout, c.Username, pw)
+	var sec Config
+	env := config.NewEnv(nil)
+	env.Load(securityVars(&sec)...)
+	if err := env.Err(); err != nil {
+		return c, err
+	}
+	if noTLS {
+		c.TLS = sec.TLS
+	}
+	if noCreds {
+		c.Username, c.Password, c.PasswordFile = sec.Username, sec.Password, sec.PasswordFile
+	}
+	return c, nil
 }
 
 // NewSession validates cfg and connects. The driver offers no context for connecting;
-// ConnectTimeout bounds each dial and handshake instead.
+// ConnectTimeout bounds each dial and handshake instead. What cfg leaves unset of TLS,
+// and of the credentials, comes from the environment (PULSE_CASSANDRA_TLS*,
+// PULSE_CASSANDRA_USERNAME, PULSE_CASSANDRA_PASSWORD*), as the services' tables read it.
 func NewSession(cfg Config) (*gocql.Session, error) {
+	cfg, err := cfg.withEnvSecurity()
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	password, err := config.Secret(cfg.Password, cfg.PasswordFile, PasswordEnv, PasswordFileEnv)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := cfg.TLS.Load(envPrefix)
+	if err != nil {
+		return nil, err
+	}
 
 	hosts := make([]string, len(cfg.Hosts))
 	for i, h := range cfg.Hosts {
@@ -177,7 +239,12 @@ func NewSession(cfg Config) (*gocql.Session, error) {
 	cluster.WriteTimeout = cfg.Timeout
 	cluster.ConnectTimeout = cfg.ConnectTimeout
 	if cfg.Username != "" {
-		cluster.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: cfg.Password}
+		cluster.Authenticator = gocql.PasswordAuthenticator{Username: cfg.Username, Password: password}
+	}
+	if tc != nil {
+		// The host is checked against the certificate: the driver names each node's
+		// address as the server name.
+		cluster.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: true}
 	}
 
 	session, err := cluster.CreateSession()

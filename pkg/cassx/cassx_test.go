@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/pkg/config"
 )
 
 func TestValidate(t *testing.T) {
@@ -46,9 +48,13 @@ func TestValidate(t *testing.T) {
 
 func TestStringMasksPassword(t *testing.T) {
 	got := Config{Hosts: []string{"h1", "h2"}, Username: "pulse", Password: "s3cret"}.String()
-	want := `hosts=h1,h2 port=9042 keyspace="" consistency=LOCAL_QUORUM timeout=10s connect_timeout=5s username="pulse" password="***"`
+	want := `hosts=h1,h2 port=9042 keyspace="" consistency=LOCAL_QUORUM timeout=10s connect_timeout=5s username="pulse" password="***" tls=false`
 	if got != want {
 		t.Fatalf("String() = %s\nwant %s", got, want)
+	}
+	got = Config{Hosts: []string{"h1"}, Username: "pulse", PasswordFile: "/run/secrets/cassandra", TLS: config.ClientTLS{Enabled: true}}.String()
+	if !strings.Contains(got, `password="***" tls=true`) || strings.Contains(got, "/run/secrets") {
+		t.Fatalf("String() = %s: want the password file masked and tls=true", got)
 	}
 }
 

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/plugin/kslog"
 
@@ -47,12 +49,41 @@ type Config struct {
 	// EventsTopic receives every status event; ChangesTopic every effective change.
 	EventsTopic  string
 	ChangesTopic string
+	// TLS makes every connection to the brokers TLS (listeners of protocol SSL or
+	// SASL_SSL).
+	TLS config.ClientTLS
+	// SASL authenticates every connection with SCRAM (listeners of protocol
+	// SASL_PLAINTEXT or SASL_SSL); off while its Username is empty.
+	SASL SASL
 }
+
+// SASL is a SCRAM user of the brokers.
+type SASL struct {
+	// Mechanism is SCRAM-SHA-256 or SCRAM-SHA-512 (empty: SCRAM-SHA-512).
+	Mechanism string
+	Username  string
+	// Password, or PasswordFile naming a file that holds it (read at start); one of them.
+	Password     string
+	PasswordFile string
+}
+
+// The variables of Kafka's security, for the errors that name them.
+const (
+	envPrefix           = "PULSE_KAFKA_"
+	SASLPasswordEnv     = "PULSE_KAFKA_SASL_PASSWORD"
+	SASLPasswordFileEnv = "PULSE_KAFKA_SASL_PASSWORD_FILE"
+)
+
+// SCRAM mechanisms the brokers may offer.
+const (
+	ScramSHA256 = "SCRAM-SHA-256"
+	ScramSHA512 = "SCRAM-SHA-512"
+)
 
 // Vars are the Kafka rows of a service's configuration table; clientID is the
 // service's default client id.
 func Vars(c *Config, clientID string) []*config.Var {
-	return config.Group("kafka",
+	return append(config.Group("kafka",
 		config.List(&c.Brokers, "PULSE_KAFKA_BROKERS", []string{ports.LocalAddr(ports.Kafka)},
 			"seed brokers, comma-separated", config.NotEmpty),
 		config.String(&c.ClientID, "PULSE_KAFKA_CLIENT_ID", clientID,
@@ -68,7 +99,23 @@ func Vars(c *Config, clientID string) []*config.Var {
 			config.Between(10*time.Millisecond, time.Minute)),
 		config.String(&c.EventsTopic, "PULSE_TOPIC_EVENTS", DefaultEventsTopic, "topic of every status event"),
 		config.String(&c.ChangesTopic, "PULSE_TOPIC_CHANGES", DefaultChangesTopic, "topic of every effective change; not the events topic"),
+	), securityVars(c)...)
+}
+
+// securityVars are the rows of TLS and SASL, which NewClient also reads from the
+// environment for a Config made in code.
+func securityVars(c *Config) []*config.Var {
+	vars := config.ClientTLSVars(&c.TLS, envPrefix, "Kafka")
+	vars = append(vars,
+		config.String(&c.SASL.Mechanism, "PULSE_KAFKA_SASL_MECHANISM", ScramSHA512,
+			"SASL mechanism of PULSE_KAFKA_SASL_USERNAME", config.OneOf(ScramSHA256, ScramSHA512)),
+		config.String(&c.SASL.Username, "PULSE_KAFKA_SASL_USERNAME", "",
+			"SCRAM user every connection authenticates as (listeners SASL_SSL or SASL_PLAINTEXT); empty: no SASL"),
+		config.String(&c.SASL.Password, SASLPasswordEnv, "", "that user's password; or PULSE_KAFKA_SASL_PASSWORD_FILE").Secret(),
+		config.String(&c.SASL.PasswordFile, SASLPasswordFileEnv, "",
+			"file holding that user's password (its final line end dropped), instead of PULSE_KAFKA_SASL_PASSWORD; read at start"),
 	)
+	return config.Group("kafka", vars...)
 }
 
 // ConfigFromEnv reads the Kafka rows (Vars) through e, which collects bad values.
@@ -78,17 +125,119 @@ func ConfigFromEnv(e *config.Env, clientID string) Config {
 	return c
 }
 
-// Validate names what no single variable's rules can see: the two topics must differ.
+// Validate names what no single variable's rules can see: the two topics must differ,
+// and the security settings must be whole.
 func (c Config) Validate() error {
+	var errs []error
 	if c.EventsTopic == "" || c.ChangesTopic == "" || c.EventsTopic == c.ChangesTopic {
-		return fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic)
+		errs = append(errs, fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic))
 	}
-	return nil
+	return errors.Join(append(errs, c.validateSecurity())...)
+}
+
+func (c Config) validateSecurity() error {
+	errs := []error{c.TLS.Validate(envPrefix),
+		config.CheckSecret(c.SASL.Password, c.SASL.PasswordFile, SASLPasswordEnv, SASLPasswordFileEnv)}
+	switch strings.ToUpper(c.SASL.Mechanism) {
+	case "", ScramSHA256, ScramSHA512:
+	default:
+		errs = append(errs, fmt.Errorf("PULSE_KAFKA_SASL_MECHANISM=%q: want %s or %s", c.SASL.Mechanism, ScramSHA256, ScramSHA512))
+	}
+	hasPassword := c.SASL.Password != "" || c.SASL.PasswordFile != ""
+	switch {
+	case c.SASL.Username == "" && hasPassword:
+		errs = append(errs, errors.New("PULSE_KAFKA_SASL_USERNAME: required when a SASL password is set"))
+	case c.SASL.Username != "" && !hasPassword:
+		errs = append(errs, fmt.Errorf("PULSE_KAFKA_SASL_USERNAME=%q: needs %s or %s", c.SASL.Username, SASLPasswordEnv, SASLPasswordFileEnv))
+	}
+	return errors.Join(errs...)
+}
+
+// LogValue is the configuration for start-up logs: brokers, topics, whether TLS and
+// SASL are on, never the password.
+func (c Config) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.Any("brokers", c.Brokers),
+		slog.String("client_id", c.ClientID),
+		slog.String("events_topic", c.EventsTopic),
+		slog.String("changes_topic", c.ChangesTopic),
+		slog.Bool("tls", c.TLS.On()),
+	}
+	if c.SASL.Username != "" {
+		attrs = append(attrs, slog.String("sasl_mechanism", c.mechanism()), slog.String("sasl_username", c.SASL.Username),
+			slog.String("sasl_password", config.Mask(c.SASL.Password+c.SASL.PasswordFile)))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// String is LogValue's text, for %v.
+func (c Config) String() string { return c.LogValue().String() }
+
+func (c Config) mechanism() string {
+	if c.SASL.Mechanism == "" {
+		return ScramSHA512
+	}
+	return strings.ToUpper(c.SASL.Mechanism)
+}
+
+// withEnvSecurity fills in TLS and SASL from the environment when cfg has neither: a
+// Config made in code (pulsectl's commands build theirs from flags) connects the way
+// the services' tables say, so every client of a deployment reaches secured brokers.
+func (c Config) withEnvSecurity() (Config, error) {
+	if !c.TLS.IsZero() || c.SASL != (SASL{}) {
+		return c, nil
+	}
+	var sec Config
+	env := config.NewEnv(nil)
+	env.Load(securityVars(&sec)...)
+	if err := env.Err(); err != nil {
+		return c, err
+	}
+	c.TLS, c.SASL = sec.TLS, sec.SASL
+	return c, nil
+}
+
+// securityOpts are the client options of cfg's TLS and SASL.
+func securityOpts(cfg Config) ([]kgo.Opt, error) {
+	cfg, err := cfg.withEnvSecurity()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.validateSecurity(); err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	tc, err := cfg.TLS.Load(envPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if cfg.SASL.Username != "" {
+		pw, err := config.Secret(cfg.SASL.Password, cfg.SASL.PasswordFile, SASLPasswordEnv, SASLPasswordFileEnv)
+		if err != nil {
+			return nil, err
+		}
+		auth := scram.Auth{User: cfg.SASL.Username, Pass: pw}
+		if cfg.mechanism() == ScramSHA256 {
+			opts = append(opts, kgo.SASL(auth.AsSha256Mechanism()))
+		} else {
+			opts = append(opts, kgo.SASL(auth.AsSha512Mechanism()))
+		}
+	}
+	return opts, nil
 }
 
 // NewClient returns a client for cfg that logs through logger and registers its
-// metrics with reg (nil: no metrics). extra options come last and win.
+// metrics with reg (nil: no metrics). extra options come last and win. A cfg with no
+// TLS and no SASL settings takes them from the environment (PULSE_KAFKA_TLS*,
+// PULSE_KAFKA_SASL_*), as the services' tables read them.
 func NewClient(cfg Config, logger *slog.Logger, reg prometheus.Registerer, extra ...kgo.Opt) (*kgo.Client, error) {
+	sec, err := securityOpts(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -100,6 +249,7 @@ func NewClient(cfg Config, logger *slog.Logger, reg prometheus.Registerer, extra
 	if cfg.FetchMaxWait > 0 {
 		opts = append(opts, kgo.FetchMaxWait(cfg.FetchMaxWait))
 	}
+	opts = append(opts, sec...)
 	if reg != nil {
 		opts = append(opts, kgo.WithHooks(kprom.NewMetrics("pulse_kafka", kprom.Registerer(reg))))
 	}
