@@ -485,6 +485,7 @@ Pulse is running:
   query       $query_url     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
                                             /v1/online, /v1/online/count, POST /v1/online/filter,
                                             /v1/watch (WebSocket), /v1/watch/sse)
+  dashboard   $query_url/dashboard/     (open in a browser; paste a reader or operator key)
   aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)
   history     http://127.0.0.1:$HISTORY_PORT     (health and metrics)
   Every service serves /healthz, /readyz and /metrics; ingest and query /openapi.json.

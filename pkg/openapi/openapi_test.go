@@ -401,7 +401,7 @@ func TestCheckRoutesNamesEveryDifference(t *testing.T) {
 	e.GET("/v1/watch", echo.NotFoundHandler)
 	e.GET("/v1/watch/sse", echo.NotFoundHandler)
 	for _, p := range []string{"/v1/users/:userId/timeline", "/v1/users/:userId/sessions", "/v1/users/:userId/daily",
-		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily"} {
+		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily", "/v1/dashboard/pipeline"} {
 		e.GET(p, echo.NotFoundHandler)
 	}
 	if err := CheckRoutes("query", e.Routes()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/ports"
 	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/services/query/dashboard"
 )
 
 // Config is everything pulse-query reads at start.
@@ -46,6 +47,8 @@ type Config struct {
 	// AtRetention is how far back at= (point in time) may reach: history's
 	// PULSE_HISTORY_SNAPSHOT_RETENTION.
 	AtRetention time.Duration
+	// Dashboard is the dashboard page's pipeline view: the peers' metrics it reads.
+	Dashboard dashboard.Config
 }
 
 // FeedConfig is the change feed's settings.
@@ -91,6 +94,7 @@ func (c *Config) vars() []*config.Var {
 	vars = append(vars, redisx.Vars(&c.Redis)...)
 	vars = append(vars, cassx.Vars(&c.Cassandra)...)
 	vars = append(vars, auth.Vars(&c.Auth)...)
+	vars = append(vars, dashboard.Vars(&c.Dashboard)...)
 	f := &c.Feed
 	return append(vars, config.Group("query",
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key; the aggregator's setting"),

@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/services/query/dashboard"
 )
 
 // api answers reads from the state the aggregator keeps in Redis.
@@ -35,6 +36,8 @@ type api struct {
 	historyTimeout time.Duration
 	// atRetention is how far back at= reaches (attime.go).
 	atRetention time.Duration
+	// pipeline answers the dashboard's pipeline view; nil: a 503.
+	pipeline *dashboard.Pipeline
 }
 
 func (a *api) routes(e *echo.Echo) {
@@ -45,6 +48,8 @@ func (a *api) routes(e *echo.Echo) {
 	a.onlineRoutes(e)
 	a.watchRoutes(e)
 	a.historyRoutes(e)
+	// The dashboard page (/dashboard/) and its pipeline view.
+	dashboard.Mount(e, a.pipeline)
 }
 
 // seedStatus is the seed API's shape of a status: lastUpdated is null for users Pulse

@@ -20,6 +20,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/openapi"
 	"github.com/pulse-presence/pulse/pkg/redisx"
 	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/services/query/dashboard"
 )
 
 // userRoutes are the routes a user token may read: its own user's status, in the
@@ -65,13 +66,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		// Not ready while Redis lacks state it had (guarantee 10): the aggregators are
 		// rebuilding it from the log.
 		Name: "state",
-		Func: func(ctx context.Context) error {
-			n, err := store.Shards(ctx)
-			if err != nil || n == 0 {
-				return err
-			}
-			return store.CheckShards(ctx, n)
-		},
+		Func: stateWhole(store),
 	})
 	// The change feed tails presence.changes on its own; while Kafka is unreachable
 	// its routes answer 503 and every other read keeps working, so Kafka is not a
@@ -85,6 +80,9 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		feed:    newWatcher(hub, cfg.Feed, logger),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention}
 	reg.MustRegister(a.history.connectedGauge())
+	if a.pipeline, err = dashboard.NewPipeline(cfg.Dashboard, reg, stateWhole(store), logger); err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
 	installAuth(srv.Echo, authn, reg)
 	a.routes(srv.Echo)
 	openapi.Register(srv.Echo)
@@ -104,4 +102,16 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	err = srv.Run(ctx)
 	stopHub()
 	return errors.Join(err, <-hubDone, <-countsDone, <-historyDone)
+}
+
+// stateWhole is nil while every shard's state is whole, statestore.ErrRebuilding
+// while the aggregators rebuild one from the log.
+func stateWhole(store *statestore.Store) func(context.Context) error {
+	return func(ctx context.Context) error {
+		n, err := store.Shards(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		return store.CheckShards(ctx, n)
+	}
 }
