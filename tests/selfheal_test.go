@@ -180,3 +180,196 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	eventually(t, 10*time.Second, correct)
 	t.Logf("pulsectl rebuild of 2 shards (%d records) took %v:\n%s", len(recs), time.Since(start).Round(time.Millisecond), out)
 }
+
+// docs/design.md guarantee 10, where the log no longer reaches back: retention has
+// deleted the first records of presence.events (DeleteRecords moves the log's start,
+// as retention does), and Redis then loses everything. Users whose every event was
+// deleted come back from history's tables — status, last-seen time — and the others
+// from the log; the counts and every status equal the model, and no read answers 200
+// with a wrong state meanwhile.
+func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
+	addr, _ := startRedis(t, freePort(t))
+	p := newTopics(t, 2)
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	if _, err := m.Apply(migCtx(t)); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	p.env["PULSE_REDIS_ADDR"] = addr
+	p.env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	p.start(t, "aggregator")
+	p.start(t, "history")
+	p.start(t, "query")
+	q := p.svc["query"].url
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(p.events))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	statuses := []presence.Status{presence.Online, presence.Idle, presence.Offline, presence.Invisible}
+	want := map[string]presence.Status{}
+	seen := map[string]time.Time{}
+	// produce sends each user one event of round; round 0 sets everyone online, the
+	// others a mix of the four statuses.
+	produce := func(users []string, round int) {
+		t.Helper()
+		var recs []*kgo.Record
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		for i, user := range users {
+			st := statuses[(i+round)%len(statuses)]
+			if round == 0 {
+				st = presence.Online
+			}
+			e := presence.Event{ID: fmt.Sprintf("%s-%d", user, round), UserID: user, DeviceID: "phone", Source: presence.SourceAPI,
+				Kind: presence.KindStatus, Status: st, OccurredAt: at, ReceivedAt: at}
+			b, err := proto.Marshal(e.ToPB())
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Key: []byte(user), Value: b,
+				Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}})
+			want[user], seen[user] = st, at
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(prefix string, n int) []string {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s-%s-%03d", prefix, p.run, i)
+		}
+		return ids
+	}
+	// correct says whether the counts (operator view) and every status equal the model.
+	correct := func() string {
+		var wantCount [3]int
+		for _, st := range want {
+			for k, s := range []presence.Status{presence.Online, presence.Idle, presence.Invisible} {
+				if st == s {
+					wantCount[k]++
+				}
+			}
+		}
+		code, body := onlineDo(t, http.MethodGet, q+"/v1/online/count?view=operator", testKeys.operator, nil)
+		if code != http.StatusOK {
+			return fmt.Sprintf("count: %d %s", code, body)
+		}
+		var c struct {
+			ByStatus map[string]int `json:"byStatus"`
+		}
+		if err := json.Unmarshal(body, &c); err != nil {
+			t.Fatal(err)
+		}
+		if got := [3]int{c.ByStatus["online"], c.ByStatus["idle"], c.ByStatus["invisible"]}; got != wantCount {
+			return fmt.Sprintf("count online, idle, invisible %v, model %v", got, wantCount)
+		}
+		ids := make([]string, 0, len(want))
+		for id := range want {
+			ids = append(ids, id)
+		}
+		code, b := postJSON(t, q+"/statuses", map[string]any{"userIds": ids})
+		if code != http.StatusOK {
+			return fmt.Sprintf("statuses: %d %s", code, b)
+		}
+		var st struct {
+			Statuses []struct{ UserID, Status string } `json:"statuses"`
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st.Statuses {
+			if s.Status != public(want[s.UserID].String()) {
+				return fmt.Sprintf("%s is %s, model %s", s.UserID, s.Status, want[s.UserID])
+			}
+		}
+		return ""
+	}
+
+	// Old users: every event of theirs will be deleted from the log. Each is online
+	// first: history indexes a shard's users at their first change.
+	old := names("old", 120)
+	produce(old, 0)
+	time.Sleep(5 * time.Millisecond) // the next round is strictly newer
+	produce(old, 1)
+	eventually(t, 30*time.Second, correct)
+	adm := kafkaAdmin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, p.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed, err := adm.DeleteRecords(ctx, ends.Offsets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range trimmed.Sorted() {
+		if r.Err != nil || r.LowWatermark == 0 {
+			t.Fatalf("deleting the log of %s partition %d: low watermark %d, %v", r.Topic, r.Partition, r.LowWatermark, r.Err)
+		}
+	}
+	// Then the log goes on: new users, and a third of the old ones change again.
+	produce(names("new", 60), 2)
+	time.Sleep(5 * time.Millisecond)
+	produce(old[:40], 3)
+	eventually(t, 30*time.Second, correct)
+	onlyHistory := len(old) - 40
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	flushed := time.Now()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unavailable := 0
+	var healed time.Duration
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		bad := correct()
+		if bad == "" {
+			healed = time.Since(flushed)
+			break
+		}
+		if !strings.Contains(bad, ": 503") {
+			t.Fatalf("%v after the flush, a read answered 200 with a wrong state: %s", time.Since(flushed).Round(time.Millisecond), bad)
+		}
+		unavailable++
+	}
+	if healed == 0 {
+		t.Fatalf("the state was not correct again within 90 s of the flush; the aggregator's output ends:\n%s", lastLines(p.svc["aggregator"].out.String(), 20))
+	}
+	if unavailable == 0 {
+		t.Errorf("no read answered 503 between the flush and the repair (healed after %v)", healed)
+	}
+	// The restored users' times are history's: last-seen of their one event.
+	for _, id := range old[40:] {
+		// The operator view: an invisible user's times are hidden from readers.
+		code, body := onlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", testKeys.operator, nil)
+		if code != http.StatusOK {
+			t.Fatalf("status of %s: %d %s", id, code, body)
+		}
+		var v struct {
+			LastSeen *time.Time `json:"lastSeen"`
+		}
+		if err := json.Unmarshal(body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.LastSeen == nil || !v.LastSeen.Equal(seen[id]) {
+			t.Fatalf("%s restored from history with last seen %v, its one event was at %v", id, v.LastSeen, seen[id])
+		}
+	}
+	code, body := get(t, p.svc["aggregator"].url+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("aggregator /metrics: %d", code)
+	}
+	if line := fmt.Sprintf("pulse_aggregator_rebuild_restored_users_total %d", onlyHistory); !strings.Contains(body, line+"\n") {
+		t.Fatalf("the aggregator's metrics lack %q", line)
+	}
+	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log; correct again after %v, %d reads answered 503 meanwhile",
+		onlyHistory, len(want)-onlyHistory, healed.Round(time.Millisecond), unavailable)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -18,6 +19,17 @@ type Config struct {
 	HTTP  httpserver.Config
 	Kafka kafkax.Config
 	Redis redisx.Config
+	// Cassandra is where history keeps its tables, read only when a shard is rebuilt
+	// and the log no longer reaches back to its first record.
+	Cassandra cassx.Config
+	// RebuildFromHistory restores, in a rebuild, the users whose every event is older
+	// than the log's start from history's tables; without it they read as never seen.
+	RebuildFromHistory bool
+	// HistoryGroup is history's consumer group: a rebuild restoring users from its
+	// tables first waits until it has written every change produced so far.
+	HistoryGroup string
+	// HistoryWait bounds that wait; past it the rebuild is tried again.
+	HistoryWait time.Duration
 	// RedisPrefix starts every key of Pulse's state.
 	RedisPrefix string
 	// Group is the Kafka consumer group; every aggregator of a deployment shares it,
@@ -79,6 +91,7 @@ func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Aggregator))
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-aggregator")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
+	vars = append(vars, cassx.Vars(&c.Cassandra)...)
 	return append(vars, config.Group("aggregator",
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key of Pulse's state"),
 		config.String(&c.Group, "PULSE_AGGREGATOR_GROUP", "pulse-aggregator",
@@ -116,6 +129,12 @@ func (c *Config) vars() []*config.Var {
 		config.Int(&c.StateBuckets, "PULSE_STATE_BUCKETS", statestore.DefaultBuckets,
 			"Redis hashes holding user states, over all shards; fixed when the state is first built, about users ÷ 80 (docs/redis.md)",
 			config.Between(1, maxStateBuckets)),
+		config.Bool(&c.RebuildFromHistory, "PULSE_AGGREGATOR_REBUILD_FROM_HISTORY", true,
+			"a shard rebuilt after Redis lost it restores the users whose every event is older than the log's start from history's Cassandra tables; false: they read as never seen"),
+		config.String(&c.HistoryGroup, "PULSE_HISTORY_GROUP", "pulse-history",
+			"history's consumer group, whose progress such a rebuild waits for"),
+		config.Duration(&c.HistoryWait, "PULSE_AGGREGATOR_REBUILD_HISTORY_WAIT", 2*time.Minute,
+			"longest such a rebuild waits for history to write the changes produced so far before it tries again", config.Positive),
 		config.Int(&c.CrashAfterWrite, "PULSE_AGGREGATOR_CRASH_AFTER_WRITE", 0,
 			"fault testing only: exit (code 3) right after the N-th window reached Redis, before its changes are produced and its offset committed; 0: never",
 			config.NotNegative),
@@ -131,6 +150,9 @@ func loadConfig(env *config.Env) (Config, error) {
 // Validate reports what the table's rules cannot see, each needing two variables.
 func (c Config) Validate() error {
 	errs := []error{c.Kafka.Validate(), c.Redis.Validate()}
+	if c.RebuildFromHistory {
+		errs = append(errs, c.Cassandra.Validate())
+	}
 	if c.MinWindow > c.Window {
 		errs = append(errs, fmt.Errorf("PULSE_AGGREGATOR_MIN_WINDOW=%v: want 0..PULSE_AGGREGATOR_WINDOW (%v)", c.MinWindow, c.Window))
 	}

@@ -16,6 +16,10 @@ type metrics struct {
 	deadLetters    prometheus.Counter
 	devicesDropped prometheus.Counter
 	rebuildSeconds prometheus.Histogram
+	// Users a rebuild restored from history because the log no longer reaches back
+	// to them, and rebuilds that could not (history off).
+	restored       prometheus.Counter
+	withoutHistory prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,6 +40,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "pulse_aggregator_rebuild_seconds",
 			Help:    "Time to rebuild one shard from the log.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
+		}),
+		restored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_rebuild_restored_users_total",
+			Help: "Users a rebuild restored from history's tables because every event of theirs is older than the log's start.",
+		}),
+		withoutHistory: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_rebuilds_without_history_total",
+			Help: "Rebuilds of a shard whose log no longer starts at offset 0 done from the log alone (PULSE_AGGREGATOR_REBUILD_FROM_HISTORY=false): users whose every event is older read as never seen.",
 		}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_aggregator_events_total",
@@ -68,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.restored, m.withoutHistory, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 

@@ -51,10 +51,16 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return store.RegisterShards(ctx, partitions, cfg.StateBuckets)
 	}
 	written := crashAfter(cfg.CrashAfterWrite, logger)
+	var hist history
+	if cfg.RebuildFromHistory {
+		ch := &cassandraHistory{cfg: cfg.Cassandra}
+		defer ch.Close()
+		hist = ch
+	}
 	newWorker := func(topic string, partition int32) consume.Worker {
 		return &worker{
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
-			register: register, rebuilding: &rebuilding, written: written,
+			register: register, rebuilding: &rebuilding, written: written, history: hist,
 			readRange: horizon.FromKafka(cfg.Kafka, logger),
 			logger:    logger.With("partition", partition),
 			st:        shardState{partition: partition},

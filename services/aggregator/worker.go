@@ -40,6 +40,9 @@ type worker struct {
 	// rebuilt in this process, for /readyz.
 	register   func(context.Context) error
 	rebuilding *atomic.Int32
+	// history restores, in a rebuild, the users the log no longer reaches back to;
+	// nil when PULSE_AGGREGATOR_REBUILD_FROM_HISTORY is off.
+	history history
 	// written is called after each window reached Redis and before its changes are
 	// produced (the crash point of PULSE_AGGREGATOR_CRASH_AFTER_WRITE); nil: nothing.
 	written func()
@@ -471,7 +474,7 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 	start := time.Now()
 	w.logger.Warn("the shard's state is gone from Redis: rebuilding it from the log", "partition", p,
 		"through_offset", upTo, "produced_through", emitAfter)
-	var records int
+	var records, restored int
 	err := w.retryWithin(ctx, "rebuilding the shard from the log", 10*time.Minute, func(ctx context.Context) error {
 		// Whatever Redis still holds of the shard (a lagging replica's partial state)
 		// must not be folded into the rebuilt one: start from nothing.
@@ -494,6 +497,20 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 		// The fold arms deadlines as it goes; rebuildDeadlines replaces them at the end.
 		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
 		records = 0
+		// Retention may have trimmed the log's start: its users come from history.
+		start, err := w.logStart(ctx)
+		if err != nil {
+			return err
+		}
+		if start > 0 {
+			if w.history == nil {
+				w.metrics.withoutHistory.Inc()
+				w.logger.Error("the log no longer starts at offset 0 and restoring from history is off: users whose every event is older read as never seen",
+					"partition", p, "log_start", start)
+			} else if restored, err = w.seedFromHistory(ctx, start, upTo); err != nil {
+				return err
+			}
+		}
 		var batch []*kgo.Record
 		write := func() error {
 			if len(batch) == 0 {
@@ -538,7 +555,8 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 	}
 	took := time.Since(start)
 	w.metrics.rebuildSeconds.Observe(took.Seconds())
-	w.logger.Warn("shard rebuilt from the log", "partition", p, "records", records, "registered", w.st.next,
+	w.metrics.restored.Add(float64(restored))
+	w.logger.Warn("shard rebuilt from the log", "partition", p, "records", records, "restored_from_history", restored, "registered", w.st.next,
 		"took", took.Round(time.Millisecond), "users_per_second", int(float64(w.st.next)/max(took.Seconds(), 1e-3)))
 	return nil
 }

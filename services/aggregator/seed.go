@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/pkg/lastknown"
+	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// HistoryDevice is the device a user restored from history is given while history
+// says they are present: history keeps a user's status and times, not their devices.
+// It times out like any device, OfflineAfter after the user's last-seen time.
+const HistoryDevice = "pulse-history"
+
+// history is where a rebuild finds the users the log no longer reaches back to.
+type history interface {
+	// Shard is the last known state of every user of shard but those skip names.
+	Shard(ctx context.Context, shard int32, skip func(userID string) bool) (map[string]lastknown.State, error)
+}
+
+// logStart is the first offset the partition's log still holds: above 0 once
+// retention deleted its oldest records.
+func (w *worker) logStart(ctx context.Context) (int64, error) {
+	offs, err := kadm.NewClient(w.cl).ListStartOffsets(ctx, w.topic)
+	if err != nil {
+		return 0, fmt.Errorf("listing the start offsets of %s: %w", w.topic, err)
+	}
+	o, ok := offs.Lookup(w.topic, w.st.partition)
+	if !ok {
+		return 0, fmt.Errorf("no start offset of %s partition %d", w.topic, w.st.partition)
+	}
+	if o.Err != nil {
+		return 0, fmt.Errorf("the start offset of %s partition %d: %w", w.topic, w.st.partition, o.Err)
+	}
+	return o.Offset, nil
+}
+
+// historyCaughtUp waits until history has written what a restore reads: every event
+// of the partition before start (last-seen times) and every change presence.changes
+// held when it was called (statuses). Changes are keyed by user like events, so with
+// as many partitions a user's changes share its shard's number.
+func (w *worker) historyCaughtUp(ctx context.Context, start int64) error {
+	adm := kadm.NewClient(w.cl)
+	changes, p := w.cfg.Kafka.ChangesTopic, w.st.partition
+	ends, err := adm.ListEndOffsets(ctx, changes, w.topic)
+	if err != nil {
+		return fmt.Errorf("listing the end offsets of %s: %w", changes, err)
+	}
+	if n, m := len(ends[changes]), len(ends[w.topic]); n != m {
+		return fmt.Errorf("%s has %d partitions and %s %d: history's shards are not the aggregator's", changes, n, w.topic, m)
+	}
+	end, ok := ends.Lookup(changes, p)
+	if !ok || end.Err != nil {
+		return fmt.Errorf("no end offset of %s partition %d: %v", changes, p, end.Err)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		committed, err := adm.FetchOffsets(ctx, w.cfg.HistoryGroup)
+		if err != nil {
+			return fmt.Errorf("fetching the offsets of group %s: %w", w.cfg.HistoryGroup, err)
+		}
+		at := func(topic string) int64 {
+			if o, ok := committed.Lookup(topic, p); ok && o.Err == nil {
+				return o.At
+			}
+			return 0
+		}
+		atChanges, atEvents := at(changes), at(w.topic)
+		if atChanges >= end.Offset && atEvents >= start {
+			return nil
+		}
+		w.logger.Info("waiting for history to write the shard's last events and changes before restoring users from it",
+			"group", w.cfg.HistoryGroup, "changes_committed", atChanges, "changes_end", end.Offset,
+			"events_committed", atEvents, "log_start", start)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("history (group %s) has committed partition %d of %s through %d of %d and of %s through %d of %d: %w",
+				w.cfg.HistoryGroup, p, changes, atChanges, end.Offset, w.topic, atEvents, start, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// logUsers is every user with a record in the partition from offset from through upTo.
+func (w *worker) logUsers(ctx context.Context, from, upTo int64) (map[string]struct{}, error) {
+	users := map[string]struct{}{}
+	err := w.readRange(ctx, w.topic, w.st.partition, time.UnixMilli(0), upTo+1, func(r *kgo.Record) error {
+		if r.Offset >= from {
+			users[string(r.Key)] = struct{}{}
+		}
+		return nil
+	})
+	return users, err
+}
+
+// seedFromHistory writes, before the log is folded, the users of the shard whose every
+// event is older than start, the log's first offset: as history last recorded them.
+// They are written in windows at offsets just below start, so the log's own windows
+// follow them under the offset guard. It returns how many users it restored.
+func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, error) {
+	if w.history == nil {
+		return 0, errors.New("no history to restore from (PULSE_AGGREGATOR_REBUILD_FROM_HISTORY=false)")
+	}
+	if err := w.retryWithin(ctx, "waiting for history to catch up", w.cfg.HistoryWait, func(ctx context.Context) error {
+		return w.historyCaughtUp(ctx, start)
+	}); err != nil {
+		return 0, err
+	}
+	inLog, err := w.logUsers(ctx, start, upTo)
+	if err != nil {
+		return 0, err
+	}
+	var states map[string]lastknown.State
+	err = w.retry(ctx, "reading the shard's users from history", func(ctx context.Context) (err error) {
+		states, err = w.history.Shard(ctx, w.st.partition, func(id string) bool { _, ok := inLog[id]; return ok })
+		if errors.Is(err, lastknown.ErrNoHistory) {
+			// Nothing to restore is a fact, not a failure: the shard had nobody
+			// history saw (or history never ran), and the log is all there is.
+			states, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	ids := make([]string, 0, len(states))
+	for id := range states {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	// Each restored user had at least one record before start, so there are at most
+	// start of them, and one window per user at most fits below start.
+	size := max(w.cfg.MaxWindowRecords, (len(ids)+int(start)-1)/int(max(start, 1)))
+	windows := (len(ids) + size - 1) / size
+	for k := range windows {
+		part := ids[k*size : min((k+1)*size, len(ids))]
+		win := seedWindow(&w.st, start-int64(windows-k), part, states)
+		win.Written, win.Rebuilding = w.st.written, true
+		if err := w.retry(ctx, "writing restored users", func(ctx context.Context) error {
+			_, err := w.store.WriteWindow(ctx, win)
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		w.st.written, w.st.offset = win.LastOffset+1, win.LastOffset
+		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+	}
+	return len(ids), nil
+}
+
+// seedWindow is the window that registers ids, users new to the shard, with their
+// last known states, at offset last. It has no changes: restoring a user changes
+// nothing anyone saw.
+func seedWindow(st *shardState, last int64, ids []string, states map[string]lastknown.State) *statestore.Window {
+	w := &statestore.Window{
+		Shard:      int(st.partition),
+		LastOffset: last,
+		Next:       st.next,
+		Users:      make(map[string]*presence.User, len(ids)),
+	}
+	for i := range w.Bitmaps {
+		w.Bitmaps[i] = st.bitmaps[i].Clone()
+	}
+	for _, id := range ids {
+		s := states[id]
+		u := presence.NewUser(w.Next)
+		w.NewIDs = append(w.NewIDs, statestore.NewID{UserID: id, Index: w.Next})
+		w.Next++
+		u.Status, u.Invisible, u.Offset = s.Status, s.Status == presence.Invisible, last
+		u.LastUpdated, u.LastActive, u.LastSeen = s.LastUpdated, s.LastActive, s.LastSeen
+		if s.Status != presence.Offline {
+			d := presence.Device{ID: HistoryDevice, Status: presence.Online, LastSeen: s.LastSeen}
+			if s.Status == presence.Idle {
+				d.Status = presence.Idle
+			}
+			u.Devices = []presence.Device{d}
+		}
+		w.Users[id] = u
+		if i := trackedIndex(s.Status); i >= 0 {
+			w.Bitmaps[i].Add(u.Index)
+			w.Dirty[i] = true
+		}
+	}
+	return w
+}
+
+// cassandraHistory reads history's tables through a session opened at the first
+// rebuild that needs it: an aggregator never needs Cassandra until its log has been
+// trimmed and Redis lost a shard, so it neither waits for Cassandra at start nor
+// fails when Cassandra is down.
+type cassandraHistory struct {
+	cfg     cassx.Config
+	mu      sync.Mutex
+	session *gocql.Session
+	reader  *lastknown.Reader
+}
+
+func (h *cassandraHistory) Shard(ctx context.Context, shard int32, skip func(string) bool) (map[string]lastknown.State, error) {
+	h.mu.Lock()
+	if h.reader == nil {
+		s, err := cassx.NewSession(h.cfg)
+		if err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
+		h.session, h.reader = s, lastknown.New(s)
+	}
+	r := h.reader
+	h.mu.Unlock()
+	return r.Shard(ctx, shard, skip)
+}
+
+// Close closes the session, if one was opened.
+func (h *cassandraHistory) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.session != nil {
+		h.session.Close()
+	}
+}

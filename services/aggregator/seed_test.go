@@ -1,0 +1,61 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/lastknown"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// Users restored from history take the next indexes in the order given, join the
+// bitmap of their status, keep history's times, and hold one device while present:
+// the one a timeout can end OfflineAfter after their last-seen time.
+func TestSeedWindow(t *testing.T) {
+	st := newShard()
+	st.next = 7
+	st.bitmaps[trackedIndex(presence.Online)].Add(2)
+	seen := base.Add(-time.Hour)
+	states := map[string]lastknown.State{
+		"ann": {Status: presence.Online, LastSeen: seen, LastActive: seen, LastUpdated: seen.Add(-time.Minute)},
+		"bea": {Status: presence.Idle, LastSeen: seen},
+		"cat": {Status: presence.Offline, LastSeen: seen},
+		"dan": {Status: presence.Invisible, LastSeen: seen},
+	}
+	w := seedWindow(st, 41, []string{"ann", "bea", "cat", "dan"}, states)
+	if w.LastOffset != 41 || w.Next != 11 || w.Outbox != nil {
+		t.Fatalf("window at %d, next %d, outbox %v; want 41, 11, none", w.LastOffset, w.Next, w.Outbox)
+	}
+	for i, n := range w.NewIDs {
+		if want := uint32(7 + i); n.Index != want || w.Users[n.UserID].Index != want {
+			t.Fatalf("new id %d = %+v, user index %d; want index %d", i, n, w.Users[n.UserID].Index, want)
+		}
+	}
+	want := map[presence.Status][]uint32{presence.Online: {2, 7}, presence.Idle: {8}, presence.Invisible: {10}}
+	for s, idx := range want {
+		i := trackedIndex(s)
+		if got := w.Bitmaps[i].ToArray(); !w.Dirty[i] || !slices.Equal(got, idx) {
+			t.Fatalf("%s bitmap %v (dirty %v), want %v", s, got, w.Dirty[i], idx)
+		}
+	}
+	if st.bitmaps[trackedIndex(presence.Online)].GetCardinality() != 1 {
+		t.Fatal("seedWindow changed the worker's bitmaps before the write")
+	}
+	devices := map[string][]presence.Device{
+		"ann": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen}},
+		"bea": {{ID: HistoryDevice, Status: presence.Idle, LastSeen: seen}},
+		"cat": nil,
+		"dan": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen}},
+	}
+	for id, s := range states {
+		u := w.Users[id]
+		if u.Status != s.Status || u.Invisible != (s.Status == presence.Invisible) || !u.LastSeen.Equal(s.LastSeen) ||
+			!u.LastActive.Equal(s.LastActive) || !u.LastUpdated.Equal(s.LastUpdated) || u.Offset != 41 {
+			t.Fatalf("%s restored as %+v from %+v", id, u, s)
+		}
+		if len(u.Devices) != len(devices[id]) || (len(u.Devices) == 1 && u.Devices[0] != devices[id][0]) {
+			t.Fatalf("%s devices %+v, want %+v", id, u.Devices, devices[id])
+		}
+	}
+}
