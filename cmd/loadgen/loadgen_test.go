@@ -415,6 +415,8 @@ func TestFlagsRefused(t *testing.T) {
 		{[]string{"-mix", "status=1,login=2"}, `"login": kind must be`},
 		{[]string{"-mix", "status=0"}, "at least one weight"},
 		{[]string{"-duration", "0s", "-users", "0"}, "-users must be at least 1"},
+		{[]string{"-user-prefix", "a,b"}, "-user-prefix must be"},
+		{[]string{"-user-prefix", ""}, "-user-prefix must be"},
 	} {
 		_, err := parseFlags(tt.args, new(bytes.Buffer))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -28,11 +28,18 @@
 //	                  -fresh-poll until it shows, for at most -fresh-timeout
 //
 // Users are "lg-0" … "lg-<users-1>" with -devices devices each, picked by a random
-// stream that -seed makes reproducible. The run is -warmup (excluded from the numbers)
-// and then -duration; a progress line goes to stderr every second, the table to stdout
-// at the end, and with -json FILE the same numbers as JSON (see Report). Ctrl-C stops
+// stream that -seed makes reproducible; -user-prefix replaces "lg-" (probe users are
+// then "<prefix>probe-<n>"). The run is -warmup (excluded from the numbers) and then
+// -duration; a progress line goes to stderr every second, the table to stdout at the
+// end, and with -json FILE the same numbers as JSON (see Report). Ctrl-C stops
 // scheduling, gives in-flight requests up to -timeout to finish and prints the report;
 // a second Ctrl-C exits at once.
+//
+// Whatever the load is for, the ingest workloads' events are also counted over the
+// whole run, warm-up included: offered, acknowledged (2xx), refused (by status code)
+// and unanswered (see IngestCounts; the table's "ingest events" line and the JSON's
+// "ingest"). With -acked FILE every acknowledged event is written to FILE as one JSON
+// line (see AckedEvent), so a fault test can check that each of them reached the log.
 //
 // Keys come from the environment, never from flags (which the process list shows):
 // PULSE_PRODUCER_KEY is sent to ingest and PULSE_READER_KEY to query, as
@@ -52,6 +59,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,9 +96,13 @@ type config struct {
 	freshTimeout time.Duration
 	probeUsers   int
 
-	jsonPath string
-	quiet    bool
-	flags    map[string]string // every flag's final value, for the JSON report
+	// userPrefix starts every generated user id.
+	userPrefix string
+
+	jsonPath  string
+	ackedPath string
+	quiet     bool
+	flags     map[string]string // every flag's final value, for the JSON report
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -109,6 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.workers, "workers", 2000, "most requests in flight per workload; a request due beyond it is dropped")
 	fs.IntVar(&cfg.users, "users", 100000, "`number` of users: ids lg-0, lg-1, …")
 	fs.IntVar(&cfg.devices, "devices", 2, "device ids per user")
+	fs.StringVar(&cfg.userPrefix, "user-prefix", "lg-", "start of every user id: <prefix><n>, probes <prefix>probe-<n>")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the random choice of users, devices, statuses and kinds")
 	fs.Float64Var(&cfg.singleRate, "single-rate", 0, "POST /status requests/s")
 	fs.Float64Var(&cfg.batchRate, "batch-rate", 0, "POST /v1/events requests/s")
@@ -126,6 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.freshTimeout, "fresh-timeout", 10*time.Second, "how long a probe waits to see its write")
 	fs.IntVar(&cfg.probeUsers, "probe-users", 0, "probe users lg-probe-0 … (0: enough that each is reused every 30 s)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to `FILE`")
+	fs.StringVar(&cfg.ackedPath, "acked", "", "write every event ingest acknowledged (2xx), warm-up included, as JSON lines to `FILE`")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress lines")
 	caFile := trust.Flag(fs, os.Getenv)
 	if err := cli.Parse(fs, args); err != nil {
@@ -156,6 +170,8 @@ func (c config) validate() error {
 	bad(c.workers < 1, "-workers must be at least 1")
 	bad(c.users < 1, "-users must be at least 1")
 	bad(c.devices < 1, "-devices must be at least 1")
+	bad(c.userPrefix == "" || len(c.userPrefix) > 64 || strings.ContainsAny(c.userPrefix, ", \t\r\n/"),
+		"-user-prefix must be 1…64 characters without commas, slashes or white space")
 	bad(c.batchSize < 1 || c.batchSize > 1000, "-batch-size must be 1…1000")
 	bad(c.readBatchSize < 1 || c.readBatchSize > 1000, "-read-batch-size must be 1…1000")
 	bad(c.freshPoll <= 0, "-fresh-poll must be above 0")
@@ -188,6 +204,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.http.CloseIdleConnections()
+	if c.acks, err = newLedger(cfg.ackedPath); err != nil {
+		return err
+	}
+	defer c.acks.close()
 	wls, err := buildWorkloads(ctx, cfg, c)
 	if err != nil {
 		return err
@@ -224,12 +244,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if interrupted {
 		measured = min(max(stoppedAt.Sub(from), 0), cfg.duration)
 	}
-	r := buildReport(cfg, wls, st, start, measured, interrupted)
-	if err := writeTable(stdout, r); err != nil {
+	r := fullReport{Report: buildReport(cfg, wls, st, start, measured, interrupted), Ingest: c.acks.snapshot()}
+	// The -acked file is complete before the report says how many lines it has.
+	if err := c.acks.close(); err != nil {
+		return err
+	}
+	if err := writeTable(stdout, r.Report); err != nil {
+		return fmt.Errorf("printing the report: %w", err)
+	}
+	var line strings.Builder
+	writeIngestLine(&line, r.Ingest)
+	if _, err := io.WriteString(stdout, line.String()); err != nil {
 		return fmt.Errorf("printing the report: %w", err)
 	}
 	if cfg.jsonPath != "" {
-		return r.WriteFile(cfg.jsonPath)
+		return r.writeFile(cfg.jsonPath)
 	}
 	return nil
 }

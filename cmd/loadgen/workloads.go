@@ -84,6 +84,8 @@ type client struct {
 	timeout time.Duration
 	// ingestAuth and queryAuth are the Authorization headers of each service ("" for none).
 	ingestAuth, queryAuth string
+	// acks counts every ingest request's events and writes the acknowledged ones.
+	acks *ledger
 }
 
 func newClient(cfg config) (*client, error) {
@@ -181,12 +183,17 @@ func (c *client) call(ctx context.Context, method, url string, body any, into an
 	return o
 }
 
-// postEvent sends one event to ingest's path; it counts as accepted with a 2xx.
-func (c *client) postEvent(ctx context.Context, path string, body any) outcome {
-	o := c.call(ctx, http.MethodPost, c.ingest+path, body, nil)
+// postEvents sends events to ingest's path as body, decoding a 2xx answer into
+// answer, and records them in c.acks under workload: acknowledged ones with the ids
+// ids returns from the decoded answer.
+func (c *client) postEvents(ctx context.Context, workload, path string, body any, events []AckedEvent, answer any, ids func() []string) outcome {
+	o := c.call(ctx, http.MethodPost, c.ingest+path, body, answer)
+	var got []string
 	if o.class == classOK {
-		o.events = 1
+		o.events = len(events)
+		got = ids()
 	}
+	c.acks.record(workload, o, events, got)
 	return o
 }
 
@@ -215,7 +222,11 @@ type (
 		Events []eventBody `json:"events"`
 	}
 	eventsAnswer struct {
-		Accepted int `json:"accepted"`
+		Accepted int      `json:"accepted"`
+		EventIDs []string `json:"eventIds"`
+	}
+	heartbeatAnswer struct {
+		EventID string `json:"eventId"`
 	}
 	heartbeatBody struct {
 		UserID   string `json:"userId"`
@@ -232,6 +243,7 @@ type (
 
 // gen makes the ids, statuses and kinds requests carry.
 type gen struct {
+	prefix  string // of user ids: <prefix><n>
 	users   int
 	devices int
 	mix     mix
@@ -241,7 +253,7 @@ type gen struct {
 // traffic.
 var statusMix = mix{{"online", 5}, {"idle", 2}, {"offline", 2}, {"invisible", 1}}
 
-func (g gen) user(rng *rand.Rand) string   { return "lg-" + strconv.Itoa(rng.IntN(g.users)) }
+func (g gen) user(rng *rand.Rand) string   { return g.prefix + strconv.Itoa(rng.IntN(g.users)) }
 func (g gen) device(rng *rand.Rand) string { return "d" + strconv.Itoa(rng.IntN(g.devices)) }
 
 func (g gen) status(rng *rand.Rand) string { return statusMix.pick(rng) }
@@ -252,6 +264,15 @@ func (g gen) userList(rng *rand.Rand, n int) []string {
 		ids[i] = g.user(rng)
 	}
 	return ids
+}
+
+// ackedOf is the events of a POST /v1/events body as the ledger records them.
+func ackedOf(events []eventBody) []AckedEvent {
+	out := make([]AckedEvent, len(events))
+	for i, e := range events {
+		out[i] = AckedEvent{UserID: e.UserID, DeviceID: e.DeviceID, Kind: e.Kind, Status: e.Status}
+	}
+	return out
 }
 
 func (g gen) event(rng *rand.Rand) eventBody {
@@ -265,11 +286,14 @@ func (g gen) event(rng *rand.Rand) eventBody {
 // buildWorkloads returns the workloads whose rate is not 0, in report order. The
 // freshness probe reads its users' current statuses first, so it needs the query API.
 func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, error) {
-	g := gen{users: cfg.users, devices: cfg.devices, mix: cfg.mix}
+	g := gen{prefix: cfg.userPrefix, users: cfg.users, devices: cfg.devices, mix: cfg.mix}
 	all := []*workload{
 		{name: "single", endpoint: "POST /status", rate: cfg.singleRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.postEvent(ctx, "/status", statusBody{UserID: g.user(rng), Status: g.status(rng)})
+				b := statusBody{UserID: g.user(rng), Status: g.status(rng)}
+				// The seed API's answer names no event id.
+				return c.postEvents(ctx, "single", "/status", b, []AckedEvent{{UserID: b.UserID, Kind: "status", Status: b.Status}},
+					nil, func() []string { return nil })
 			}},
 		{name: "batch", endpoint: "POST /v1/events", rate: cfg.batchRate, perReq: cfg.batchSize,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
@@ -278,7 +302,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 					b.Events[i] = g.event(rng)
 				}
 				var a eventsAnswer
-				o := c.call(ctx, http.MethodPost, c.ingest+"/v1/events", b, &a)
+				o := c.postEvents(ctx, "batch", "/v1/events", b, ackedOf(b.Events), &a, func() []string { return a.EventIDs })
 				if o.class == classOK {
 					o.events = a.Accepted
 				}
@@ -286,7 +310,10 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "heartbeat", endpoint: "POST /v1/heartbeat", rate: cfg.heartbeatRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.postEvent(ctx, "/v1/heartbeat", heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)})
+				b := heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)}
+				var a heartbeatAnswer
+				return c.postEvents(ctx, "heartbeat", "/v1/heartbeat", b, []AckedEvent{{UserID: b.UserID, DeviceID: b.DeviceID, Kind: "heartbeat"}},
+					&a, func() []string { return []string{a.EventID} })
 			}},
 		{name: "read", endpoint: "GET /status/{id}", rate: cfg.readRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
@@ -358,7 +385,7 @@ func newProber(ctx context.Context, cfg config, c *client) (*prober, error) {
 	}
 	p := &prober{c: c, users: make([]probeUser, n), poll: cfg.freshPoll, timeout: cfg.freshTimeout}
 	for i := range p.users {
-		p.users[i].id = "lg-probe-" + strconv.Itoa(i)
+		p.users[i].id = cfg.userPrefix + "probe-" + strconv.Itoa(i)
 	}
 	// Learn where every probe user stands, in batches the query API accepts.
 	const batch = 1000
@@ -413,7 +440,7 @@ func (p *prober) probe(ctx context.Context, _ *rand.Rand, seq uint64) outcome {
 	}
 	ev := eventsBody{Events: []eventBody{{UserID: u.id, Kind: "status", Status: want, DeviceID: "probe"}}}
 	var a eventsAnswer
-	o := p.c.call(ctx, http.MethodPost, p.c.ingest+"/v1/events", ev, &a)
+	o := p.c.postEvents(ctx, "fresh", "/v1/events", ev, ackedOf(ev.Events), &a, func() []string { return a.EventIDs })
 	if o.class != classOK {
 		u.dirty = true
 		return o
