@@ -101,7 +101,7 @@ func (p ports) service(name string) int {
 }
 
 // allPhases in the order they run.
-var allPhases = []string{"batch", "single", "half", "scale"}
+var allPhases = []string{"batch", "single", "half", "rebuild", "scale"}
 
 // rates is a flag holding a comma-separated list of rates.
 type rates []float64

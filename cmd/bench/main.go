@@ -9,6 +9,8 @@
 //	single  the same with one event per POST /status
 //	half    at half the highest batched rate that kept up: freshness, and reads
 //	        (GET /status at 5,000/s, POST /statuses, counts) under that ingest
+//	rebuild every shard of the state rebuilt from the log by the running aggregators, as
+//	        after Redis lost it: users/s into Redis and records/s folded
 //	scale   counts and memory with -scale-users registered users bulk-loaded into
 //	        Redis in Pulse's layout, then in the seed's direct layout (a sorted set of
 //	        online users and a hash per user) as the baseline, on the same Redis

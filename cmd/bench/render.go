@@ -153,6 +153,9 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	if r.History != nil {
 		m.history(r.History)
 	}
+	if r.Rebuild != nil {
+		m.rebuild(r.Rebuild)
+	}
 	if r.Scale != nil {
 		m.scale(r.Scale)
 	}

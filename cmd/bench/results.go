@@ -20,11 +20,12 @@ type Results struct {
 	Config     map[string]string `json:"config"`
 	Processes  []ProcessInfo     `json:"processes"`
 
-	Batched *ModeResult   `json:"batched,omitempty"`
-	Single  *ModeResult   `json:"single,omitempty"`
-	Half    *StepResult   `json:"half,omitempty"`
-	History *HistoryCheck `json:"history,omitempty"`
-	Scale   *ScaleResult  `json:"scale,omitempty"`
+	Batched *ModeResult    `json:"batched,omitempty"`
+	Single  *ModeResult    `json:"single,omitempty"`
+	Half    *StepResult    `json:"half,omitempty"`
+	History *HistoryCheck  `json:"history,omitempty"`
+	Scale   *ScaleResult   `json:"scale,omitempty"`
+	Rebuild *RebuildResult `json:"rebuild,omitempty"`
 
 	Profiles []string `json:"profiles"`
 	Targets  []Target `json:"targets"`

@@ -129,6 +129,15 @@ func (b *bench) phases(ctx context.Context) error {
 		}
 		b.res.Half = h
 	}
+	if b.cfg.phases["rebuild"] {
+		idle("the rebuild")
+		fmt.Fprintln(b.out, "==> every shard rebuilt from the log (guarantee 10)")
+		r, err := b.rebuild(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuild phase: %w", err)
+		}
+		b.res.Rebuild = r
+	}
 	if b.cfg.phases["scale"] {
 		fmt.Fprintf(b.out, "==> counts and memory at scale (%d users)\n", b.cfg.scaleUsers)
 		s, err := b.scale(ctx)
