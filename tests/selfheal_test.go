@@ -179,6 +179,48 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, correct)
 	t.Logf("pulsectl rebuild of 2 shards (%d records) took %v:\n%s", len(recs), time.Since(start).Round(time.Millisecond), out)
+
+	// A user state Redis holds but Pulse did not write (bytes that do not decode):
+	// the next event of that user has the shard rebuilt from the log, instead of
+	// stopping the partition on a read that can never succeed.
+	victim := fmt.Sprintf("heal-%s-%03d", p.run, 7)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	corrupted := 0
+	iter := rdb.Scan(ctx2, 0, p.env["PULSE_REDIS_PREFIX"]+":{*}:st:*", 1000).Iterator()
+	for iter.Next(ctx2) {
+		if ok, err := rdb.HExists(ctx2, iter.Val(), victim).Result(); err == nil && ok {
+			if err := rdb.HSet(ctx2, iter.Val(), victim, "not a state").Err(); err != nil {
+				t.Fatal(err)
+			}
+			corrupted++
+		}
+	}
+	if err := iter.Err(); err != nil || corrupted != 1 {
+		t.Fatalf("found %s's state in %d buckets (%v), want 1", victim, corrupted, err)
+	}
+	at := time.Now().UTC()
+	e := presence.Event{ID: victim + "-after-corruption", UserID: victim, DeviceID: "phone", Source: presence.SourceAPI,
+		Kind: presence.KindStatus, Status: presence.Idle, OccurredAt: at, ReceivedAt: at}
+	b, err := proto.Marshal(e.ToPB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.ProduceSync(ctx2, &kgo.Record{Key: []byte(victim), Value: b,
+		Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if want[victim] == presence.Online {
+		wantOnline--
+	}
+	if want[victim] != presence.Idle {
+		wantIdle++
+	}
+	want[victim] = presence.Idle
+	eventually(t, 30*time.Second, correct)
+	if out := p.svc["aggregator"].out.String(); !strings.Contains(out, "does not decode: rebuilding the shard") {
+		t.Fatalf("the aggregator did not log the undecodable state; its output ends:\n%s", lastLines(out, 20))
+	}
 }
 
 // docs/design.md guarantee 10, where the log no longer reaches back: retention has

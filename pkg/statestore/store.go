@@ -63,6 +63,11 @@ var (
 	// had written: Redis lost its data. The writer must rebuild the shard from the log
 	// (docs/design.md guarantee 10).
 	ErrStateLost = errors.New("the shard's state is gone from Redis")
+	// ErrStateCorrupt means Redis holds a user state that does not decode: bytes
+	// Pulse did not write (another program, a damaged restore). The log, not Redis,
+	// is the truth, so the shard's owner rebuilds the shard from it, as for
+	// ErrStateLost.
+	ErrStateCorrupt = errors.New("a user state in Redis does not decode")
 	// ErrRebuilding means a read touched a shard whose state is missing or being
 	// rebuilt from the log: any answer from it could be wrong.
 	ErrRebuilding = errors.New("state is being rebuilt")
@@ -288,7 +293,7 @@ func (s *Store) LoadUsers(ctx context.Context, sh int, ids []string) (map[string
 		}
 		u, err := decodeState(v)
 		if err != nil {
-			return nil, fmt.Errorf("user %q: %w", ids[i], err)
+			return nil, fmt.Errorf("user %q of shard %d: %w: %w", ids[i], sh, ErrStateCorrupt, err)
 		}
 		out[ids[i]] = u
 	}

@@ -260,9 +260,13 @@ func (w *worker) flush(ctx context.Context) error {
 	last := batch[len(batch)-1].Offset
 	prev := w.st.offset
 	win, err := w.foldAndWrite(ctx, batch, false)
-	if errors.Is(err, statestore.ErrStateLost) {
-		// Redis lost the shard: fold the log again through this window, producing
-		// the changes of this window, which were not produced yet.
+	if errors.Is(err, statestore.ErrStateLost) || errors.Is(err, statestore.ErrStateCorrupt) {
+		// Redis lost the shard, or holds a state Pulse did not write: fold the log
+		// again through this window, producing the changes of this window, which were
+		// not produced yet.
+		if errors.Is(err, statestore.ErrStateCorrupt) {
+			w.logger.Error("a user state in Redis does not decode: rebuilding the shard from the log", "err", err)
+		}
 		if err := w.rebuildState(ctx, last, prev); err != nil {
 			return err
 		}
@@ -336,6 +340,10 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 	var users map[string]*presence.User
 	if err := w.retry(ctx, "loading users", func(ctx context.Context) (err error) {
 		users, err = w.store.LoadUsers(ctx, int(w.st.partition), ids)
+		if errors.Is(err, statestore.ErrStateCorrupt) {
+			// Retrying reads the same bytes: rebuild the shard instead.
+			return retry.Permanent(err)
+		}
 		return err
 	}); err != nil {
 		return nil, err
