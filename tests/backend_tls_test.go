@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
@@ -289,9 +291,11 @@ func TestBackendTLSRedis(t *testing.T) {
 		t.Logf("no certificate: %v", refused(t, redisx.Config{Username: "pulse", Password: password, TLS: config.ClientTLS{CAFile: certs.caFile}}))
 	})
 	t.Run("wrong password refused", func(t *testing.T) {
-		if err := refused(t, redisx.Config{Username: "pulse", Password: "not-" + password, TLS: mtls}); !strings.Contains(err.Error(), "WRONGPASS") {
+		err := refused(t, redisx.Config{Username: "pulse", Password: "not-" + password, TLS: mtls})
+		if !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("wrong password: %v, want WRONGPASS", err)
 		}
+		t.Logf("wrong password: %v", err)
 		// The default user is off: no password is no way in either.
 		if err := refused(t, redisx.Config{TLS: mtls}); !strings.Contains(err.Error(), "NOAUTH") && !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("no user: %v, want NOAUTH or WRONGPASS", err)
@@ -479,13 +483,226 @@ func TestBackendTLSKafka(t *testing.T) {
 		cfg.Brokers = []string{k.saslAddr}
 		cfg.TLS = config.ClientTLS{CAFile: certs.caFile}
 		cfg.SASL = kafkax.SASL{Mechanism: "SCRAM-SHA-512", Username: "pulse", Password: "not-" + password}
-		if err := refused(t, cfg); !strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
+		err := refused(t, cfg)
+		if !strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
 			t.Fatalf("wrong password: %v, want SASL_AUTHENTICATION_FAILED", err)
 		}
+		t.Logf("wrong password: %v", err)
 		env := withEnv(stackEnv(), kafkaEnv)
 		env["PULSE_KAFKA_SASL_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
 		in := startService(t, "ingest", env)
 		readyzFails(t, in, "kafka", "SASL_AUTHENTICATION_FAILED")
 		noSecretInOutput(t, []string{password, "not-" + password}, in)
+	})
+}
+
+// startTLSCassandra starts a private one-node Cassandra from the stack's jars and its
+// configuration, with client_encryption_options enabled and not optional (the CQL port
+// speaks only TLS) and PasswordAuthenticator; it returns the CQL port once the default
+// superuser can log in over TLS. It costs about half a minute and 512 MiB of heap.
+func startTLSCassandra(t *testing.T, dir string, certs *backendCerts) int {
+	t.Helper()
+	lib := jarDir(t, "cassandra")
+	local, err := filepath.Abs(filepath.Join("..", "deploy", "local", "cassandra"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jamm, _ := filepath.Glob(filepath.Join(lib, "jamm-*.jar"))
+	if len(jamm) == 0 {
+		t.Fatalf("no jamm jar in %s", lib)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cql, storage := freePort(t), freePort(t)
+	tmpl, err := os.ReadFile(filepath.Join(local, "cassandra.yaml.in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.NewReplacer(
+		"@CQL_PORT@", strconv.Itoa(cql), "@STORAGE_PORT@", strconv.Itoa(storage), "@DATA_DIR@", dir,
+		"cluster_name: pulse-local", "cluster_name: pulse-tls-test",
+		"authenticator: AllowAllAuthenticator", "authenticator: PasswordAuthenticator",
+	).Replace(string(tmpl))
+	if !strings.Contains(yaml, "authenticator: PasswordAuthenticator") || !strings.Contains(yaml, "cluster_name: pulse-tls-test") {
+		t.Fatalf("%s/cassandra.yaml.in changed: no authenticator or cluster_name line to replace", local)
+	}
+	yaml += strings.Join([]string{
+		"",
+		"client_encryption_options:",
+		"  enabled: true",
+		"  optional: false",
+		"  ssl_context_factory:",
+		"    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory",
+		"  keystore: " + certs.serverKeystore,
+		"  require_client_auth: false",
+		"",
+	}, "\n")
+	yamlFile := filepath.Join(dir, "cassandra.yaml")
+	if err := os.WriteFile(yamlFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(local, "jvm.options"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"nice", "-n", "10", "java"}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			argv = append(argv, line)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv = append(argv, "-Xms512m", "-Xmx512m", "-javaagent:"+jamm[0],
+		"-Djava.io.tmpdir="+filepath.Join(dir, "tmp"),
+		"-Dcassandra-foreground=yes",
+		"-Dcassandra.config=file://"+yamlFile,
+		"-Dcassandra.storagedir="+dir,
+		"-Dcassandra.logdir="+filepath.Join(dir, "logs"),
+		"-Dlogback.configurationFile="+filepath.Join(local, "logback.xml"),
+		"-Dcassandra.skip_wait_for_gossip_to_settle=0",
+		"-Dcassandra.ring_delay_ms=1000",
+		"-Dcassandra.skip_sync=true", "-Dcassandra.unsafesystem=true",
+		// The default superuser is made at once rather than after ten seconds.
+		"-Dcassandra.superuser_setup_delay_ms=0",
+		"-cp", lib+"/*", "org.apache.cassandra.service.CassandraDaemon")
+	p := startServerProc(t, "cassandra (TLS)", filepath.Join(dir, "cassandra.log"), argv...)
+	p.waitReady(t, 150*time.Second, func(ctx context.Context) error {
+		s, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: cql, Consistency: "ONE",
+			Username: "cassandra", Password: "cassandra", Timeout: 5 * time.Second, ConnectTimeout: 2 * time.Second,
+			TLS: config.ClientTLS{CAFile: certs.caFile}})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return cassx.Ping(ctx, s)
+	})
+	return cql
+}
+
+// Cassandra over TLS with a password: pulsectl migrates a node whose CQL port speaks
+// only TLS, history writes an event ingest took into it as a role whose password comes
+// from a file, and query reads it back on the operator's timeline. A plain client and
+// a wrong password are refused, the latter stopping history at start with Cassandra's
+// reason.
+func TestBackendTLSCassandra(t *testing.T) {
+	dir := t.TempDir()
+	certs := newBackendCerts(t, dir)
+	port := startTLSCassandra(t, filepath.Join(dir, "node"), certs)
+	password := "cassandra-" + randomID(t) + randomID(t)
+	tlsOnly := config.ClientTLS{CAFile: certs.caFile}
+	admin, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: port, Consistency: "ONE",
+		Username: "cassandra", Password: "cassandra", Timeout: 30 * time.Second, TLS: tlsOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := admin.Query(`CREATE ROLE pulse WITH PASSWORD = '` + password + `' AND LOGIN = true AND SUPERUSER = true`).
+		ExecContext(ctx); err != nil {
+		t.Fatalf("creating the pulse role: %v", err)
+	}
+	migrations, err := filepath.Abs(filepath.Join("..", "migrations"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pulsectl migrate takes the password from PULSE_CASSANDRA_PASSWORD and TLS from the
+	// shared variables, which its flags do not cover.
+	if out, err := runPulsectl(t, map[string]string{"PULSE_CASSANDRA_PASSWORD": password, "PULSE_CASSANDRA_TLS_CA_FILE": certs.caFile},
+		"migrate", "-hosts", "127.0.0.1", "-port", strconv.Itoa(port), "-keyspace", "pulse", "-username", "pulse",
+		"-dir", migrations, "-timeout", "60s"); err != nil {
+		t.Fatalf("pulsectl migrate over TLS: %v\n%s", err, out)
+	}
+	cassEnv := map[string]string{
+		"PULSE_CASSANDRA_HOSTS":         "127.0.0.1",
+		"PULSE_CASSANDRA_PORT":          strconv.Itoa(port),
+		"PULSE_CASSANDRA_KEYSPACE":      "pulse",
+		"PULSE_CASSANDRA_USERNAME":      "pulse",
+		"PULSE_CASSANDRA_PASSWORD_FILE": writeSecret(t, filepath.Join(dir, "cassandra-password"), password),
+		"PULSE_CASSANDRA_TLS_CA_FILE":   certs.caFile,
+	}
+
+	t.Run("pipeline", func(t *testing.T) {
+		p := newTopics(t, 2)
+		p.env = withEnv(p.env, cassEnv)
+		for _, name := range []string{"aggregator", "history", "ingest", "query"} {
+			p.start(t, name)
+		}
+		user := "tls-cassandra-" + p.run
+		postOnlineAndWait(t, p.svc["ingest"], p.svc["query"], user)
+		day := time.Now().UTC().Format("2006-01-02")
+		next := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
+		url := p.svc["query"].url + "/v1/users/" + user + "/timeline?from=" + day + "&to=" + next + "&view=operator"
+		eventually(t, 60*time.Second, func() string {
+			req, err := http.NewRequest(http.MethodGet, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+testKeys.operator)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err.Error()
+			}
+			defer res.Body.Close()
+			var page struct {
+				Entries []struct {
+					Type   string `json:"type"`
+					Status string `json:"status"`
+				} `json:"entries"`
+			}
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != http.StatusOK || json.Unmarshal(body, &page) != nil || len(page.Entries) == 0 {
+				return fmt.Sprintf("GET %s = %d %s", url, res.StatusCode, body)
+			}
+			return ""
+		})
+		// The rows are in the private node's table, which only TLS reaches.
+		var n int
+		if err := admin.Query(`SELECT count(*) FROM pulse.user_activity WHERE user_id = ? AND bucket = ?`, user,
+			time.Now().UTC().Truncate(24*time.Hour)).ScanContext(ctx, &n); err != nil || n == 0 {
+			t.Fatalf("user_activity rows of %s on the TLS node: %d, %v", user, n, err)
+		}
+		noSecretInOutput(t, []string{password}, p.svc["history"], p.svc["query"])
+	})
+
+	t.Run("plain client refused", func(t *testing.T) {
+		s, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: port, Username: "pulse", Password: password,
+			Timeout: 3 * time.Second, ConnectTimeout: 3 * time.Second})
+		if err == nil {
+			s.Close()
+			t.Fatal("a plain session connected; want it refused")
+		}
+		t.Logf("plain: %v", err)
+	})
+	t.Run("wrong password refused", func(t *testing.T) {
+		s, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: port, Username: "pulse", Password: "not-" + password,
+			Timeout: 3 * time.Second, ConnectTimeout: 3 * time.Second, TLS: tlsOnly})
+		if err == nil {
+			s.Close()
+			t.Fatal("a session with a wrong password connected; want it refused")
+		}
+		if !strings.Contains(err.Error(), "password are incorrect") {
+			t.Fatalf("wrong password: %v, want Cassandra's \"password are incorrect\"", err)
+		}
+		t.Logf("wrong password: %v", err)
+		env := withEnv(newTopics(t, 2).env, cassEnv)
+		env["PULSE_CASSANDRA_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary("history"))
+		cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "password are incorrect") {
+			t.Fatalf("history with a wrong password: %v, want it to stop naming the refusal; output:\n%s", err, out)
+		}
+		if strings.Contains(string(out), password) {
+			t.Fatalf("history printed a password:\n%s", out)
+		}
 	})
 }
