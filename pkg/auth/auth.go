@@ -139,9 +139,11 @@ func (c Config) Off() bool { return strings.EqualFold(c.Mode, "off") }
 type JWTConfig struct {
 	HS256Secret   string
 	PublicKeyFile string
-	Issuer        string
-	Audience      string
-	Leeway        time.Duration
+	// JWKSFile is a JWK Set (JSON) of public keys, chosen by each token's kid.
+	JWKSFile string
+	Issuer   string
+	Audience string
+	Leeway   time.Duration
 }
 
 // Environment variables of the settings, for messages that name them.
@@ -179,6 +181,8 @@ func Vars(c *Config) []*config.Var {
 			}).Secret(),
 		config.String(&c.JWT.PublicKeyFile, "PULSE_JWT_PUBLIC_KEY_FILE", "",
 			"PEM public key (RSA: RS256, Ed25519: EdDSA) verifying user tokens; empty: none"),
+		config.String(&c.JWT.JWKSFile, "PULSE_JWT_JWKS_FILE", "",
+			"JWK Set file (JSON) of public keys verifying user tokens by their kid (RS256/384/512, PS256, ES256/384, EdDSA); read again every PULSE_API_KEYS_RELOAD, so keys rotate without a restart; empty: none"),
 		config.String(&c.JWT.Issuer, "PULSE_JWT_ISSUER", "", "iss every user token must carry; empty: not checked"),
 		config.String(&c.JWT.Audience, "PULSE_JWT_AUDIENCE", "", "an aud every user token must carry; empty: not checked"),
 		config.Duration(&c.JWT.Leeway, "PULSE_JWT_LEEWAY", 30*time.Second,
@@ -192,7 +196,7 @@ func validOperatorToken(token string) (string, bool) {
 
 // ErrNoCredentials is New's error when nothing could authenticate a request and
 // authentication is not off.
-var ErrNoCredentials = errors.New("no API keys (" + KeysFileEnv + ") and no user token verifier (PULSE_JWT_HS256_SECRET, PULSE_JWT_PUBLIC_KEY_FILE) configured: " +
+var ErrNoCredentials = errors.New("no API keys (" + KeysFileEnv + ") and no user token verifier (PULSE_JWT_HS256_SECRET, PULSE_JWT_PUBLIC_KEY_FILE, PULSE_JWT_JWKS_FILE) configured: " +
 	"nobody could call this service; configure one, or set " + ModeEnv + "=off to run open")
 
 // Authenticator turns credentials into principals.
@@ -326,7 +330,8 @@ func (a *Authenticator) ReloadKeys() (changed bool, err error) {
 // Rotation then needs no restart: add the new key's line, move the clients, remove
 // the old line.
 func (a *Authenticator) WatchKeys(ctx context.Context, logger *slog.Logger, interval time.Duration) {
-	if a.keysFile == "" || interval <= 0 {
+	jwks := a.jwt != nil && a.jwt.jwksFile != ""
+	if (a.keysFile == "" && !jwks) || interval <= 0 {
 		return
 	}
 	t := time.NewTicker(interval)
@@ -337,12 +342,23 @@ func (a *Authenticator) WatchKeys(ctx context.Context, logger *slog.Logger, inte
 			return
 		case <-t.C:
 		}
-		changed, err := a.ReloadKeys()
-		switch {
-		case err != nil:
-			logger.Warn("API keys file refused; keeping the previous keys", "err", err)
-		case changed:
-			logger.Info("API keys reloaded", "file", a.keysFile, "api_keys", a.keys.Load().Len())
+		if a.keysFile != "" {
+			changed, err := a.ReloadKeys()
+			switch {
+			case err != nil:
+				logger.Warn("API keys file refused; keeping the previous keys", "err", err)
+			case changed:
+				logger.Info("API keys reloaded", "file", a.keysFile, "api_keys", a.keys.Load().Len())
+			}
+		}
+		if jwks {
+			changed, err := a.jwt.reloadJWKS()
+			switch {
+			case err != nil:
+				logger.Warn("JWK Set file refused; keeping the previous keys", "err", err)
+			case changed:
+				logger.Info("JWK Set reloaded", "file", a.jwt.jwksFile)
+			}
 		}
 	}
 }

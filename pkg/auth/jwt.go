@@ -2,10 +2,14 @@ package auth
 
 import (
 	"crypto"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 
+	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -20,14 +24,32 @@ type verifier struct {
 	pubAlg  string
 	methods []string
 	parser  *jwt.Parser
+	// jwksFile, when set, holds a JWK Set whose public keys verify tokens by kid;
+	// jwks is the set as last read.
+	jwksFile string
+	jwks     atomic.Pointer[jwkSet]
+}
+
+// jwkSet is a JWK Set file as read, with its digest to tell a changed file.
+type jwkSet struct {
+	keys keyfunc.Keyfunc
+	sum  [32]byte
+}
+
+// jwksMethods are the algorithms a JWK Set's keys may verify: public-key ones only,
+// so a symmetric key in the set can never turn into an HMAC secret.
+var jwksMethods = []string{
+	jwt.SigningMethodRS256.Alg(), jwt.SigningMethodRS384.Alg(), jwt.SigningMethodRS512.Alg(),
+	jwt.SigningMethodPS256.Alg(), jwt.SigningMethodES256.Alg(), jwt.SigningMethodES384.Alg(),
+	jwt.SigningMethodEdDSA.Alg(),
 }
 
 // newVerifier returns nil when c configures no key.
 func newVerifier(c JWTConfig) (*verifier, error) {
-	if c.HS256Secret == "" && c.PublicKeyFile == "" {
+	if c.HS256Secret == "" && c.PublicKeyFile == "" && c.JWKSFile == "" {
 		return nil, nil
 	}
-	v := &verifier{}
+	v := &verifier{jwksFile: c.JWKSFile}
 	if c.HS256Secret != "" {
 		v.hmac = []byte(c.HS256Secret)
 		v.methods = append(v.methods, jwt.SigningMethodHS256.Alg())
@@ -45,6 +67,16 @@ func newVerifier(c JWTConfig) (*verifier, error) {
 			return nil, fmt.Errorf("PULSE_JWT_PUBLIC_KEY_FILE %s: want a PEM RSA or Ed25519 public key", c.PublicKeyFile)
 		}
 		v.methods = append(v.methods, v.pubAlg)
+	}
+	if c.JWKSFile != "" {
+		if _, err := v.reloadJWKS(); err != nil {
+			return nil, err
+		}
+		for _, m := range jwksMethods {
+			if m != v.pubAlg {
+				v.methods = append(v.methods, m)
+			}
+		}
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(v.methods), jwt.WithExpirationRequired(), jwt.WithLeeway(c.Leeway)}
 	if c.Issuer != "" {
@@ -92,13 +124,49 @@ func (v *verifier) verify(raw string) (string, []string, error) {
 }
 
 // key picks the verification key by the token's algorithm, which the parser has
-// already checked against the allowed methods.
+// already checked against the allowed methods, and for a JWK Set by its kid.
 func (v *verifier) key(t *jwt.Token) (any, error) {
-	switch alg := t.Method.Alg(); {
+	alg := t.Method.Alg()
+	switch {
 	case alg == jwt.SigningMethodHS256.Alg() && v.hmac != nil:
 		return v.hmac, nil
-	case alg == v.pubAlg && v.pub != nil:
+	case alg == v.pubAlg && v.pub != nil && (t.Header["kid"] == nil || v.jwks.Load() == nil):
 		return v.pub, nil
 	}
+	if set := v.jwks.Load(); set != nil && alg != jwt.SigningMethodHS256.Alg() {
+		if _, ok := t.Header["kid"].(string); !ok {
+			return nil, errors.New("the token names no key (kid) of the JWK Set")
+		}
+		k, err := set.keys.Keyfunc(t)
+		if err != nil {
+			return nil, err
+		}
+		if _, symmetric := k.([]byte); symmetric {
+			return nil, errors.New("the JWK Set's key for the token is symmetric")
+		}
+		return k, nil
+	}
 	return nil, errors.New("no key for the token's algorithm")
+}
+
+// reloadJWKS reads the JWK Set file again and serves the keys it now holds when its
+// content changed. A file that cannot be read or parsed keeps the previous keys.
+func (v *verifier) reloadJWKS() (changed bool, err error) {
+	raw, err := os.ReadFile(v.jwksFile)
+	if err != nil {
+		return false, fmt.Errorf("PULSE_JWT_JWKS_FILE: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	if cur := v.jwks.Load(); cur != nil && cur.sum == sum {
+		return false, nil
+	}
+	if !json.Valid(raw) {
+		return false, fmt.Errorf("PULSE_JWT_JWKS_FILE %s: not JSON", v.jwksFile)
+	}
+	kf, err := keyfunc.NewJWKSetJSON(raw)
+	if err != nil {
+		return false, fmt.Errorf("PULSE_JWT_JWKS_FILE %s: %w", v.jwksFile, err)
+	}
+	v.jwks.Store(&jwkSet{keys: kf, sum: sum})
+	return true, nil
 }
