@@ -209,6 +209,29 @@ func readyzFails(t *testing.T, s *service, name, want string) {
 	})
 }
 
+// stopsAtStart runs the service name with env and fails t unless it exits with an
+// error within a minute, its output containing want and none of secrets.
+func stopsAtStart(t *testing.T, name string, env map[string]string, want string, secrets ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(name))
+	cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("%s: %v, want it to stop at start naming %q; output:\n%s", name, err, want, out)
+	}
+	for _, s := range secrets {
+		if strings.Contains(string(out), s) {
+			t.Fatalf("%s printed a secret:\n%s", name, out)
+		}
+	}
+	t.Logf("%s stopped at start: %s", name, lastLinesOf(strings.Split(strings.TrimSpace(string(out)), "\n"), 1))
+}
+
 // startTLSRedis runs a private redis-server that speaks only TLS (no plain port), asks
 // every client for a certificate of certs' CA, and knows one ACL user besides the
 // disabled default user.
@@ -305,6 +328,14 @@ func TestBackendTLSRedis(t *testing.T) {
 		q := startService(t, "query", env)
 		readyzFails(t, q, "redis", "WRONGPASS")
 		noSecretInOutput(t, []string{password, "not-" + password}, q)
+	})
+	t.Run("settings that do not load stop the service", func(t *testing.T) {
+		env := withEnv(stackEnv(), redisEnv)
+		env["PULSE_REDIS_TLS_CA_FILE"] = filepath.Join(dir, "no-such-ca.pem")
+		stopsAtStart(t, "aggregator", env, "PULSE_REDIS_TLS_CA_FILE: open "+env["PULSE_REDIS_TLS_CA_FILE"], password)
+		env = withEnv(stackEnv(), redisEnv)
+		env["PULSE_REDIS_PASSWORD"] = password // and PULSE_REDIS_PASSWORD_FILE
+		stopsAtStart(t, "query", env, "PULSE_REDIS_PASSWORD and PULSE_REDIS_PASSWORD_FILE: set one, not both", password)
 	})
 }
 
@@ -493,6 +524,14 @@ func TestBackendTLSKafka(t *testing.T) {
 		in := startService(t, "ingest", env)
 		readyzFails(t, in, "kafka", "SASL_AUTHENTICATION_FAILED")
 		noSecretInOutput(t, []string{password, "not-" + password}, in)
+	})
+	t.Run("settings that do not load stop the service", func(t *testing.T) {
+		env := withEnv(stackEnv(), kafkaEnv)
+		delete(env, "PULSE_KAFKA_SASL_PASSWORD_FILE")
+		stopsAtStart(t, "ingest", env, "needs PULSE_KAFKA_SASL_PASSWORD or PULSE_KAFKA_SASL_PASSWORD_FILE", password)
+		env = withEnv(stackEnv(), kafkaEnv)
+		env["PULSE_KAFKA_TLS_CERT_FILE"] = certs.clientCert // without its key
+		stopsAtStart(t, "history", env, "PULSE_KAFKA_TLS_CERT_FILE and PULSE_KAFKA_TLS_KEY_FILE: set both", password)
 	})
 }
 
@@ -690,19 +729,6 @@ func TestBackendTLSCassandra(t *testing.T) {
 		t.Logf("wrong password: %v", err)
 		env := withEnv(newTopics(t, 2).env, cassEnv)
 		env["PULSE_CASSANDRA_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, binary("history"))
-		cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
-		for k, v := range env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "password are incorrect") {
-			t.Fatalf("history with a wrong password: %v, want it to stop naming the refusal; output:\n%s", err, out)
-		}
-		if strings.Contains(string(out), password) {
-			t.Fatalf("history printed a password:\n%s", out)
-		}
+		stopsAtStart(t, "history", env, "password are incorrect", password)
 	})
 }

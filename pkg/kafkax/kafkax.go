@@ -126,13 +126,19 @@ func ConfigFromEnv(e *config.Env, clientID string) Config {
 }
 
 // Validate names what no single variable's rules can see: the two topics must differ,
-// and the security settings must be whole.
+// and the security settings must be whole and their files load, so a service stops at
+// start naming a bad one.
 func (c Config) Validate() error {
 	var errs []error
 	if c.EventsTopic == "" || c.ChangesTopic == "" || c.EventsTopic == c.ChangesTopic {
 		errs = append(errs, fmt.Errorf("PULSE_TOPIC_EVENTS=%q, PULSE_TOPIC_CHANGES=%q: want two different non-empty topics", c.EventsTopic, c.ChangesTopic))
 	}
-	return errors.Join(append(errs, c.validateSecurity())...)
+	if err := c.validateSecurity(); err != nil {
+		errs = append(errs, err)
+	} else if _, err := securityOpts(c); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func (c Config) validateSecurity() error {

@@ -50,6 +50,8 @@ func TestSecurityValidate(t *testing.T) {
 		{SASL{Username: "u", Password: "pw", PasswordFile: "/f"}, config.ClientTLS{}, "PULSE_KAFKA_SASL_PASSWORD and PULSE_KAFKA_SASL_PASSWORD_FILE: set one, not both"},
 		{SASL{Username: "u", Password: "pw", Mechanism: "PLAIN"}, config.ClientTLS{}, `PULSE_KAFKA_SASL_MECHANISM="PLAIN": want SCRAM-SHA-256 or SCRAM-SHA-512`},
 		{SASL{}, config.ClientTLS{CertFile: "c"}, "PULSE_KAFKA_TLS_CERT_FILE and PULSE_KAFKA_TLS_KEY_FILE: set both"},
+		{SASL{}, config.ClientTLS{CAFile: "/nonexistent/ca.pem"}, "PULSE_KAFKA_TLS_CA_FILE: open /nonexistent/ca.pem"},
+		{SASL{Username: "u", PasswordFile: "/nonexistent/pw"}, config.ClientTLS{}, "PULSE_KAFKA_SASL_PASSWORD_FILE: open /nonexistent/pw"},
 	} {
 		cfg := Config{EventsTopic: "e", ChangesTopic: "c", SASL: tt.sasl, TLS: tt.tls}
 		err := cfg.Validate()

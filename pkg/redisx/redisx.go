@@ -76,13 +76,20 @@ func ConfigFromEnv(e *config.Env) Config {
 }
 
 // Validate names what no single variable's rules can see: a database number on a
-// cluster, a password given twice, half a client certificate.
+// cluster, a password given twice, half a client certificate; and it reads the TLS and
+// password files, so a service whose files do not load stops at start (NewClient,
+// which returns no error, would only fail every command).
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Addrs) > 1 && c.DB != 0 {
 		errs = append(errs, errors.New("PULSE_REDIS_DB: Redis Cluster has only database 0"))
 	}
-	return errors.Join(append(errs, c.validateSecurity())...)
+	if err := c.validateSecurity(); err != nil {
+		errs = append(errs, err)
+	} else if _, _, err := security(c); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func (c Config) validateSecurity() error {

@@ -19,6 +19,8 @@ func TestValidateSecurity(t *testing.T) {
 		{Config{Username: "pulse"}, `PULSE_REDIS_USERNAME="pulse": needs PULSE_REDIS_PASSWORD or PULSE_REDIS_PASSWORD_FILE`},
 		{Config{Password: "pw", PasswordFile: "/f"}, "PULSE_REDIS_PASSWORD and PULSE_REDIS_PASSWORD_FILE: set one, not both"},
 		{Config{TLS: config.ClientTLS{KeyFile: "k"}}, "PULSE_REDIS_TLS_CERT_FILE and PULSE_REDIS_TLS_KEY_FILE: set both"},
+		{Config{TLS: config.ClientTLS{CAFile: "/nonexistent/ca.pem"}}, "PULSE_REDIS_TLS_CA_FILE: open /nonexistent/ca.pem"},
+		{Config{Username: "u", PasswordFile: "/nonexistent/pw"}, "PULSE_REDIS_PASSWORD_FILE: open /nonexistent/pw"},
 	} {
 		if err := tt.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: Validate() = %v, want %q", tt.cfg, err, tt.want)
