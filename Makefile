@@ -14,6 +14,23 @@ MODULE := github.com/pulse-presence/pulse
 # instead of skipping it (pkg/servertest).
 UNIT_PKGS := $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/...
 STACK := deploy/local/stack.sh
+# TOPOLOGY=single (the default): one node of each server. TOPOLOGY=cluster: Redis
+# Cluster (3 masters, 3 replicas), three Kafka brokers, two Cassandra nodes and two
+# members of each consumer service, beside the single stack (deploy/local/cluster.sh).
+# up, down, status, clean, logs, run and every test target take it.
+TOPOLOGY ?= single
+export PULSE_TOPOLOGY := $(TOPOLOGY)
+# The topology's addresses for the tests (nothing for single: the defaults are its own).
+TOPOLOGY_ENV = eval "$$($(STACK) env)" &&
+# Integration tests left out on the cluster topology (each with its reason above it),
+# and the cluster's failover tests (tests/cluster_failover_test.go), which need its
+# replicas and are left out of the single topology.
+CLUSTER_SKIP :=
+ifeq ($(TOPOLOGY),cluster)
+TOPOLOGY_SKIP := $(if $(CLUSTER_SKIP),-skip '^($(CLUSTER_SKIP))$$')
+else
+TOPOLOGY_SKIP := -skip '^TestClusterFailover'
+endif
 GO_TEST_FLAGS ?= -count=1
 # Integration tests share one stack; -p 1 keeps packages from racing for it.
 INTEGRATION_TIMEOUT ?= 20m
@@ -79,10 +96,11 @@ $(GOTESTSUM): tools/go.mod tools/go.sum
 	cd tools && GOWORK=off go build -o ../bin/tools/ gotest.tools/gotestsum
 
 test-unit: $(GOTESTSUM) ## Unit tests (the Redis-backed ones skip without the stack, fail without it under CI)
-	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
+	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
 
 test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
-	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) $(MODULE)/tests/...
+	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
+		$(TOPOLOGY_SKIP) $(MODULE)/tests/...
 
 # The fault scenarios of tests/ (docs/design.md guarantees 7, 10 and 11): servers down,
 # processes killed with SIGKILL, Redis flushed, poison records. make test runs them too,
@@ -103,8 +121,8 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 30s): decoders of outs
 
 .PHONY: test-faults
 test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a flushed Redis, poison records
-	$(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
-		-run '^($(FAULT_TESTS))$$' $(MODULE)/tests/...
+	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
+		$(TOPOLOGY_SKIP) -run '^($(FAULT_TESTS))$$' $(MODULE)/tests/...
 
 # The stack comes up before the unit tests, so none of them skips for want of a server.
 test: export PULSE_REQUIRE_SERVERS = 1

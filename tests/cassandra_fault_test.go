@@ -13,7 +13,7 @@ import (
 // not written, and once Cassandra is back it catches up to exactly the model's rows —
 // none missing, none extra.
 func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
-	pid := stackPID(t, "cassandra")
+	pids := stackPIDs(t, "cassandra")
 	h := histSetup(t)
 	g := newHistGen(h.run, 24, 2)
 	var m histModel
@@ -34,9 +34,7 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 	})
 
 	stopped := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatalf("stopping Cassandra (pid %d): %v", pid, err)
-	}
+	signalAll(t, "stopping Cassandra", pids, syscall.SIGTERM)
 	restart := stackRestarter(t)
 	eventually(t, 60*time.Second, func() string {
 		if code, rep := readyz(t, s); code != 503 || !strings.Contains(fmt.Sprint(rep), "cassandra") {

@@ -353,13 +353,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	// Query, with a state of 16 shards of its own (the buckets of daily_users).
 	rdb := stateRDB(t, redisAddr())
 	prefix := "it-hapi-" + run
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+":*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-	})
+	t.Cleanup(func() { deleteRedisPrefix(rdb, prefix) })
 	if err := statestore.New(rdb, prefix).RegisterShards(context.Background(), 16, statestore.DefaultBuckets); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func histSetup(t *testing.T) *histEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := h.adm.CreateTopics(ctx, histPartitions, 1, nil, h.events, h.changes)
+	resp, err := h.adm.CreateTopics(ctx, histPartitions, brokerReplication, nil, h.events, h.changes)
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}

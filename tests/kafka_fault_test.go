@@ -22,7 +22,7 @@ import (
 // stream is this test's own (two concurrent posters of 50-event batches), not
 // cmd/loadgen.
 func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
-	pid := stackPID(t, "kafka")
+	pids := stackPIDs(t, "kafka")
 	p := newTopics(t, 2)
 	p.env["PULSE_INGEST_ACK_TIMEOUT"] = "2s"
 	p.start(t, "ingest")
@@ -97,9 +97,7 @@ func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 	})
 
 	killed := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing Kafka (pid %d): %v", pid, err)
-	}
+	signalAll(t, "killing Kafka", pids, syscall.SIGKILL)
 	restart := stackRestarter(t)
 	_, refusedBefore := count()
 	eventually(t, 30*time.Second, func() string {

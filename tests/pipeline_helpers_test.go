@@ -70,7 +70,7 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 	adm := kafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
+	resp, err := adm.CreateTopics(ctx, int32(partitions), brokerReplication, nil, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}

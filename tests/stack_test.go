@@ -31,6 +31,11 @@ func redisAddr() string {
 func cassandraHost() string { return envOr("PULSE_CASSANDRA_HOSTS", "127.0.0.1") }
 func cassandraPort() string { return envOr("PULSE_CASSANDRA_PORT", strconv.Itoa(ports.Cassandra)) }
 
+// brokerReplication, given as a new topic's replication factor, takes the brokers'
+// default.replication.factor: 1 on the single stack, 3 on the cluster topology, whose
+// min.insync.replicas of 2 refuses acks=all writes to a topic of one replica.
+const brokerReplication = -1
+
 // partitions is what the stack created its topics with (PULSE_PARTITIONS, default 16).
 func partitions(t *testing.T) int {
 	t.Helper()

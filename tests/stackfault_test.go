@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -30,6 +32,38 @@ func stackPID(t *testing.T, server string) int {
 		t.Fatalf("%s pid %q: %v", server, raw, err)
 	}
 	return pid
+}
+
+// stackPIDs are the pids of every node of one of the local stack's servers: the one
+// process of the single stack (run/kafka.pid), or each node of the cluster topology
+// (run/kafka-1.pid, run/kafka-2.pid, …). A test that stops them all takes the whole
+// server down on either topology.
+func stackPIDs(t *testing.T, server string) []int {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(stackHome(), "run", server+".pid")); err == nil {
+		return []int{stackPID(t, server)}
+	}
+	var pids []int
+	for n := 1; ; n++ {
+		if _, err := os.Stat(filepath.Join(stackHome(), "run", fmt.Sprintf("%s-%d.pid", server, n))); err != nil {
+			break
+		}
+		pids = append(pids, stackPID(t, fmt.Sprintf("%s-%d", server, n)))
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no pid file of %s in %s (the test stops the local stack's %s)", server, filepath.Join(stackHome(), "run"), server)
+	}
+	return pids
+}
+
+// signalAll sends sig to every pid, failing the test on the first that cannot take it.
+func signalAll(t *testing.T, what string, pids []int, sig syscall.Signal) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatalf("%s (pid %d): %v", what, pid, err)
+		}
+	}
 }
 
 // stackRestarter starts the stack's stopped servers again, once: at the returned

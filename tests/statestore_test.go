@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,14 +15,18 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/redisx"
 	"github.com/pulse-presence/pulse/pkg/shard"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
-// stateRDB is a client of the Redis at addr, closed when the test ends.
-func stateRDB(t testing.TB, addr string) *redis.Client {
+// stateRDB is a client of the Redis at addr, closed when the test ends: one server, or
+// the seed nodes of a Redis Cluster, comma-separated, as the services read
+// PULSE_REDIS_ADDR.
+func stateRDB(t testing.TB, addr string) redis.UniversalClient {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second})
+	rdb := redisx.NewClient(redisx.Config{Addrs: strings.Split(addr, ","),
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("Redis at %s (is the stack up? run 'make up'): %v", addr, err)
@@ -29,17 +34,42 @@ func stateRDB(t testing.TB, addr string) *redis.Client {
 	return rdb
 }
 
-func stateStore(t testing.TB) (*statestore.Store, *redis.Client) {
+// redisKeys is KEYS pattern on every server holding keys: the one Redis, or each
+// master of a Redis Cluster, which lists only its own.
+func redisKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Keys(ctx, pattern).Result()
+	}
+	var mu sync.Mutex
+	var all []string
+	err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		keys, err := node.Keys(ctx, pattern).Result()
+		mu.Lock()
+		all = append(all, keys...)
+		mu.Unlock()
+		return err
+	})
+	return all, err
+}
+
+// deleteRedisPrefix deletes every key under prefix, one command per key: on a Redis
+// Cluster they lie in many slots.
+func deleteRedisPrefix(rdb redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	keys, _ := redisKeys(ctx, rdb, prefix+":*")
+	pipe := rdb.Pipeline()
+	for _, k := range keys {
+		pipe.Del(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+func stateStore(t testing.TB) (*statestore.Store, redis.UniversalClient) {
 	t.Helper()
 	rdb := stateRDB(t, redisAddr())
 	prefix := "it-" + randomID(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+":*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-	})
+	t.Cleanup(func() { deleteRedisPrefix(rdb, prefix) })
 	return statestore.New(rdb, prefix), rdb
 }
 
@@ -122,7 +152,7 @@ func TestStateStoreWindowIsGuardedByOffset(t *testing.T) {
 
 	// Every key the window wrote carries the shard's hash tag, so it is in the
 	// shard's Redis Cluster slot.
-	keys, err := rdb.Keys(ctx, store.Keys().Prefix+":*").Result()
+	keys, err := redisKeys(ctx, rdb, store.Keys().Prefix+":*")
 	if err != nil {
 		t.Fatal(err)
 	}

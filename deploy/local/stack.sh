@@ -15,15 +15,28 @@
 #   stack.sh stop-services [name...]
 #                      stop the services (all four, or those named); the servers keep running
 #   stack.sh pids      "name pid" for each process of the stack that runs
+#   stack.sh env       the variables that point services and tests at this topology
 #
 # Everything lives under $PULSE_HOME (default <repo>/.pulse, gitignored): cache/ holds
 # the server jars, data/ the servers' data, logs/ their logs, run/ the pid files.
+#
+# PULSE_TOPOLOGY=cluster (make ... TOPOLOGY=cluster) runs the cluster topology instead,
+# described in cluster.sh: several nodes of each server, in <repo>/.pulse-cluster and on
+# ports of its own, so it runs beside the single stack.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-PULSE_HOME=${PULSE_HOME:-$root/.pulse}
+TOPOLOGY=${PULSE_TOPOLOGY:-single}
+case $TOPOLOGY in
+single) PULSE_HOME=${PULSE_HOME:-$root/.pulse} ;;
+cluster) PULSE_HOME=${PULSE_HOME:-$root/.pulse-cluster} ;;
+*)
+	echo "stack: PULSE_TOPOLOGY=$TOPOLOGY: want single or cluster" >&2
+	exit 2
+	;;
+esac
 cache=$PULSE_HOME/cache
 data=$PULSE_HOME/data
 logs=$PULSE_HOME/logs
@@ -518,6 +531,14 @@ EOF
 	done
 }
 
+# env prints nothing for the single stack: every default already points at it.
+cmd_env() { :; }
+
+if [[ $TOPOLOGY == cluster ]]; then
+	# shellcheck source=deploy/local/cluster.sh
+	source "$here/cluster.sh"
+fi
+
 case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
@@ -537,8 +558,9 @@ stop-services)
 	cmd_stop_services "$@"
 	;;
 pids) cmd_pids ;;
+env) cmd_env ;;
 *)
-	sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

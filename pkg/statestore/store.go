@@ -720,9 +720,19 @@ func (s *Store) DeleteShard(ctx context.Context, sh int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("deleting the bookkeeping of shard %d: %w", sh, err)
 	}
+	// SCAN lists the keys of one server. Every key of the shard is in its hash tag's
+	// slot, so on a Redis Cluster the master serving that slot holds them all.
+	var scanner redis.Cmdable = s.rdb
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		node, err := c.MasterForKey(ctx, s.keys.Meta(sh))
+		if err != nil {
+			return int(deleted), fmt.Errorf("finding the Redis node of shard %d: %w", sh, err)
+		}
+		scanner = node
+	}
 	var cursor uint64
 	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, s.keys.tag(sh)+"*", 1000).Result()
+		keys, next, err := scanner.Scan(ctx, cursor, s.keys.tag(sh)+"*", 1000).Result()
 		if err != nil {
 			return int(deleted), fmt.Errorf("listing the keys of shard %d: %w", sh, err)
 		}

@@ -8,10 +8,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -308,20 +310,33 @@ func TestWindowThenEveryReader(t *testing.T) {
 }
 
 // keysUnder is every key of s's prefix with its DUMP: the exact stored bytes and
-// encoding of each.
+// encoding of each. On a Redis Cluster every master is scanned, as each lists only its
+// own keys.
 func keysUnder(t *testing.T, s *Store) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
-	iter := s.rdb.Scan(ctx, 0, s.keys.Prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		d, err := s.rdb.Dump(ctx, iter.Val()).Result()
-		if err != nil {
-			t.Fatal(err)
+	var mu sync.Mutex
+	scan := func(ctx context.Context, rdb redis.Cmdable) error {
+		iter := rdb.Scan(ctx, 0, s.keys.Prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			d, err := rdb.Dump(ctx, iter.Val()).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out[iter.Val()] = d
+			mu.Unlock()
 		}
-		out[iter.Val()] = d
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	var err error
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -1,0 +1,343 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/pkg/statestore"
+)
+
+// The failover tests of the cluster topology (make test TOPOLOGY=cluster): one node of
+// a replicated server dies under a steady stream of events, and every event ingest
+// acknowledged is still in the log and applied. Elsewhere they skip; on the cluster
+// topology a node that is not there fails them.
+
+// clusterOnly skips the test unless the tests run against the cluster topology.
+func clusterOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("PULSE_TOPOLOGY") != "cluster" {
+		t.Skip("needs the cluster topology: make test TOPOLOGY=cluster")
+	}
+}
+
+type ackedEvent struct{ id, user, status string }
+
+// ackedLoad is a stream of 50-event batches posted to ingest by a few posters, each
+// batch's events recorded as acknowledged only on a 202.
+type ackedLoad struct {
+	mu      sync.Mutex
+	acked   []ackedEvent
+	offered int
+	refused int
+	noRetry int
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startAckedLoad(ingestURL, userPrefix string, posters int) *ackedLoad {
+	l := &ackedLoad{stop: make(chan struct{})}
+	statuses := []string{"online", "idle", "offline", "online", "invisible"}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for w := range posters {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				batch := make([]wireEvent, 50)
+				for i := range batch {
+					user := fmt.Sprintf("%s-%d-%02d", userPrefix, w, i)
+					batch[i] = wireEvent{EventID: fmt.Sprintf("%s-%d", user, n), UserID: user, Kind: "status",
+						Status: statuses[(n+i)%len(statuses)], DeviceID: "phone"}
+				}
+				b, _ := json.Marshal(map[string]any{"events": batch})
+				res, err := client.Post(ingestURL+"/v1/events", "application/json", strings.NewReader(string(b)))
+				l.mu.Lock()
+				l.offered += len(batch)
+				switch {
+				case err != nil:
+					l.refused += len(batch)
+				case res.StatusCode == http.StatusAccepted:
+					for _, e := range batch {
+						l.acked = append(l.acked, ackedEvent{e.EventID, e.UserID, e.Status})
+					}
+				default:
+					l.refused += len(batch)
+					if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+						l.noRetry++
+					}
+				}
+				l.mu.Unlock()
+				if res != nil {
+					res.Body.Close()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	return l
+}
+
+func (l *ackedLoad) ackedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// waitMore waits until n more events than now are acknowledged.
+func (l *ackedLoad) waitMore(t *testing.T, n int, within time.Duration, when string) {
+	t.Helper()
+	from := l.ackedCount()
+	eventually(t, within, func() string {
+		if a := l.ackedCount(); a < from+n {
+			return fmt.Sprintf("%d events acknowledged %s, want %d", a-from, when, n)
+		}
+		return ""
+	})
+}
+
+func (l *ackedLoad) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// checkApplied checks that every acknowledged event is in the pipeline's events topic
+// as sent, and that each user's status read from query is that of their last
+// acknowledged event. It returns how many acknowledged events the log lacks (the test
+// has failed when there are any).
+func (l *ackedLoad) checkApplied(t *testing.T, p *pipeline, queryURL string) (lost int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.noRetry > 0 {
+		t.Errorf("%d refused batches had no 503 with Retry-After", l.noRetry)
+	}
+	inLog := map[string]string{}
+	for _, recs := range readTopic(t, p.events) {
+		for _, r := range recs {
+			var e pulsev1.Event
+			if err := proto.Unmarshal(r.Value, &e); err != nil {
+				t.Fatalf("an event record does not decode: %v", err)
+			}
+			inLog[e.EventId] = e.UserId
+		}
+	}
+	last := map[string]string{}
+	for _, a := range l.acked {
+		if inLog[a.id] != a.user {
+			lost++
+		}
+		last[a.user] = a.status
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged events are not in %s", lost, len(l.acked), p.events)
+	}
+	ids := make([]string, 0, len(last))
+	for id := range last {
+		ids = append(ids, id)
+	}
+	eventually(t, 120*time.Second, func() string {
+		code, body := postJSON(t, queryURL+"/statuses", map[string]any{"userIds": ids})
+		if code != http.StatusOK {
+			return fmt.Sprintf("statuses: %d %s", code, body)
+		}
+		var res struct {
+			Statuses []struct{ UserID, Status string } `json:"statuses"`
+		}
+		if err := json.Unmarshal(body, &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range res.Statuses {
+			want := last[s.UserID]
+			if want == "invisible" {
+				want = "offline" // the public view
+			}
+			if s.Status != want {
+				return fmt.Sprintf("%s is %s, its last acknowledged event says %s", s.UserID, s.Status, want)
+			}
+		}
+		return ""
+	})
+	return lost
+}
+
+func (l *ackedLoad) report() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d events offered, %d acknowledged, %d refused", l.offered, len(l.acked), l.refused)
+}
+
+// The broker leading the partition of presence.events that holds the most records is
+// killed with SIGKILL under load. Another in-sync replica takes the partition over (a
+// write is acknowledged once two of three replicas hold it), ingest goes on
+// acknowledging, and every acknowledged event is in the log and applied; then the
+// broker is started again.
+func TestClusterFailoverKafkaLeaderKilled(t *testing.T) {
+	clusterOnly(t)
+	stackPIDs(t, "kafka") // every node runs
+	p := newTopics(t, 4)
+	p.start(t, "ingest")
+	p.start(t, "aggregator")
+	p.start(t, "query")
+	load := startAckedLoad(p.svc["ingest"].url, "kl-"+p.run, 2)
+	defer load.finish()
+	load.waitMore(t, 2000, 30*time.Second, "before the fault")
+
+	adm := kafkaAdmin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, p.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busiest, most := int32(-1), int64(-1)
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > most {
+			busiest, most = o.Partition, o.Offset
+		}
+	})
+	topics, err := adm.ListTopics(ctx, p.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := topics[p.events].Partitions[busiest].Leader
+	node := fmt.Sprintf("kafka-%d", leader)
+	killed := time.Now()
+	signalAll(t, "killing "+node, []int{stackPID(t, node)}, syscall.SIGKILL)
+	restart := stackRestarter(t)
+
+	// The partition gets a new leader once the controller fences the dead broker.
+	eventually(t, 60*time.Second, func() string {
+		td, err := adm.ListTopics(ctx, p.events)
+		if err != nil {
+			return err.Error()
+		}
+		if l := td[p.events].Partitions[busiest].Leader; l == leader || l < 0 {
+			return fmt.Sprintf("partition %d still led by %d", busiest, l)
+		}
+		return ""
+	})
+	failedOver := time.Since(killed)
+	load.waitMore(t, 2000, 60*time.Second, "after the leader died")
+	restart()
+	load.waitMore(t, 1000, 60*time.Second, "after the broker came back")
+	load.finish()
+	lost := load.checkApplied(t, p, p.svc["query"].url)
+	t.Logf("%s (leader of %s/%d) killed: new leader within %v; %s; %d lost",
+		node, p.events, busiest, failedOver.Round(100*time.Millisecond), load.report(), lost)
+}
+
+// redisMasterOf is the address of the Redis Cluster master serving key's slot, as the
+// first node of PULSE_REDIS_ADDR that answers sees it.
+func redisMasterOf(t *testing.T, key string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, addr := range strings.Split(redisAddr(), ",") {
+		c := redisx.NewClient(redisx.Config{Addrs: []string{addr}, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		slot, err := c.ClusterKeySlot(ctx, key).Result()
+		var slots []redis.ClusterSlot
+		if err == nil {
+			slots, err = c.ClusterSlots(ctx).Result()
+		}
+		c.Close()
+		if err != nil {
+			continue
+		}
+		for _, r := range slots {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	t.Fatalf("no Redis Cluster node of %s answers", redisAddr())
+	return ""
+}
+
+// The Redis master that holds the pipeline's first shard is killed with SIGKILL under
+// load. Its replica takes over; the aggregators write on to it, rebuilding from the log
+// whatever the replica had not received, and every acknowledged event is applied.
+func TestClusterFailoverRedisMasterKilled(t *testing.T) {
+	clusterOnly(t)
+	stackPIDs(t, "redis")
+	p := newTopics(t, 4)
+	p.start(t, "ingest")
+	p.start(t, "aggregator")
+	p.start(t, "query")
+	load := startAckedLoad(p.svc["ingest"].url, "rm-"+p.run, 2)
+	defer load.finish()
+	load.waitMore(t, 2000, 30*time.Second, "before the fault")
+
+	key := statestore.Keys{Prefix: p.env["PULSE_REDIS_PREFIX"]}.Meta(0)
+	master := redisMasterOf(t, key)
+	port, _ := strconv.Atoi(master[strings.LastIndex(master, ":")+1:])
+	first, _ := strconv.Atoi(strings.Split(strings.Split(redisAddr(), ",")[0], ":")[1])
+	node := fmt.Sprintf("redis-%d", port-first+1)
+	killed := time.Now()
+	signalAll(t, "killing "+node+" ("+master+")", []int{stackPID(t, node)}, syscall.SIGKILL)
+	restart := stackRestarter(t)
+
+	// A replica is promoted once the other masters agree the master failed.
+	eventually(t, 60*time.Second, func() string {
+		if m := redisMasterOf(t, key); m == master {
+			return "shard 0 is still served by the dead master " + master
+		}
+		return ""
+	})
+	failedOver := time.Since(killed)
+	load.waitMore(t, 2000, 60*time.Second, "after the master died")
+	restart()
+	load.finish()
+	lost := load.checkApplied(t, p, p.svc["query"].url)
+	t.Logf("%s (%s) killed: replica promoted within %v; %s; %d lost",
+		node, master, failedOver.Round(100*time.Millisecond), load.report(), lost)
+}
+
+// One of two aggregators sharing a topic is killed with SIGKILL while windows are
+// open. The other takes its partitions once its session times out, and every
+// acknowledged event is applied.
+func TestClusterFailoverAggregatorKilled(t *testing.T) {
+	clusterOnly(t)
+	p := newTopics(t, 8)
+	p.start(t, "ingest")
+	p.start(t, "query")
+	a1 := startService(t, "aggregator", p.env)
+	a2 := startService(t, "aggregator", p.env)
+	for _, a := range []*service{a1, a2} {
+		eventually(t, 30*time.Second, func() string {
+			if code, body := get(t, a.url+"/readyz"); code != http.StatusOK {
+				return fmt.Sprintf("aggregator /readyz = %d %s", code, body)
+			}
+			return ""
+		})
+	}
+	load := startAckedLoad(p.svc["ingest"].url, "ak-"+p.run, 2)
+	defer load.finish()
+	load.waitMore(t, 3000, 30*time.Second, "before the fault")
+	_ = a1.cmd.Process.Signal(syscall.SIGKILL)
+	<-a1.done
+	load.waitMore(t, 3000, 60*time.Second, "after an aggregator died")
+	load.finish()
+	lost := load.checkApplied(t, p, p.svc["query"].url)
+	t.Logf("one of two aggregators killed: %s; %d lost", load.report(), lost)
+}
