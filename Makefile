@@ -98,7 +98,17 @@ $(GOTESTSUM): tools/go.mod tools/go.sum
 test-unit: $(GOTESTSUM) ## Unit tests (the Redis-backed ones skip without the stack, fail without it under CI)
 	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
 
-test-integration: up $(GOTESTSUM) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
+# Schemathesis (PyPI), pinned, in a virtualenv of its own: TestOpenAPIFuzzedWithSchemathesis
+# runs it against the live ingest and query.
+SCHEMATHESIS_VERSION := 4.32.5
+SCHEMATHESIS := bin/tools/schemathesis/bin/schemathesis
+
+$(SCHEMATHESIS):
+	@command -v python3 >/dev/null || { echo "python3 (with venv) is needed for schemathesis" >&2; exit 1; }
+	python3 -m venv bin/tools/schemathesis
+	bin/tools/schemathesis/bin/pip install -q --disable-pip-version-check schemathesis==$(SCHEMATHESIS_VERSION)
+
+test-integration: up $(GOTESTSUM) $(SCHEMATHESIS) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
 	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
 		$(TOPOLOGY_SKIP) $(MODULE)/tests/...
 

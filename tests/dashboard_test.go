@@ -1,0 +1,477 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
+
+// The dashboard page (services/query/dashboard) in headless Chromium, against the real
+// stack: a pipeline of its own with history on a keyspace of its own, a user whose
+// day the test knows (the model), background users over the last hour and live users
+// posted through ingest. The page must show what the API answers, live changes within
+// a second, the model's sessions and its status at instants picked on the slider, and
+// — with a query service whose Cassandra is a closed port — say that history is
+// unavailable while the live part keeps updating. Screenshots are saved with
+// t.ArtifactDir (go test -artifacts keeps them); PULSE_DASHBOARD_SCREENSHOT=path also
+// writes the "now" view there (the README's picture).
+func TestDashboard(t *testing.T) {
+	browser := newBrowser(t)
+
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	// Schema changes are slow on a busy machine; applying again resumes where a
+	// timed-out attempt stopped.
+	for attempt := 1; ; attempt++ {
+		_, err := m.Apply(migCtx(t))
+		if err == nil {
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("migrating %s: %v", ks, err)
+		}
+		t.Logf("migrating %s, attempt %d: %v", ks, attempt, err)
+	}
+	p := newTopics(t, 2)
+	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	for _, name := range []string{"aggregator", "history", "ingest"} {
+		p.start(t, name)
+	}
+	p.env["PULSE_QUERY_PEER_METRICS"] = fmt.Sprintf("ingest=%s/metrics,aggregator=%s/metrics,history=%s/metrics",
+		p.svc["ingest"].url, p.svc["aggregator"].url, p.svc["history"].url)
+	p.start(t, "query")
+	query, ingest := p.svc["query"].url, p.svc["ingest"].url
+
+	// The model: one user's day, 50 to 35 minutes ago — two sessions, the second
+	// online then idle.
+	base := time.Now().UTC().Truncate(time.Minute).Add(-50 * time.Minute)
+	if base.Day() != base.Add(20*time.Minute).Day() {
+		base = base.Add(-20 * time.Minute) // keep the model within one UTC day
+	}
+	day := base.Format(time.DateOnly)
+	model := p.run + "-model"
+	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
+	events := []presence.Event{
+		dashEvent(model, "phone", presence.Online, at(0)),
+		dashEvent(model, "phone", presence.Offline, at(5)),
+		dashEvent(model, "laptop", presence.Online, at(10)),
+		dashEvent(model, "laptop", presence.Idle, at(12)),
+		dashEvent(model, "laptop", presence.Offline, at(15)),
+	}
+	wantSessions := [][2]time.Time{{at(0), at(5)}, {at(10), at(15)}}
+	wantAt := map[time.Time]string{at(3): "online", at(7): "offline", at(11): "online", at(13): "idle", at(16): "offline"}
+	// Background users over the same hour, so the charts have something to draw.
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
+	statuses := []presence.Status{presence.Online, presence.Online, presence.Idle, presence.Invisible, presence.Offline}
+	for i := range 40 {
+		user := fmt.Sprintf("%s-bg-%02d", p.run, i)
+		t0 := base.Add(time.Duration(rnd.Int64N(int64(35 * time.Minute))))
+		events = append(events, dashEvent(user, "phone", presence.Online, t0))
+		for k := range rnd.IntN(3) {
+			t0 = t0.Add(time.Duration(1+rnd.IntN(5)) * time.Minute)
+			e := dashEvent(user, "phone", statuses[rnd.IntN(len(statuses))], t0)
+			e.ID += strconv.Itoa(k)
+			events = append(events, e)
+		}
+	}
+	// One user per partition two minutes ago moves every shard's history forward, so
+	// the model's minutes are final (history waits 10 minutes for late changes).
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.events)
+	covered := map[int]bool{}
+	for i := 0; len(covered) < p.partitions; i++ {
+		user := fmt.Sprintf("%s-closer-%d", p.run, i)
+		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.partitions); !covered[n] {
+			covered[n] = true
+			events = append(events, dashEvent(user, "phone", presence.Online, time.Now().Add(-2*time.Minute)),
+				dashEvent(user, "phone", presence.Offline, time.Now().Add(-2*time.Minute+time.Second)))
+		}
+	}
+	dashProduce(t, p.events, events)
+	// Live users, through ingest.
+	var live []wireEvent
+	for i, st := range []string{"online", "online", "online", "idle", "idle", "invisible"} {
+		live = append(live, wireEvent{UserID: fmt.Sprintf("%s-live-%d", p.run, i), Kind: "status", Status: st, DeviceID: "web"})
+	}
+	if err := onlinePost(ingest, live); err != nil {
+		t.Fatal(err)
+	}
+
+	// The API first: history has written the model's day.
+	op := func(target string, out any) int {
+		code, body := onlineDo(t, http.MethodGet, target, testKeys.operator, nil)
+		if code == http.StatusOK && out != nil {
+			if err := json.Unmarshal(body, out); err != nil {
+				t.Fatalf("GET %s: %v in %s", target, err, body)
+			}
+		}
+		return code
+	}
+	var sessions struct {
+		Sessions []struct {
+			Start time.Time  `json:"start"`
+			End   *time.Time `json:"end"`
+		} `json:"sessions"`
+	}
+	eventually(t, 120*time.Second, func() string {
+		target := fmt.Sprintf("%s/v1/users/%s/sessions?from=%s&to=%s&view=operator", query, model, day, base.AddDate(0, 0, 1).Format(time.DateOnly))
+		if code := op(target, &sessions); code != http.StatusOK || len(sessions.Sessions) != 2 {
+			return fmt.Sprintf("sessions of the model = %d %+v; history's output ends:\n%s", code, sessions, lastLines(p.svc["history"].out.String(), 10))
+		}
+		var st struct{ Status string }
+		if code := op(fmt.Sprintf("%s/v1/users/%s/status?view=operator&at=%s", query, model, url.QueryEscape(at(13).Format(time.RFC3339))), &st); code != http.StatusOK {
+			return fmt.Sprintf("status of the model at %s = %d", at(13), code)
+		}
+		return ""
+	})
+
+	now := browser.open(t, query, testKeys.operator, "#now")
+	fp := now.eval(t, `(performance.getEntriesByName('first-contentful-paint')[0] || {startTime: -1}).startTime`)
+	t.Logf("first contentful paint of the page: %v ms", fp)
+
+	t.Run("counts equal the API's", func(t *testing.T) {
+		dashCountsEqual(t, now, query)
+	})
+
+	t.Run("a status posted through ingest appears within a second", func(t *testing.T) {
+		now.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 10*time.Second)
+		user := p.run + "-arrives"
+		start := time.Now()
+		if err := onlinePost(ingest, []wireEvent{{UserID: user, Kind: "status", Status: "online", DeviceID: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		sel := fmt.Sprintf(`document.querySelector('#changes li[data-user=%q][data-status="online"]') !== null`, user)
+		for !now.truthy(t, sel) {
+			if time.Since(start) > time.Second {
+				t.Fatalf("%s's change is not on the page 1s after it was posted; the list holds: %v", user,
+					now.eval(t, `document.getElementById('changes').textContent`))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("posted to on the page: %v", time.Since(start).Round(time.Millisecond))
+		dashCountsEqual(t, now, query)
+		now.screenshot(t, "now")
+		if path := os.Getenv("PULSE_DASHBOARD_SCREENSHOT"); path != "" {
+			now.screenshotTo(t, path)
+		}
+	})
+
+	t.Run("the user view shows the model's sessions and status at instants", func(t *testing.T) {
+		now.eval(t, fmt.Sprintf(`location.hash = %q`, "#user/"+model+"?day="+day+"&at="+at(13).Format(time.RFC3339)))
+		now.wait(t, `document.querySelectorAll('#user-sessions tr[data-start]').length === 2`, 15*time.Second)
+		var got []time.Time
+		for _, s := range now.strings(t, `[...document.querySelectorAll('#user-sessions tr[data-start]')].map(r => r.dataset.start)`) {
+			ts, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ts)
+		}
+		slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
+		for i, w := range wantSessions {
+			if !got[i].Equal(w[0]) {
+				t.Errorf("session %d starts at %v on the page, the model's at %v", i, got[i], w[0])
+			}
+			if api := sessions.Sessions; api[len(api)-1-i].End == nil || !api[len(api)-1-i].End.Equal(w[1]) {
+				t.Errorf("the API's session %d: %+v, the model's ends at %v", i, api[len(api)-1-i], w[1])
+			}
+		}
+		ends := now.strings(t, `[...document.querySelectorAll('#user-sessions tr[data-start]')].map(r => r.cells[1].textContent)`)
+		for i, w := range wantSessions {
+			if want := w[1].Format("15:04:05") + " UTC"; !strings.HasSuffix(ends[len(ends)-1-i], want) {
+				t.Errorf("session %d ends %q on the page, want %s", i, ends[len(ends)-1-i], want)
+			}
+		}
+		now.wait(t, `document.getElementById('user-status').textContent === 'offline'`, 10*time.Second)
+
+		// The slider: the status the page shows at each instant is the model's.
+		dayStart := time.Date(base.Year(), base.Month(), base.Day(), 0, 0, 0, 0, time.UTC)
+		checked := 0
+		for _, m := range []int{13, 11, 7, 3, 16} {
+			inst := at(m)
+			if checked > 0 { // the first instant came in the URL
+				sec := int(inst.Sub(dayStart) / time.Second)
+				now.eval(t, fmt.Sprintf(`(() => { const s = document.getElementById('pit-slider'); s.value = %d; s.dispatchEvent(new Event('input')); return s.value })()`, sec))
+			}
+			checked++
+			want := wantAt[inst]
+			now.wait(t, fmt.Sprintf(`(() => { const s = document.getElementById('pit-status'); return s.textContent === %q && s.dataset.at && Date.parse(s.dataset.at) === %d })()`,
+				want, inst.UnixMilli()), 15*time.Second)
+		}
+		now.screenshot(t, "user")
+	})
+
+	t.Run("history view: the day's peak and CSV", func(t *testing.T) {
+		now.eval(t, `location.hash = '#history?day=`+day+`'`)
+		now.wait(t, `document.getElementById('conc-peak').textContent !== '' && !document.getElementById('conc-csv').hidden`, 20*time.Second)
+		var conc struct {
+			Points []struct {
+				At         time.Time `json:"at"`
+				PeakOnline int64     `json:"peakOnline"`
+			} `json:"points"`
+		}
+		if code := op(fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s&step=minute", query, day, base.AddDate(0, 0, 1).Format(time.DateOnly)), &conc); code != http.StatusOK {
+			t.Fatalf("concurrency = %d", code)
+		}
+		var peakAt time.Time
+		peak := int64(-1)
+		for _, pt := range conc.Points {
+			if pt.PeakOnline > peak {
+				peak, peakAt = pt.PeakOnline, pt.At
+			}
+		}
+		want := fmt.Sprintf("peak %d at %s UTC", peak, peakAt.Format("15:04"))
+		if got := now.eval(t, `document.getElementById('conc-peak').textContent`); got != want {
+			t.Errorf("the page marks %q, the API's peak is %q", got, want)
+		}
+		now.screenshot(t, "history")
+	})
+
+	t.Run("pipeline view reads every service", func(t *testing.T) {
+		now.eval(t, `location.hash = '#pipeline'`)
+		now.wait(t, `(() => { const rows = [...document.querySelectorAll('#pipe-services tr[data-service]')];
+			return rows.length === 4 && rows.every(r => r.cells[1].textContent === 'up') })()`, 15*time.Second)
+		if got := now.eval(t, `document.getElementById('pipe-rebuild').textContent`); got != "whole" {
+			t.Errorf("presence state shown as %q, want whole", got)
+		}
+		now.screenshot(t, "pipeline")
+	})
+
+	t.Run("with Cassandra unreachable history is unavailable and the live part updates", func(t *testing.T) {
+		env := map[string]string{}
+		for k, v := range p.env {
+			env[k] = v
+		}
+		env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(freePort(t)) // nothing listens there
+		env["PULSE_CASSANDRA_CONNECT_TIMEOUT"] = "500ms"
+		q2 := startService(t, "query", env)
+		eventually(t, 30*time.Second, func() string {
+			if code, body := get(t, q2.url+"/readyz"); code != http.StatusOK {
+				return fmt.Sprintf("/readyz = %d %s", code, body)
+			}
+			return ""
+		})
+		tab := browser.open(t, q2.url, testKeys.operator, "#now")
+		tab.wait(t, `document.getElementById('hour-state').textContent.startsWith('history unavailable')`, 15*time.Second)
+		tab.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 15*time.Second)
+		dashCountsEqual(t, tab, q2.url)
+		user := p.run + "-while-down"
+		if err := onlinePost(ingest, []wireEvent{{UserID: user, Kind: "status", Status: "idle", DeviceID: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		tab.wait(t, fmt.Sprintf(`document.querySelector('#changes li[data-user=%q][data-status="idle"]') !== null`, user), 5*time.Second)
+		dashCountsEqual(t, tab, q2.url)
+		tab.screenshot(t, "cassandra-unreachable-now")
+		tab.eval(t, `location.hash = '#history?day=`+day+`'`)
+		tab.wait(t, `document.getElementById('conc-state').textContent.startsWith('history unavailable')`, 15*time.Second)
+		tab.wait(t, `document.getElementById('uniq-state').textContent.startsWith('history unavailable')`, 15*time.Second)
+		if got := tab.eval(t, `document.getElementById('conc-chart').textContent + document.getElementById('conc-peak').textContent`); got != "" {
+			t.Errorf("the history view draws %q while history is unavailable", got)
+		}
+		tab.screenshot(t, "cassandra-unreachable-history")
+	})
+}
+
+func dashEvent(user, device string, st presence.Status, at time.Time) presence.Event {
+	return presence.Event{ID: fmt.Sprintf("%s-%s-%d-%s", user, device, at.UnixMicro(), st), UserID: user, DeviceID: device,
+		Source: presence.SourceAPI, Kind: presence.KindStatus, Status: st, OccurredAt: at, ReceivedAt: at}
+}
+
+// dashProduce writes events straight to the events topic: ingest refuses times this
+// far in the past.
+func dashProduce(t *testing.T, topic string, events []presence.Event) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(events))
+	for i := range events {
+		b, err := proto.Marshal(events[i].ToPB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = &kgo.Record{Key: []byte(events[i].UserID), Value: b,
+			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("producing: %v", err)
+	}
+}
+
+// dashCountsEqual waits until the counts on the page are the operator view's counts
+// the API answers.
+func dashCountsEqual(t *testing.T, tab *dashTab, query string) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		code, body := freshCount(t, query+"/v1/online/count?view=operator", testKeys.operator)
+		if code != http.StatusOK {
+			t.Fatalf("count = %d %s", code, body)
+		}
+		var api struct {
+			Total    uint64            `json:"total"`
+			ByStatus map[string]uint64 `json:"byStatus"`
+		}
+		if err := json.Unmarshal(body, &api); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("online %d idle %d invisible %d total %d", api.ByStatus["online"], api.ByStatus["idle"], api.ByStatus["invisible"], api.Total)
+		got := tab.eval(t, `['online','idle','invisible','total'].map(k => k + ' ' + document.getElementById('count-' + k).textContent.replace(/,/g, '')).join(' ')`)
+		if got == want {
+			t.Logf("counts on the page equal the API's: %s", got)
+			return
+		}
+		last = fmt.Sprintf("the page shows %q, the API answers %q", got, want)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal(last)
+}
+
+// dashBrowser is one headless Chromium; each dashTab is a tab of it.
+type dashBrowser struct{ ctx context.Context }
+
+type dashTab struct {
+	ctx  context.Context
+	name string
+}
+
+// newBrowser starts Debian's chromium (apt-get install chromium), headless.
+func newBrowser(t *testing.T) *dashBrowser {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (apt-get install chromium): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return &dashBrowser{ctx: ctx}
+}
+
+// open loads the dashboard of base in a new tab, pastes cred into it as a person
+// would, and waits until the page knows the key's scope.
+func (b *dashBrowser) open(t *testing.T, base, cred, hash string) *dashTab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	t.Cleanup(cancel)
+	tab := &dashTab{ctx: ctx, name: base}
+	// The first run makes the tab, which lives as long as that run's context.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("opening a tab: %v", err)
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer tcancel()
+	if err := chromedp.Do(tctx,
+		chromedp.Navigate(base+"/"), // redirected to /dashboard/
+		chromedp.WaitVisible(chromedp.ID("cred")),
+		chromedp.SendKeys(chromedp.ID("cred"), cred),
+		chromedp.Click(chromedp.CSS(`#cred-form button[type=submit]`)),
+	); err != nil {
+		t.Fatalf("opening the dashboard of %s: %v", base, err)
+	}
+	tab.wait(t, `document.getElementById('who').textContent === 'operator key'`, 10*time.Second)
+	if got := tab.eval(t, `location.pathname`); got != "/dashboard/" {
+		t.Errorf("/ led to %s, want /dashboard/", got)
+	}
+	if strings.Contains(tab.eval(t, `document.documentElement.outerHTML`), cred) {
+		t.Errorf("the page's HTML holds the credential")
+	}
+	tab.eval(t, `location.hash = '`+hash+`'`)
+	return tab
+}
+
+// eval runs a JavaScript expression in the tab; its value, printed.
+func (tab *dashTab) eval(t *testing.T, expr string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+func (tab *dashTab) strings(t *testing.T, expr string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+func (tab *dashTab) truthy(t *testing.T, expr string) bool {
+	t.Helper()
+	return tab.eval(t, "!!("+expr+")") == "true"
+}
+
+// wait polls expr until it is true, failing with what the page says when it never is.
+func (tab *dashTab) wait(t *testing.T, expr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !tab.truthy(t, expr) {
+		if time.Now().After(deadline) {
+			tab.screenshot(t, "failed")
+			t.Fatalf("after %v the page still does not satisfy %s; it says:\n%s", timeout, expr,
+				tab.eval(t, `document.querySelector('main').innerText.slice(0, 3000)`))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// screenshot saves the whole page as a PNG among the test's artifacts.
+func (tab *dashTab) screenshot(t *testing.T, name string) {
+	t.Helper()
+	tab.screenshotTo(t, filepath.Join(t.ArtifactDir(), "dashboard-"+name+".png"))
+}
+
+func (tab *dashTab) screenshotTo(t *testing.T, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tab.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Errorf("screenshot %s: %v", path, err)
+		return
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Errorf("screenshot %s: %v", path, err)
+		return
+	}
+	t.Logf("screenshot: %s", path)
+}
