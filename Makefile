@@ -115,7 +115,7 @@ test-integration: up $(GOTESTSUM) $(SCHEMATHESIS) ## Integration tests in tests/
 # The fault scenarios of tests/ (docs/design.md guarantees 7, 10 and 11): servers down,
 # processes killed with SIGKILL, Redis flushed, poison records. make test runs them too,
 # with the rest of tests/.
-FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics|TestKafkaKilledLosesNothingAcknowledged|TestHistoryCatchesUpAfterCassandraOutage
+FAULT_TESTS := TestPipelineSurvivesCrashes|TestHistoryCrashReplaysExactly|TestHistoryRollupsMatchModel|TestRedisFlushHealsItself|TestReadyzFailsWhileRedisIsDown|TestQueryRejectsBadInputAndSurvivesRedisOutage|TestAggregatorStopsInTimeWhileRedisHangs|TestTimeoutsSurviveAnAggregatorOutage|TestHistoryAPIWithoutCassandra|TestPoisonRecordsGoToTheDeadLetterTopics|TestKafkaKilledLosesNothingAcknowledged|TestHistoryCatchesUpAfterCassandraOutage|TestFaultLoadRedisRestartedEmpty|TestFaultLoadRedisFlushAll|TestFaultLoadAggregatorCrashes|TestFaultLoadHistoryCrashes|TestFaultLoadKafkaKilled
 
 # Every fuzz target of the modules, FUZZTIME each (go test -fuzz runs one at a time).
 FUZZTIME ?= 30s
