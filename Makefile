@@ -136,4 +136,36 @@ test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a f
 
 # The stack comes up before the unit tests, so none of them skips for want of a server.
 test: export PULSE_REQUIRE_SERVERS = 1
-test: lint up test-unit test-integration ## Everything: lint, the stack, unit tests, integration tests
+test: lint test-deploy up test-unit test-integration ## Everything: lint, the chart and alert rules, the stack, unit tests, integration tests
+
+# The Kubernetes deployment and the monitoring, checked offline: the Helm chart linted and
+# rendered with its defaults and the production-like values, every rendered manifest
+# decoded strictly into the Kubernetes API's Go types (tools/deploy), the dashboard's and
+# the alerts' metrics checked against the code, and the alert rules' promtool unit tests.
+# Helm is pinned in tools/deploy/go.mod; promtool is Debian's prometheus package.
+HELM := bin/tools/helm
+CHART := deploy/helm/pulse
+CHART_PROD_VALUES := $(CHART)/ci/production-values.yaml
+
+# Helm's own build stamps its version and the Kubernetes version it renders for (else
+# v1.20, older than the chart's kubeVersion) with -X; the same here, from the pins.
+HELM_VERSION = $(shell cd tools/deploy && GOWORK=off go list -m -f '{{.Version}}' helm.sh/helm/v3)
+K8S_VERSION = $(shell cd tools/deploy && GOWORK=off go list -m -f '{{.Version}}' k8s.io/client-go)
+HELM_LDFLAGS = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(p).k8sVersionMajor=1 \
+		-X helm.sh/helm/v3/$(p).k8sVersionMinor=$(word 2,$(subst ., ,$(K8S_VERSION))))
+
+$(HELM): tools/deploy/go.mod tools/deploy/go.sum
+	@mkdir -p bin/tools
+	cd tools/deploy && GOWORK=off go build -ldflags '$(HELM_LDFLAGS)' -o ../../bin/tools/ helm.sh/helm/v3/cmd/helm
+
+.PHONY: test-deploy
+test-deploy: $(HELM) $(GOTESTSUM) ## The Helm chart (lint, template, schema check), dashboard and alert rules (promtool), offline
+	@command -v promtool >/dev/null || { echo "promtool is needed: apt-get install prometheus" >&2; exit 1; }
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f $(CHART_PROD_VALUES)
+	$(HELM) template pulse $(CHART) >/dev/null
+	$(HELM) template pulse $(CHART) -f $(CHART_PROD_VALUES) >/dev/null
+	cd tools/deploy && GOWORK=off ../../$(GOTESTSUM) --format pkgname-and-test-fails -- -count=1 ./...
+	promtool check rules deploy/observability/alerts.yaml
+	promtool test rules deploy/observability/alerts_test.yaml

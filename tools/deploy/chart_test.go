@@ -1,0 +1,376 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// repo is the repository's root, from tools/deploy.
+const repo = "../.."
+
+var chartDir = filepath.Join(repo, "deploy", "helm", "pulse")
+
+// helm is the pinned Helm `make test-deploy` builds; PULSE_HELM overrides it.
+func helm(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PULSE_HELM"); p != "" {
+		return p
+	}
+	p, err := filepath.Abs(filepath.Join(repo, "bin", "tools", "helm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no helm at %s: `make test-deploy` builds it from tools/deploy/go.mod (or set PULSE_HELM)", p)
+	}
+	return p
+}
+
+// manifest is one rendered object: its kind and the typed value it decoded into.
+type manifest struct {
+	kind, name string
+	obj        any
+	source     string
+}
+
+// render runs `helm template` with args and decodes every document strictly: a field
+// the Kubernetes type does not have, or a duplicate key, fails the test.
+func render(t *testing.T, args ...string) []manifest {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", "pulse", chartDir, "--namespace", "presence"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
+	}
+	var ms []manifest
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(out), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("a rendered document is not YAML: %v\n%s", err, doc)
+		}
+		var obj any
+		switch head.APIVersion + " " + head.Kind {
+		case "apps/v1 Deployment":
+			obj = &appsv1.Deployment{}
+		case "v1 Service":
+			obj = &corev1.Service{}
+		case "policy/v1 PodDisruptionBudget":
+			obj = &policyv1.PodDisruptionBudget{}
+		case "autoscaling/v2 HorizontalPodAutoscaler":
+			obj = &autoscalingv2.HorizontalPodAutoscaler{}
+		case "batch/v1 Job":
+			obj = &batchv1.Job{}
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			obj = &monitoringv1.ServiceMonitor{}
+		default:
+			t.Fatalf("%s %s %q: a kind this check does not know; add its Go type", head.APIVersion, head.Kind, head.Metadata.Name)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			t.Errorf("%s %q does not match the API's schema: %v", head.Kind, head.Metadata.Name, err)
+			continue
+		}
+		ms = append(ms, manifest{kind: head.Kind, name: head.Metadata.Name, obj: obj, source: doc})
+	}
+	return ms
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// The values the chart is checked with: its defaults, the production-like example, and
+// corners of the templates (auth off, no hooks or autoscaling, mutual TLS, static members).
+var valueSets = map[string][]string{
+	"defaults":   nil,
+	"production": {"-f", filepath.Join(chartDir, "ci", "production-values.yaml")},
+	"corners": {
+		"--set", "auth.off=true", "--set", "hooks.topics.enabled=false", "--set", "hooks.migrate.enabled=false",
+		"--set", "ingest.autoscaling.enabled=false", "--set", "query.autoscaling.enabled=false",
+		"--set", "aggregator.pdb.enabled=false", "--set", "aggregator.staticMembership=true",
+		"--set", "tls.existingSecret=edge-tls", "--set", "tls.clientCASecret.name=edge-client-ca",
+		"--set", "kafka.tls.clientCertSecret.name=pulse-user", "--set", "serviceMonitor.enabled=true",
+		"--set", "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		"--set-string", "ingest.env.PULSE_INGEST_MAX_SKEW=2m",
+	},
+}
+
+func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
+	for name, args := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			ms := render(t, args...)
+			count := map[string]int{}
+			for _, m := range ms {
+				count[m.kind]++
+			}
+			if count["Deployment"] != 4 || count["Service"] != 4 {
+				t.Errorf("rendered %v: want 4 Deployments and 4 Services", count)
+			}
+			switch name {
+			case "defaults":
+				want := map[string]int{"Deployment": 4, "Service": 4, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2}
+				if fmt.Sprint(count) != fmt.Sprint(want) {
+					t.Errorf("rendered %v, want %v", count, want)
+				}
+			case "production":
+				if count["ServiceMonitor"] != 2 {
+					t.Errorf("rendered %d ServiceMonitors with TLS on the edges, want 2 (plain and https)", count["ServiceMonitor"])
+				}
+			case "corners":
+				if count["Job"] != 0 || count["HorizontalPodAutoscaler"] != 0 || count["PodDisruptionBudget"] != 3 {
+					t.Errorf("rendered %v with hooks, autoscaling and the aggregator's budget off", count)
+				}
+			}
+		})
+	}
+}
+
+// ports reads pkg/ports' constants, so the chart's ports cannot drift from the code's.
+func ports(t *testing.T) map[string]int32 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repo, "pkg", "ports", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int32{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok || len(vs.Values) != len(vs.Names) {
+				return true
+			}
+			for i, id := range vs.Names {
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.INT {
+					v, _ := strconv.Atoi(lit.Value)
+					got[strings.ToLower(id.Name)] = int32(v)
+				}
+			}
+			return true
+		})
+	}
+	return got
+}
+
+// readmeVariables are the PULSE_* names README.md documents: the services' tables are
+// generated from the code, so a name missing there is one no service reads.
+func readmeVariables(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(PULSE_[A-Z0-9_]+)`").FindAllStringSubmatch(string(b), -1) {
+		vars[m[1]] = true
+	}
+	return vars
+}
+
+func TestChartWiring(t *testing.T) {
+	want := ports(t)
+	documented := readmeVariables(t)
+	for name, args := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			ms := render(t, args...)
+			services := map[string]*corev1.Service{}
+			deployments := map[string]*appsv1.Deployment{}
+			for _, m := range ms {
+				switch o := m.obj.(type) {
+				case *corev1.Service:
+					services[o.Name] = o
+				case *appsv1.Deployment:
+					deployments[o.Name] = o
+				}
+			}
+			for _, m := range ms {
+				switch o := m.obj.(type) {
+				case *appsv1.Deployment:
+					checkDeployment(t, o, want, documented, name == "corners")
+				case *batchv1.Job:
+					checkJob(t, o, documented)
+				case *corev1.Service:
+					d := deployments[o.Name]
+					if d == nil {
+						t.Errorf("Service %s has no Deployment of its name", o.Name)
+						continue
+					}
+					for k, v := range o.Spec.Selector {
+						if d.Spec.Template.Labels[k] != v {
+							t.Errorf("Service %s selects %s=%s, which its pods do not carry", o.Name, k, v)
+						}
+					}
+				case *policyv1.PodDisruptionBudget:
+					d := deployments[o.Name]
+					if d == nil {
+						t.Errorf("PodDisruptionBudget %s has no Deployment of its name", o.Name)
+						continue
+					}
+					for k, v := range o.Spec.Selector.MatchLabels {
+						if d.Spec.Template.Labels[k] != v {
+							t.Errorf("PodDisruptionBudget %s selects %s=%s, which its pods do not carry", o.Name, k, v)
+						}
+					}
+				case *autoscalingv2.HorizontalPodAutoscaler:
+					d := deployments[o.Spec.ScaleTargetRef.Name]
+					if d == nil || o.Spec.ScaleTargetRef.Kind != "Deployment" {
+						t.Errorf("HorizontalPodAutoscaler %s scales %s %s, not one of the chart's Deployments", o.Name, o.Spec.ScaleTargetRef.Kind, o.Spec.ScaleTargetRef.Name)
+					} else if d.Spec.Replicas != nil {
+						t.Errorf("Deployment %s sets replicas although %s scales it: every upgrade would reset the count", d.Name, o.Name)
+					}
+					if c := d.Spec.Template.Spec.Containers[0].Name; c != "ingest" && c != "query" {
+						t.Errorf("HorizontalPodAutoscaler %s scales %s; only the HTTP edges scale on CPU", o.Name, c)
+					}
+				case *monitoringv1.ServiceMonitor:
+					if o.Spec.JobLabel != "app.kubernetes.io/component" {
+						t.Errorf("ServiceMonitor %s: jobLabel %q; deploy/observability selects job=\"<component>\"", o.Name, o.Spec.JobLabel)
+					}
+					for _, ep := range o.Spec.Endpoints {
+						if ep.Port != "http" || ep.Path != "/metrics" {
+							t.Errorf("ServiceMonitor %s scrapes port %q path %q, want http /metrics", o.Name, ep.Port, ep.Path)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32, documented map[string]bool, mtls bool) {
+	t.Helper()
+	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("Deployment %s has %d containers, want 1", d.Name, len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	component := d.Spec.Template.Labels["app.kubernetes.io/component"]
+	if c.Name != component || len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/"+component {
+		t.Errorf("Deployment %s runs %v in container %s; want the image's /usr/local/bin/%s", d.Name, c.Command, c.Name, component)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != ports[component] {
+		t.Errorf("Deployment %s: ports %+v, want http on %d (pkg/ports)", d.Name, c.Ports, ports[component])
+	}
+	edge := component == "ingest" || component == "query"
+	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		switch {
+		case p == nil:
+			t.Errorf("Deployment %s has no probe on %s", d.Name, probe)
+		case mtls && edge:
+			if p.TCPSocket == nil || p.TCPSocket.Port.String() != "http" {
+				t.Errorf("Deployment %s under mutual TLS: want a TCP probe of port http, got %+v", d.Name, p.ProbeHandler)
+			}
+		case p.HTTPGet == nil || p.HTTPGet.Path != probe || p.HTTPGet.Port.String() != "http":
+			t.Errorf("Deployment %s: want an HTTP probe of %s on port http, got %+v", d.Name, probe, p.ProbeHandler)
+		}
+	}
+	sc, psc := c.SecurityContext, spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || sc == nil || sc.ReadOnlyRootFilesystem == nil ||
+		!*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("Deployment %s: want a non-root pod with a read-only root file system and no privilege escalation", d.Name)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("Deployment %s: want CPU requests and a memory limit", d.Name)
+	}
+	checkEnv(t, "Deployment "+d.Name, c, spec.Volumes, documented)
+	env := envMap(c)
+	if env["PULSE_HTTP_ADDR"] != fmt.Sprintf(":%d", ports[component]) {
+		t.Errorf("Deployment %s: PULSE_HTTP_ADDR=%q, want :%d", d.Name, env["PULSE_HTTP_ADDR"], ports[component])
+	}
+}
+
+func checkJob(t *testing.T, j *batchv1.Job, documented map[string]bool) {
+	t.Helper()
+	if hook := j.Annotations["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
+		t.Errorf("Job %s: helm.sh/hook %q, want pre-install,pre-upgrade", j.Name, hook)
+	}
+	c := j.Spec.Template.Spec.Containers[0]
+	if len(c.Command) != 2 || c.Command[0] != "/usr/local/bin/pulsectl" || !slices.Contains([]string{"topics", "migrate"}, c.Command[1]) {
+		t.Errorf("Job %s runs %v, want pulsectl topics or migrate", j.Name, c.Command)
+	}
+	checkEnv(t, "Job "+j.Name, c, j.Spec.Template.Spec.Volumes, documented)
+}
+
+func envMap(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+// checkEnv: every variable is one README documents, named once, and every *_FILE path
+// lies in a directory a Secret volume is mounted on.
+func checkEnv(t *testing.T, what string, c corev1.Container, volumes []corev1.Volume, documented map[string]bool) {
+	t.Helper()
+	secretDirs := map[string]bool{}
+	for _, vm := range c.VolumeMounts {
+		for _, v := range volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				secretDirs[vm.MountPath] = true
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, e := range c.Env {
+		if seen[e.Name] {
+			t.Errorf("%s sets %s twice", what, e.Name)
+		}
+		seen[e.Name] = true
+		if !documented[e.Name] {
+			t.Errorf("%s sets %s, which README.md's tables do not document: no service reads it", what, e.Name)
+		}
+		if strings.HasSuffix(e.Name, "_FILE") && !secretDirs[filepath.Dir(e.Value)] {
+			t.Errorf("%s: %s=%s is not in a mounted Secret", what, e.Name, e.Value)
+		}
+	}
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == "/tmp" {
+			continue
+		}
+		if !vm.ReadOnly {
+			t.Errorf("%s mounts %s writable", what, vm.MountPath)
+		}
+	}
+}
