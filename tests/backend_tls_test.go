@@ -50,6 +50,8 @@ func startServerProc(t *testing.T, name, logFile string, argv ...string) *server
 	}
 	p := &serverProc{name: name, cmd: exec.Command(argv[0], argv[1:]...), log: logFile, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = out, out
+	// A test binary killed by its timeout runs no cleanup: the kernel stops the server then.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		out.Close()
 		t.Fatalf("starting %s: %v", name, err)
@@ -424,7 +426,7 @@ func startTLSKafka(t *testing.T, dir string, certs *backendCerts, users map[stri
 	probe := kafkax.Config{Brokers: []string{k.saslAddr}, ClientID: "pulse-tls-test", DialTimeout: 2 * time.Second,
 		RequestTimeout: 5 * time.Second, RetryTimeout: 2 * time.Second,
 		TLS: config.ClientTLS{CAFile: certs.caFile}, SASL: kafkax.SASL{Username: name, Password: pw}}
-	p.waitReady(t, 90*time.Second, func(ctx context.Context) error { return pingKafka(ctx, probe) })
+	p.waitReady(t, 3*time.Minute, func(ctx context.Context) error { return pingKafka(ctx, probe) })
 	return k
 }
 
@@ -538,7 +540,8 @@ func TestBackendTLSKafka(t *testing.T) {
 // startTLSCassandra starts a private one-node Cassandra from the stack's jars and its
 // configuration, with client_encryption_options enabled and not optional (the CQL port
 // speaks only TLS) and PasswordAuthenticator; it returns the CQL port once the default
-// superuser can log in over TLS. It costs about half a minute and 512 MiB of heap.
+// superuser can log in over TLS. It costs 15-30 s on an idle 2-core machine (minutes on
+// a saturated one) and 512 MiB of heap.
 func startTLSCassandra(t *testing.T, dir string, certs *backendCerts) int {
 	t.Helper()
 	lib := jarDir(t, "cassandra")
@@ -608,7 +611,7 @@ func startTLSCassandra(t *testing.T, dir string, certs *backendCerts) int {
 		"-Dcassandra.superuser_setup_delay_ms=0",
 		"-cp", lib+"/*", "org.apache.cassandra.service.CassandraDaemon")
 	p := startServerProc(t, "cassandra (TLS)", filepath.Join(dir, "cassandra.log"), argv...)
-	p.waitReady(t, 150*time.Second, func(ctx context.Context) error {
+	p.waitReady(t, 4*time.Minute, func(ctx context.Context) error {
 		s, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: cql, Consistency: "ONE",
 			Username: "cassandra", Password: "cassandra", Timeout: 5 * time.Second, ConnectTimeout: 2 * time.Second,
 			TLS: config.ClientTLS{CAFile: certs.caFile}})
