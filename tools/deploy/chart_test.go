@@ -120,7 +120,7 @@ var valueSets = map[string][]string{
 	"defaults":   nil,
 	"production": {"-f", filepath.Join(chartDir, "ci", "production-values.yaml")},
 	"corners": {
-		"--set", "auth.off=true", "--set", "hooks.topics.enabled=false", "--set", "hooks.migrate.enabled=false",
+		"--set", "auth.enabled=false", "--set", "hooks.topics.enabled=false", "--set", "hooks.migrate.enabled=false",
 		"--set", "ingest.autoscaling.enabled=false", "--set", "query.autoscaling.enabled=false",
 		"--set", "aggregator.pdb.enabled=false", "--set", "aggregator.staticMembership=true",
 		"--set", "tls.existingSecret=edge-tls", "--set", "tls.clientCASecret.name=edge-client-ca",
@@ -275,6 +275,72 @@ func TestChartWiring(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The variables the values set, per value set and component: name to value, "" for
+// one that must be absent, "<ref>" for one taken from a Secret or the pod.
+var wantEnv = map[string]map[string]map[string]string{
+	"defaults": {
+		"ingest":     {"PULSE_AUTH": "", "PULSE_API_KEYS_FILE": "", "PULSE_KAFKA_BROKERS": "pulse-kafka-kafka-bootstrap:9092"},
+		"aggregator": {"PULSE_AGGREGATOR_INSTANCE_ID": "", "PULSE_REDIS_ADDR": "pulse-redis-leader:6379"},
+		"history":    {"PULSE_INGEST_MAX_SKEW": "", "PULSE_CASSANDRA_HOSTS": "pulse-dc1-service"},
+	},
+	"production": {
+		"ingest": {
+			"PULSE_API_KEYS_FILE": "/etc/pulse/auth/api-keys/api-keys", "PULSE_TLS_CERT_FILE": "/etc/pulse/tls/server/tls.crt",
+			"PULSE_KAFKA_SASL_PASSWORD_FILE": "/etc/pulse/kafka/password/password", "PULSE_INGEST_USER_RATE": "100",
+			"PULSE_SHUTDOWN_TIMEOUT": "15s", "PULSE_REDIS_ADDR": "",
+		},
+		"query": {
+			"PULSE_REDIS_PASSWORD_FILE": "/etc/pulse/redis/password/password", "PULSE_CASSANDRA_USERNAME": "pulse",
+			"PULSE_QUERY_PEER_METRICS": "ingest=https://pulse-ingest:18080/metrics,aggregator=http://pulse-aggregator:18082/metrics,history=http://pulse-history:18083/metrics",
+		},
+		"history": {"PULSE_INGEST_MAX_SKEW": "5m", "PULSE_HISTORY_BATCH_PARTITIONS": "1", "PULSE_REDIS_ADDR": "", "PULSE_API_KEYS_FILE": ""},
+	},
+	"corners": {
+		"ingest":     {"PULSE_AUTH": "off", "PULSE_TLS_CLIENT_CA_FILE": "/etc/pulse/tls/client-ca/ca.crt", "PULSE_KAFKA_TLS": "true"},
+		"query":      {"PULSE_AUTH": "off"},
+		"aggregator": {"PULSE_AGGREGATOR_INSTANCE_ID": "<ref>", "PULSE_AUTH": ""},
+		"history":    {"PULSE_INGEST_MAX_SKEW": "2m", "PULSE_KAFKA_TLS_CERT_FILE": "/etc/pulse/kafka/client/user.crt"},
+	},
+}
+
+func TestValuesReachTheServices(t *testing.T) {
+	for name, args := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			for _, m := range render(t, args...) {
+				d, ok := m.obj.(*appsv1.Deployment)
+				if !ok {
+					continue
+				}
+				c := d.Spec.Template.Spec.Containers[0]
+				got := map[string]string{}
+				for _, e := range c.Env {
+					got[e.Name] = e.Value
+					if e.ValueFrom != nil {
+						got[e.Name] = "<ref>"
+					}
+				}
+				for k, want := range wantEnv[name][c.Name] {
+					if got[k] != want {
+						t.Errorf("%s: %s=%q, want %q", c.Name, k, got[k], want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// values.schema.json refuses a misspelt key and a variable that is not Pulse's, instead
+// of rendering without them.
+func TestValuesSchemaRefusesMistakes(t *testing.T) {
+	for _, set := range []string{"ingest.replica=3", "kafka.sasl.passwordSecret.nme=x", "env.LOG_LEVEL=debug", "cassandra.consistency=MOST"} {
+		cmd := exec.Command(helm(t), "template", "pulse", chartDir, "--set", set)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "schema") {
+			t.Errorf("helm template --set %s: %v, want the values schema to refuse it\n%s", set, err, out)
+		}
 	}
 }
 

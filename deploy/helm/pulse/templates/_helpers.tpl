@@ -245,7 +245,7 @@ Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls).
 {{/* Credentials and TLS of ingest and query. */}}
 {{- define "pulse.env.edge" -}}
 {{- $v := .Values }}
-{{- if $v.auth.off }}
+{{- if not $v.auth.enabled }}
 - name: PULSE_AUTH
   value: "off"
 {{- end }}
