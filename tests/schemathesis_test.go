@@ -18,7 +18,8 @@ const schemathesisBudget = "40"
 // Schemathesis, a property-based fuzzer driven by the OpenAPI document, against the
 // live ingest and query of a private pipeline: every request it makes from the
 // document — valid, and deliberately invalid — must get an answer the document
-// allows (status code, content type, body schema), and none a 5xx. The change feed's
+// allows (status code, content type, body schema), and no 5xx but the documented 503
+// with Retry-After (tests/schemathesis/pulse_checks.py says why). The change feed's
 // two streaming routes are left out: a stream open until the deadline is not an
 // answer the tool can judge (tests/watch_test.go covers them).
 func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
@@ -49,7 +50,7 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			url := p.svc[run.service].url
 			args := []string{"run", url + "/openapi.json", "--url", url,
 				"-H", "Authorization: Bearer " + run.key,
-				"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+				"--checks", "no_unexplained_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
 				"--exclude-path-regex", "^/v1/watch",
 				"--max-time", budget, "--workers", "2", "--request-timeout", "10",
 				"--seed", "20261123"}
@@ -59,8 +60,11 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, st, args...)
-			// The key must not reach the report: schemathesis masks Authorization.
-			cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=", "NO_COLOR=1")
+			hooks, err := filepath.Abs("schemathesis")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Env = append(os.Environ(), "PYTHONPATH="+hooks, "SCHEMATHESIS_HOOKS=pulse_checks", "NO_COLOR=1")
 			out, err := cmd.CombinedOutput()
 			summary := lastLines(string(out), 25)
 			if err != nil {
