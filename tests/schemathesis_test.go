@@ -27,6 +27,10 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 	if st == "" {
 		st = filepath.Join("..", "bin", "tools", "schemathesis", "bin", "schemathesis")
 	}
+	st, err := filepath.Abs(st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(st); err != nil {
 		t.Fatalf("schemathesis not found at %s (make test-integration installs it into bin/tools; or set PULSE_SCHEMATHESIS): %v", st, err)
 	}
@@ -65,6 +69,7 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd.Env = append(os.Environ(), "PYTHONPATH="+hooks, "SCHEMATHESIS_HOOKS=pulse_checks", "NO_COLOR=1")
+			cmd.Dir = t.TempDir() // its .schemathesis cache stays out of the checkout
 			out, err := cmd.CombinedOutput()
 			summary := lastLines(string(out), 25)
 			if err != nil {
