@@ -48,6 +48,9 @@ type Spec struct {
 	Partition int32
 	// Horizon is how much log time the Window remembers, and so how much is re-read.
 	Horizon time.Duration
+	// MaxIDs bounds the event ids the Window remembers (recent.Window.LimitIDs); 0: no
+	// bound but the horizon's.
+	MaxIDs int
 	// Retry is how a failed read is retried; its TryTimeout bounds one whole read,
 	// which on a busy partition takes far longer than one request.
 	Retry retry.Policy
@@ -88,6 +91,7 @@ func Rebuild(ctx context.Context, s Spec, logger *slog.Logger, first *kgo.Record
 	res := Result{Since: from.Add(-s.Horizon - Slack)}
 	err := retry.Do(ctx, s.Retry, logger, s.What, func(ctx context.Context) error {
 		res.Window, res.Records, res.Events = recent.New(s.Horizon), 0, 0
+		res.Window.LimitIDs(s.MaxIDs)
 		return s.Read(ctx, s.Topic, s.Partition, res.Since, first.Offset, func(r *kgo.Record) error {
 			res.Records++
 			if e, err := records.DecodeEvent(r); err == nil {

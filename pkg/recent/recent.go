@@ -66,9 +66,13 @@ type Window struct {
 	clock   int64 // newest log time seen, unix nanoseconds; 0 before the first call
 	s1, s2  maphash.Seed
 
-	ids     map[key]int64 // id -> log time of its latest sighting
-	idPeak  int
-	idFIFO  fifo
+	ids    map[key]int64 // id -> log time of its latest sighting
+	idPeak int
+	idFIFO fifo
+	// maxIDs bounds the ids remembered (0: only the horizon does); evicted counts
+	// the ids forgotten before their horizon to keep it.
+	maxIDs  int
+	evicted uint64
 	dev     map[key]newest
 	devPeak int
 	devFIFO fifo
@@ -97,7 +101,34 @@ func (w *Window) Duplicate(id string, at time.Time) bool {
 	w.ids[k] = now
 	w.idPeak = max(w.idPeak, len(w.ids))
 	w.idFIFO.push(seen{k, now})
+	for w.maxIDs > 0 && len(w.ids) > w.maxIDs {
+		e, _ := w.idFIFO.front()
+		w.idFIFO.pop()
+		if w.ids[e.k] == e.at {
+			delete(w.ids, e.k)
+			w.evicted++
+		}
+	}
 	return dup
+}
+
+// LimitIDs bounds the ids remembered to n (0: no bound but the horizon's). Past it the
+// oldest are forgotten before their horizon: a copy of one arriving later is no longer
+// recognised as a duplicate. Staleness ((user, device) times) is not bounded: it
+// decides answers, and the horizon alone bounds it.
+func (w *Window) LimitIDs(n int) { w.maxIDs = max(n, 0) }
+
+// EvictedIDs is how many ids were forgotten before their horizon because of LimitIDs.
+func (w *Window) EvictedIDs() uint64 { return w.evicted }
+
+// IDSpan is the log time the remembered ids cover now: the horizon, or less once
+// LimitIDs evicts.
+func (w *Window) IDSpan() time.Duration {
+	e, ok := w.idFIFO.front()
+	if !ok {
+		return 0
+	}
+	return time.Duration(w.clock - e.at)
 }
 
 // Stale reports whether an event of (user, device) with event time t is older than

@@ -1,6 +1,7 @@
 package recent
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -246,4 +247,36 @@ func BenchmarkMemoryPerID(b *testing.B) {
 		runtime.KeepAlive(w)
 	}
 	b.ReportMetric(perID, "B/id")
+}
+
+// A bound on the ids remembered forgets the oldest first, counts what it forgot
+// before its horizon, and leaves staleness alone.
+func TestLimitIDs(t *testing.T) {
+	w := New(time.Hour)
+	w.LimitIDs(3)
+	t0 := time.Unix(1_700_000_000, 0)
+	for i, id := range []string{"a", "b", "c", "d", "e"} {
+		if w.Duplicate(id, t0.Add(time.Duration(i)*time.Second)) {
+			t.Fatalf("%s reported as a duplicate on first sight", id)
+		}
+	}
+	if w.EvictedIDs() != 2 || len(w.ids) != 3 {
+		t.Fatalf("evicted %d, remembered %d; want 2 and 3", w.EvictedIDs(), len(w.ids))
+	}
+	if got := w.IDSpan(); got != 2*time.Second {
+		t.Fatalf("IDSpan = %v, want 2s (c at +2s to e at +4s)", got)
+	}
+	at := t0.Add(5 * time.Second)
+	if !w.Duplicate("e", at) || !w.Duplicate("d", at) {
+		t.Fatal("a remembered id was not a duplicate")
+	}
+	if w.Duplicate("a", at) {
+		t.Fatal("an evicted id is still remembered")
+	}
+	for i := range 10 {
+		w.Stale("u", fmt.Sprint("dev", i), at, at)
+	}
+	if len(w.dev) != 10 {
+		t.Fatalf("staleness keeps %d pairs, want 10: LimitIDs must not bound it", len(w.dev))
+	}
 }

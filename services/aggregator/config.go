@@ -48,6 +48,9 @@ type Config struct {
 	MaxWindowRecords int
 	// DedupeHorizon is how long an event id is remembered (docs/design.md guarantee 2).
 	DedupeHorizon time.Duration
+	// DedupeMaxIDs bounds the ids each partition remembers, and so its memory: past
+	// it the oldest are forgotten before DedupeHorizon.
+	DedupeMaxIDs int
 	// CommitInterval is how often a partition's offset is committed (and always on
 	// revoke and shutdown); Redis's offset guard makes replays of the rest harmless.
 	CommitInterval time.Duration
@@ -106,6 +109,9 @@ func (c *Config) vars() []*config.Var {
 			"most events of one window, which is written early when full", config.Positive),
 		config.Duration(&c.DedupeHorizon, "PULSE_DEDUPE_HORIZON", 10*time.Minute, "how long an event id is remembered",
 			config.AtLeast(time.Second)),
+		config.Int(&c.DedupeMaxIDs, "PULSE_DEDUPE_MAX_IDS", 2_000_000,
+			"most event ids a partition remembers (about 80 bytes each); past it the oldest are forgotten before PULSE_DEDUPE_HORIZON, so a copy of one arriving later is applied again, which changes no state (docs/design.md guarantee 2)",
+			config.Between(1000, 1<<30)),
 		config.Duration(&c.OpTimeout, "PULSE_AGGREGATOR_OP_TIMEOUT", 5*time.Second,
 			"deadline of each Redis or Kafka call of a window (retried)", config.Positive),
 		config.Duration(&c.CommitInterval, "PULSE_AGGREGATOR_COMMIT_INTERVAL", time.Second,

@@ -20,6 +20,8 @@ type metrics struct {
 	// to them, and rebuilds that could not (history off).
 	restored       prometheus.Counter
 	withoutHistory prometheus.Counter
+	// Event ids forgotten before their horizon (PULSE_DEDUPE_MAX_IDS).
+	dedupeEvicted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "pulse_aggregator_rebuild_seconds",
 			Help:    "Time to rebuild one shard from the log.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
+		}),
+		dedupeEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_dedupe_ids_evicted_total",
+			Help: "Event ids forgotten before PULSE_DEDUPE_HORIZON because a partition remembered PULSE_DEDUPE_MAX_IDS: a copy of one arriving later is applied again.",
 		}),
 		restored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_rebuild_restored_users_total",
@@ -80,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.restored, m.withoutHistory, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.restored, m.withoutHistory, m.dedupeEvicted, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 

@@ -47,8 +47,10 @@ type worker struct {
 	// produced (the crash point of PULSE_AGGREGATOR_CRASH_AFTER_WRITE); nil: nothing.
 	written func()
 
-	st       shardState
-	dedupe   *recent.Window
+	st     shardState
+	dedupe *recent.Window
+	// evicted is how many of dedupe's early evictions the metrics have counted.
+	evicted  uint64
 	timeouts *timeouts.Tracker
 	pending  []*kgo.Record
 	// committedAt is when the offset was last committed; committedOff is that offset.
@@ -214,6 +216,7 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 		Topic:     w.topic,
 		Partition: w.st.partition,
 		Horizon:   w.cfg.DedupeHorizon,
+		MaxIDs:    w.cfg.DedupeMaxIDs,
 		// Reading a horizon of a busy partition takes far longer than one Redis write.
 		Retry: w.policy(what, 2*time.Minute),
 		What:  what,
@@ -224,7 +227,7 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	w.dedupe = res.Window
+	w.dedupe, w.evicted = res.Window, 0
 	w.logger.Info("duplicate horizon rebuilt", "partition", w.st.partition, "first_offset", first.Offset, "events", res.Events)
 	return nil
 }
@@ -367,6 +370,14 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 		w.timeouts.Update(id, u)
 	}
 	w.metrics.observeWindow(len(recs), stats, len(win.Outbox.Changes))
+	if n := w.dedupe.EvictedIDs(); n > w.evicted {
+		if w.evicted == 0 {
+			w.logger.Warn("the duplicate horizon is full (PULSE_DEDUPE_MAX_IDS): event ids are forgotten before PULSE_DEDUPE_HORIZON",
+				"max_ids", w.cfg.DedupeMaxIDs, "ids_span", w.dedupe.IDSpan().Round(time.Second), "horizon", w.cfg.DedupeHorizon)
+		}
+		w.metrics.dedupeEvicted.Add(float64(n - w.evicted))
+		w.evicted = n
+	}
 	w.st.offset = last
 	return win, nil
 }
@@ -501,7 +512,8 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 			return err
 		}
 		w.st.offset, w.st.next, w.st.bitmaps, w.st.written = loaded.Offset, loaded.Next, loaded.Bitmaps, loaded.Offset+1
-		w.dedupe = recent.New(w.cfg.DedupeHorizon)
+		w.dedupe, w.evicted = recent.New(w.cfg.DedupeHorizon), 0
+		w.dedupe.LimitIDs(w.cfg.DedupeMaxIDs)
 		// The fold arms deadlines as it goes; rebuildDeadlines replaces them at the end.
 		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)
 		records = 0
