@@ -4,9 +4,11 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are pulse-history's own; the consumer and the Kafka client add theirs.
 type metrics struct {
-	rows           *prometheus.CounterVec
-	writeSeconds   prometheus.Histogram
-	retries        prometheus.Counter
+	rows         *prometheus.CounterVec
+	writeSeconds prometheus.Histogram
+	retries      prometheus.Counter
+	// rejected counts statements Cassandra refused for good, by table: dropped.
+	rejected       *prometheus.CounterVec
 	cassandraUp    prometheus.Gauge
 	skipped        *prometheus.CounterVec
 	deadLetters    prometheus.Counter
@@ -43,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Latency of one Cassandra write (one partition key's batch), failed attempts included.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_history_rejected_statements_total",
+			Help: "Statements Cassandra refused as invalid for good (after splitting their batch), dropped so the partition moves on, by table.",
+		}, []string{"table"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_history_write_retries_total",
 			Help: "Cassandra writes that failed and were retried.",
@@ -114,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Checkpoints that could not be restored; the fold started empty.",
 		}),
 	}
-	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.cassandraUp, m.skipped, m.stale,
+	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.rejected, m.cassandraUp, m.skipped, m.stale,
 		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt,
 		m.rollupChanges, m.rollupUsers, m.rollupMinutes, m.rollupHours, m.rollupReplayed,
 		m.checkpoints, m.checkpointBytes, m.checkpointFailures)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,7 +79,10 @@ func (w *writer) write(ctx context.Context, groups []*group) error {
 	return ctx.Err()
 }
 
-// writeGroup runs g until it succeeds or ctx ends.
+// writeGroup runs g until it succeeds or ctx ends. A group Cassandra rejects for good
+// (rejectedForGood) is split in halves and each written on its own, down to single
+// statements; one statement still rejected is dropped, logged and counted, so a value
+// Cassandra will never take cannot stop the partition (docs/design.md guarantee 11).
 func (w *writer) writeGroup(ctx context.Context, g *group) {
 	p := retry.Policy{
 		Initial:    backoffMin,
@@ -92,13 +97,49 @@ func (w *writer) writeGroup(ctx context.Context, g *group) {
 		start := time.Now()
 		err := w.store.exec(ctx, g)
 		w.m.writeSeconds.Observe(time.Since(start).Seconds())
+		if rejectedForGood(err) {
+			return retry.Permanent(err)
+		}
 		return err
 	}, "statements", len(g.stmts))
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
 		return // ctx ended: write reports it
+	case len(g.stmts) > 1:
+		// A batch too large, or one statement of it that Cassandra refuses: the
+		// halves find out which.
+		half := len(g.stmts) / 2
+		w.writeGroup(ctx, &group{keys: g.keys, stmts: g.stmts[:half]})
+		w.writeGroup(ctx, &group{keys: g.keys, stmts: g.stmts[half:]})
+		return
+	default:
+		st := g.stmts[0]
+		w.m.rejected.WithLabelValues(st.table).Inc()
+		w.logger.Error("Cassandra rejected a statement for good; it is dropped", "table", st.table, "err", err)
+		return
 	}
 	w.m.cassandraUp.Set(1)
 	for _, st := range g.stmts {
 		w.m.rows.WithLabelValues(st.table).Inc()
 	}
+}
+
+// rejectedForGood reports whether Cassandra refused a request as invalid because of
+// what it carries (a batch over batch_size_fail_threshold, a value it cannot store),
+// which no retry changes. An invalid request that names the schema (a table, keyspace
+// or column it does not know: migrations not applied) is an operator's to fix and is
+// retried like an outage, so that nothing is dropped meanwhile.
+func rejectedForGood(err error) bool {
+	var re gocql.RequestError
+	if err == nil || !errors.As(err, &re) || re.Code() != gocql.ErrCodeInvalid {
+		return false
+	}
+	msg := strings.ToLower(re.Message())
+	for _, schema := range []string{"unconfigured table", "keyspace", "undefined column", "unknown identifier", "does not exist"} {
+		if strings.Contains(msg, schema) {
+			return false
+		}
+	}
+	return true
 }
