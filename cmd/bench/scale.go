@@ -397,8 +397,13 @@ func (s *scaleShard) window(shard int, users []int, fraction float64, now time.T
 func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int) (Layout, error) {
 	zkey := scaleBaselinePrefix + ":online"
 	l := Layout{Prefix: scaleBaselinePrefix, Parts: map[string]int64{},
-		CountsCall: "ZCOUNT " + zkey + " <now−60 s> +inf: users seen within the offline timeout"}
-	if err := b.loadAndMeasure(ctx, rdb, &l, func(ctx context.Context) error { return b.loadBaseline(ctx, rdb, zkey) }); err != nil {
+		CountsCall: "ZCOUNT " + zkey + " <T−60 s> +inf: users seen within the offline timeout before T, the load's instant"}
+	// The layout's last-seen times are taken at one instant, asOf, and the count asks
+	// for the minute before it, not before the wall clock: loading 10M users takes
+	// longer than a minute, and a window sliding with the wall clock would count none
+	// of them. ZCOUNT costs the same whatever its bounds.
+	asOf := time.Now()
+	if err := b.loadAndMeasure(ctx, rdb, &l, func(ctx context.Context) error { return b.loadBaseline(ctx, rdb, zkey, asOf) }); err != nil {
 		return l, err
 	}
 	z, err := rdb.MemoryUsage(ctx, zkey, 0).Result()
@@ -411,7 +416,7 @@ func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int
 	l.BytesPerOnlineUser = float64(z) / float64(online)
 
 	count := func() (int64, error) {
-		return rdb.ZCount(ctx, zkey, strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10), "+inf").Result()
+		return rdb.ZCount(ctx, zkey, strconv.FormatInt(asOf.Add(-time.Minute).UnixMilli(), 10), "+inf").Result()
 	}
 	n, err := count()
 	if err != nil {
@@ -425,10 +430,9 @@ func (b *bench) scaleBaseline(ctx context.Context, rdb *redis.Client, online int
 	return l, err
 }
 
-// loadBaseline writes every user in the seed's layout, a pipeline per -scale-window
-// users, from -scale-workers writers.
-func (b *bench) loadBaseline(ctx context.Context, rdb *redis.Client, zkey string) error {
-	now := time.Now()
+// loadBaseline writes every user in the seed's layout as of the instant now, a
+// pipeline per -scale-window users, from -scale-workers writers.
+func (b *bench) loadBaseline(ctx context.Context, rdb *redis.Client, zkey string, now time.Time) error {
 	jobs := make(chan [2]int)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
