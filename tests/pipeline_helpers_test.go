@@ -84,7 +84,9 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
 	})
-	// A new topic reaches the broker's metadata a moment after it is created.
+	// A new topic reaches the broker's metadata a moment after it is created, and its
+	// partitions take writes once each has a leader and, when replicated, every replica
+	// in sync.
 	eventually(t, 30*time.Second, func() string {
 		d, err := adm.ListTopics(ctx, p.events, p.changes)
 		if err != nil {
@@ -93,6 +95,11 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		for _, name := range []string{p.events, p.changes} {
 			if td := d[name]; td.Err != nil || len(td.Partitions) != partitions {
 				return fmt.Sprintf("topic %s: %d partitions, %v", name, len(td.Partitions), td.Err)
+			}
+			for _, pd := range d[name].Partitions {
+				if pd.Err != nil || pd.Leader < 0 || len(pd.ISR) < len(pd.Replicas) {
+					return fmt.Sprintf("topic %s partition %d: leader %d, in sync %v of %v, %v", name, pd.Partition, pd.Leader, pd.ISR, pd.Replicas, pd.Err)
+				}
 			}
 		}
 		return ""

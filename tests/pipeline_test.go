@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -414,7 +415,7 @@ func (p *pipeline) diffChanges(t *testing.T, m *model) []string {
 func cassandraSession(t *testing.T) *gocql.Session {
 	t.Helper()
 	port, _ := strconv.Atoi(cassandraPort())
-	c := gocql.NewCluster(cassandraHost())
+	c := gocql.NewCluster(strings.Split(cassandraHost(), ",")...)
 	c.Port = port
 	c.Keyspace = "pulse"
 	c.Consistency = gocql.One

@@ -31,6 +31,11 @@ HISTORY_PORT=${PULSE_CLUSTER_HISTORY_PORT:-28083}
 KAFKA_HEAP_MIN=${PULSE_CLUSTER_KAFKA_HEAP_MIN:-384m}
 KAFKA_HEAP=${PULSE_CLUSTER_KAFKA_HEAP:-512m}
 CASSANDRA_HEAP=${PULSE_CLUSTER_CASSANDRA_HEAP:-768m}
+# Two Cassandra nodes at a lower CPU priority start in many minutes on a busy two-core
+# machine; on the cluster they compete equally unless PULSE_CASSANDRA_NICE says otherwise.
+CASSANDRA_NICE=${PULSE_CASSANDRA_NICE:-0}
+# A Cassandra node can take minutes to start when the cores are busy.
+WAIT_TIMEOUT=${PULSE_WAIT_TIMEOUT:-600s}
 KAFKA_REPLICATION=3
 CASSANDRA_REPLICATION=2
 
@@ -219,7 +224,13 @@ cmd_up() {
 	pulsectl help >/dev/null 2>&1 || true # builds $bin/pulsectl
 	[[ -x $bin/pulsectl ]] || die "building pulsectl failed"
 	for ((i = 1; i <= REDIS_NODES; i++)); do start_redis_node "$i"; done
-	for ((i = 1; i <= KAFKA_NODES; i++)); do start_kafka_node "$i"; done
+	# Each node formats its storage (a JVM of its own) before it starts: in parallel.
+	local starting=()
+	for ((i = 1; i <= KAFKA_NODES; i++)); do
+		start_kafka_node "$i" &
+		starting+=($!)
+	done
+	for i in "${starting[@]}"; do wait "$i" || die "starting Kafka failed"; done
 	# The second Cassandra node joins through the first, the seed, once it answers.
 	start_cassandra_node 1
 	form_redis_cluster
