@@ -113,8 +113,10 @@ $(SCHEMATHESIS):
 	python3 -m venv bin/tools/schemathesis
 	bin/tools/schemathesis/bin/pip install -q --disable-pip-version-check schemathesis==$(SCHEMATHESIS_VERSION)
 
+# Every test's output, passing ones' logs included (the scenarios' figures), goes to
+# bin/test-integration.json as go test -json events.
 test-integration: up $(GOTESTSUM) $(SCHEMATHESIS) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
-	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
+	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile bin/test-integration.json -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
 		$(TOPOLOGY_SKIP) $(MODULE)/tests/...
 
 # The fault scenarios of tests/ (docs/design.md guarantees 7, 10 and 11): servers down,
