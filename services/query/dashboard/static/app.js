@@ -75,6 +75,7 @@
   const fmtN = (n) => (n == null ? '—' : Number(n).toLocaleString('en-US'));
   function fmtDur(sec) {
     if (sec == null || isNaN(sec)) return '—';
+    if (sec === 0) return '0';
     if (sec < 1) return Math.round(sec * 1000) + ' ms';
     if (sec < 120) return sec.toFixed(sec < 10 ? 1 : 0) + ' s';
     const h = Math.floor(sec / 3600), m = Math.round((sec % 3600) / 60);
@@ -93,7 +94,7 @@
   function niceMax(v) {
     if (v <= 0) return 1;
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;
     return 10 * p;
   }
 
@@ -111,7 +112,7 @@
     for (let i = 0; i <= 4; i++) {
       const v = (ymax * i) / 4;
       svg.append(el('line', { class: 'axis', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-      svg.append(el('text', { x: L - 4, y: y(v) + 3, 'text-anchor': 'end' }, fmtN(Math.round(v))));
+      svg.append(el('text', { x: L - 4, y: y(v) + 3, 'text-anchor': 'end' }, Number.isInteger(v) ? fmtN(v) : v.toFixed(1)));
     }
     const span = x1 - x0, ticks = span > 6 * 3600e3 ? 3 * 3600e3 : span > 3600e3 ? 3600e3 : 10 * 60e3;
     for (let t = Math.ceil(x0 / ticks) * ticks; t <= x1; t += ticks) {
@@ -254,6 +255,7 @@
       every(isOperator() ? 5000 : 1000, () => this.refresh());
       this.hour();
       every(60000, () => this.hour());
+      cleanups.push(() => clearTimeout(this.hourRetry));
       if (isOperator()) {
         keep(new Feed({ firehose: 'true', view: 'operator' }, $('feed-state'), { change: (m) => this.change(m) }));
       } else {
@@ -327,6 +329,10 @@
       } catch (e) {
         $('hour-chart').textContent = '';
         setState($('hour-state'), historyProblem(e), true);
+        // Asked again soon (history's Retry-After is 5 s), so the chart comes back
+        // once history does.
+        clearTimeout(this.hourRetry);
+        if (unavailable(e)) this.hourRetry = setTimeout(() => this.hour(), 5000);
       }
     },
   };
@@ -428,7 +434,7 @@
       const x0 = dayStart(this.day).getTime(), x1 = x0 + 86400e3, end = Math.min(x1, Date.now());
       const W = Math.max(box.clientWidth, 300), H = 70, L = 10, R = 10;
       const x = (t) => L + ((t - x0) / (x1 - x0)) * (W - L - R);
-      const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', style: 'height:70px' });
+      const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', class: 'short' });
       const changes = entries.filter((e) => e.entryType === 'change').reverse();
       let status = changes.length ? changes[0].previousStatus || 'offline' : 'offline', t = x0;
       const seg = (a, b, s) => { if (b > a) svg.append(el('rect', { class: 'seg-' + s, x: x(a), y: 6, width: x(b) - x(a), height: 22 })); };
@@ -451,7 +457,9 @@
       const x0 = dayStart(this.day).getTime();
       const maxSec = Math.max(0, Math.min(86399, Math.floor((Date.now() - x0) / 1000) - 1));
       sl.max = String(maxSec);
-      let v = Math.min(maxSec, Math.floor(maxSec / 2));
+      // By default a quarter of an hour ago: history makes an instant final about ten
+      // minutes after it.
+      let v = Math.max(0, maxSec - 900);
       if (at) { const t = Date.parse(at); if (!isNaN(t)) v = Math.max(0, Math.min(maxSec, Math.floor((t - x0) / 1000))); }
       sl.value = String(v);
       const ask = () => {
