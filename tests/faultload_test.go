@@ -32,8 +32,8 @@ import (
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
-// The fault scenarios of issue 13 under steady load from cmd/loadgen (docs/design.md
-// guarantees 7 and 10). Each runs a private pipeline (topics, consumer groups, a Redis
+// Fault scenarios under steady load from cmd/loadgen (docs/design.md guarantees 7
+// and 10, and ingest's 2xx only after Kafka acknowledged). Each runs a private pipeline (topics, consumer groups, a Redis
 // prefix or a Redis server of its own, user ids of its own), drives it with the load
 // generator's batches, injects one fault (or a series) while the load runs, and ends
 // with the same checks:
