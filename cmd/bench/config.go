@@ -72,6 +72,11 @@ type config struct {
 	scaleWorkers int
 	scaleShards  int
 
+	limitsTime       time.Duration
+	limitsEchoRates  []float64
+	limitsRedisUsers int
+	limitsCQLUsers   int
+
 	profile     bool
 	profileTime time.Duration
 
@@ -101,7 +106,7 @@ func (p ports) service(name string) int {
 }
 
 // allPhases in the order they run.
-var allPhases = []string{"batch", "single", "half", "rebuild", "scale"}
+var allPhases = []string{"batch", "single", "half", "rebuild", "limits", "scale"}
 
 // rates is a flag holding a comma-separated list of rates.
 type rates []float64
@@ -164,12 +169,16 @@ var quickValues = map[string]string{
 	"half-fresh":    "40",
 	"half-count":    "20",
 	"half-statuses": "50",
+	"limits-time":   "10s",
+	"limits-echo":   "5000,10000,20000,40000",
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg := config{
 		batchRates:  rates{5000, 10000, 20000, 35000, 50000, 75000, 100000, 125000},
 		singleRates: rates{1000, 2000, 5000, 10000, 15000, 20000, 25000},
+
+		limitsEchoRates: rates{5000, 10000, 20000, 40000, 80000, 160000},
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -230,6 +239,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.scaleWindow, "scale-window", 5000, "users per bulk-load write (one WriteWindow, or one pipeline of the baseline)")
 	fs.IntVar(&cfg.scaleWorkers, "scale-workers", 4, "concurrent bulk-load writers")
 	fs.IntVar(&cfg.scaleShards, "scale-shards", 0, "shards of the bulk-loaded layout (0: presence.events' partition count)")
+
+	fs.DurationVar(&cfg.limitsTime, "limits-time", 20*time.Second, "limits phase: measured length of Kafka's producer run, each Redis pass and the Cassandra writer")
+	fs.Var((*rates)(&cfg.limitsEchoRates), "limits-echo", "limits phase: offered `events/s` of the bare Echo handler's steps (one event per POST, each -single-step long), increasing")
+	fs.IntVar(&cfg.limitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
+	fs.IntVar(&cfg.limitsCQLUsers, "limits-cql-users", 20000, "limits phase: users the minimal Cassandra writer spreads its rows over")
 
 	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator and ingest during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
 	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
@@ -306,5 +320,8 @@ func (c config) validate() error {
 	bad(c.scaleCalls < 1, "-scale-calls must be at least 1")
 	bad(c.scaleWindow < 1 || c.scaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
 	bad(c.scaleShards < 0, "-scale-shards must not be negative")
+	bad(c.limitsTime <= 0, "-limits-time must be above 0")
+	bad(len(c.limitsEchoRates) == 0 && c.phases["limits"], "-limits-echo: at least one rate")
+	bad(c.limitsRedisUsers < 1 || c.limitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
 	return p.Err()
 }

@@ -11,6 +11,11 @@
 //	        (GET /status at 5,000/s, POST /statuses, counts) under that ingest
 //	rebuild every shard of the state rebuilt from the log by the running aggregators, as
 //	        after Redis lost it: users/s into Redis and records/s folded
+//	limits  the engines alone, on the same servers, for work of Pulse's shape: Kafka's
+//	        ProducerPerformance with Pulse's record size and acks=all, a minimal
+//	        go-redis loop writing aggregator windows (beside statestore.WriteWindow), a
+//	        minimal gocql writer of history's rows, a bare Echo handler under loadgen's
+//	        single-event load; results.md and results.json give Pulse ÷ each limit
 //	scale   counts and memory with -scale-users registered users bulk-loaded into
 //	        Redis in Pulse's layout, then in the seed's direct layout (a sorted set of
 //	        online users and a hash per user) as the baseline, on the same Redis

@@ -86,6 +86,8 @@ func fmtValue(v float64, unit string) string {
 		return sig(v) + "×"
 	case "s":
 		return sig(v) + " s"
+	case "ratio":
+		return pct(v)
 	}
 	return num(v) + " " + unit
 }
@@ -155,6 +157,9 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	}
 	if r.Rebuild != nil {
 		m.rebuild(r.Rebuild)
+	}
+	if r.Limits != nil || len(r.Ratios) > 0 {
+		m.limits(r)
 	}
 	if r.Scale != nil {
 		m.scale(r.Scale)
@@ -281,7 +286,8 @@ func (m *markdown) cpu(all []StepResult) {
 	m.p("## CPU per event\n\n")
 	m.p("Microseconds of CPU (user + system, all threads, from /proc/<pid>/stat) per event ingest accepted, from the start of each load until the aggregator caught up; in parentheses the cores the process kept busy meanwhile. *pipeline* sums the stack's seven processes.\n\n")
 	m.p("*machine* is every core's busy time over the window, in cores; *others* the part no watched process used (other work on the machine), *stolen* what the hypervisor withheld.\n\n")
-	m.p("| step | %s | pipeline | machine busy / others / stolen (cores) |\n|---|%s---|---|\n", strings.Join(cpuOrder, " | "), strings.Repeat("---|", len(cpuOrder)))
+	m.p("*loadgen share* is the load generator's CPU as a share of all the machine's cores: the harness's part, not the pipeline's.\n\n")
+	m.p("| step | %s | pipeline | machine busy / others / stolen (cores) | loadgen share |\n|---|%s---|---|---|\n", strings.Join(cpuOrder, " | "), strings.Repeat("---|", len(cpuOrder)))
 	for _, s := range all {
 		m.p("| %s %s ev/s |", s.Mode, num(s.OfferedEventsPerSec))
 		for _, n := range cpuOrder {
@@ -292,7 +298,7 @@ func (m *markdown) cpu(all []StepResult) {
 			}
 			m.p(" %s (%.2f) |", sig(c.SecondsPerEvent*1e6), c.Cores)
 		}
-		m.p(" %s | %s |\n", sig(pipelineCPU(s.CPU)*1e6), machineText(s.Machine))
+		m.p(" %s | %s | %s |\n", sig(pipelineCPU(s.CPU)*1e6), machineText(s.Machine), pct(s.LoadgenMachineShare))
 	}
 	m.p("\n")
 }

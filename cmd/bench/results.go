@@ -26,6 +26,9 @@ type Results struct {
 	History *HistoryCheck  `json:"history,omitempty"`
 	Scale   *ScaleResult   `json:"scale,omitempty"`
 	Rebuild *RebuildResult `json:"rebuild,omitempty"`
+	Limits  *LimitsResult  `json:"limits,omitempty"`
+	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.
+	Ratios []LimitRatio `json:"ratios"`
 
 	Profiles []string `json:"profiles"`
 	Targets  []Target `json:"targets"`
@@ -90,6 +93,9 @@ type StepResult struct {
 	EventsInWindow   float64            `json:"eventsInWindow"`
 	CPU              map[string]ProcCPU `json:"cpu"`
 	Machine          MachineCPU         `json:"machine"`
+	// LoadgenMachineShare is the load generator's CPU over the window as a share of
+	// every core of the machine: the harness's part, not the pipeline's.
+	LoadgenMachineShare float64 `json:"loadgenMachineShare"`
 
 	SettleSeconds float64  `json:"settleSeconds"`
 	Settled       bool     `json:"settled"`

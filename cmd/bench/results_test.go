@@ -70,8 +70,14 @@ func TestEvaluate(t *testing.T) {
 	r := sampleResults()
 	r.History = historyCheck(r.Batched, 50000)
 	ts := evaluate(r, 10_000_000)
-	if len(ts) != 11 {
-		t.Fatalf("%d targets, want 11", len(ts))
+	if len(ts) != 14 {
+		t.Fatalf("%d targets, want 14", len(ts))
+	}
+	// No limits phase ran: the targets stated against the limits are not measured.
+	for _, id := range []string{"batched-vs-kafka", "single-vs-echo", "history-vs-gocql"} {
+		if got := target(t, ts, id); got.Measured {
+			t.Errorf("%s measured without the limits phase: %+v", id, got)
+		}
 	}
 	for _, tt := range []struct {
 		id     string

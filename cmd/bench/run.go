@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string) error {
 
 	b.noteOthers()
 	res.History = historyCheck(res.Batched, cfg.historyAt)
+	res.Ratios = limitRatios(res)
 	res.Targets = evaluate(res, scaleGoal)
 	res.Processes = st.processes()
 	res.FinishedAt = time.Now().UTC()
@@ -137,6 +138,15 @@ func (b *bench) phases(ctx context.Context) error {
 			return fmt.Errorf("rebuild phase: %w", err)
 		}
 		b.res.Rebuild = r
+	}
+	if b.cfg.phases["limits"] {
+		idle("the limits")
+		fmt.Fprintln(b.out, "==> the engines' own limits, on the same servers")
+		l, err := b.limits(ctx)
+		b.res.Limits = l
+		if err != nil {
+			return fmt.Errorf("limits phase: %w", err)
+		}
 	}
 	if b.cfg.phases["scale"] {
 		fmt.Fprintf(b.out, "==> counts and memory at scale (%d users)\n", b.cfg.scaleUsers)

@@ -132,6 +132,9 @@ func (b *bench) runStep(ctx context.Context, sp stepSpec) (StepResult, error) {
 	// Without ingest's metrics, the events are what loadgen saw accepted, warm-up included.
 	fallback := lr.report.AcceptedEventsPerSec * (lr.report.MeasuredSeconds + sp.load.warmup.Seconds())
 	r.readCPU(before, after, lr.cpuSeconds, fallback)
+	if n := b.res.Machine.CPUs; n > 0 {
+		r.LoadgenMachineShare = r.CPU["loadgen"].Cores / float64(n)
+	}
 	r.readServices(before, after)
 	r.judge(b.cfg.crit)
 	return r, ctx.Err()

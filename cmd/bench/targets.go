@@ -36,7 +36,8 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 // evaluate judges every target of the issue on r; a target whose phase did not run
 // is listed as not measured.
 func evaluate(r *Results, scaleGoal int) []Target {
-	return slices.Concat(throughputTargets(r), halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History))
+	return slices.Concat(throughputTargets(r), halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
+		ratioTargets(limitRatios(r)))
 }
 
 // judged is t judged on v (NaN: not measured), with note as its context.
