@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -210,5 +211,81 @@ func TestReadHelpersReportUnreachableRedis(t *testing.T) {
 	}
 	if _, err := s.ShardCounts(ctx, 2); err == nil {
 		t.Error("ShardCounts did not fail")
+	}
+}
+
+// lossHook runs GetMany's pipeline in two parts, with the shard's loss in between, as
+// a FLUSHALL from another client may fall between two commands of it.
+type lossHook struct {
+	armed bool
+	split int
+	loss  func(context.Context)
+}
+
+func (h *lossHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *lossHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *lossHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.armed || len(cmds) <= h.split {
+			return next(ctx, cmds)
+		}
+		h.armed = false
+		if err := next(ctx, cmds[:h.split]); err != nil {
+			return err
+		}
+		h.loss(ctx)
+		return next(ctx, cmds[h.split:])
+	}
+}
+
+// GetMany never answers from a shard Redis lost while it read: after the bookkeeping
+// was read and before the states were, the shard is deleted (its states read as
+// absent, unknown users), or deleted and registered again and marked whole (a new
+// epoch). Either is ErrRebuilding, never a nil state with no error.
+func TestGetManyRefusesAShardLostDuringTheRead(t *testing.T) {
+	ctx := context.Background()
+	users := map[string]presence.Status{"ann": presence.Online, "bob": presence.Idle, "cat": presence.Online}
+	ids := []string{"ann", "bob", "cat"}
+	for _, tt := range []struct {
+		name string
+		loss func(context.Context, *Store) error
+	}{
+		{"deleted", func(ctx context.Context, s *Store) error {
+			_, err := s.DeleteShard(ctx, 0)
+			return err
+		}},
+		{"deleted and registered again", func(ctx context.Context, s *Store) error {
+			if _, err := s.DeleteShard(ctx, 0); err != nil {
+				return err
+			}
+			if err := s.RegisterShards(ctx, 1, 64); err != nil {
+				return err
+			}
+			return s.FinishRebuild(ctx, 0)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb, prefix := servertest.Redis(t, nil)
+			s := New(rdb, prefix)
+			readFixture(t, s, 1, users)
+			if got, err := s.GetMany(ctx, ids); err != nil || got[0] == nil || got[1] == nil || got[2] == nil {
+				t.Fatalf("GetMany before any loss = %v, %v", got, err)
+			}
+			// The pipeline's first command is the one shard's bookkeeping.
+			h := &lossHook{armed: true, split: 1, loss: func(ctx context.Context) {
+				if err := tt.loss(ctx, s); err != nil {
+					t.Error(err)
+				}
+			}}
+			rdb.AddHook(h)
+			defer func() { h.armed = false }()
+			got, err := s.GetMany(ctx, ids)
+			if h.armed {
+				t.Fatal("the hook never split GetMany's pipeline")
+			}
+			if !errors.Is(err, ErrRebuilding) {
+				t.Fatalf("GetMany across the loss = %v, %v; want ErrRebuilding", got, err)
+			}
+		})
 	}
 }

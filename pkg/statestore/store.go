@@ -2,7 +2,9 @@ package statestore
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -127,7 +129,7 @@ func (s *Store) RegisterShards(ctx context.Context, n, buckets int) error {
 	}
 	pipe = s.rdb.Pipeline()
 	for sh := range n {
-		pipe.Eval(ctx, initShardsLua, []string{s.keys.Meta(sh)})
+		pipe.Eval(ctx, initShardsLua, []string{s.keys.Meta(sh)}, newEpoch())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("initialising the bookkeeping of %d shards: %w", n, err)
@@ -322,10 +324,22 @@ func (s *Store) readStates(ctx context.Context, buckets int, refs []userRef) ([]
 func hmgetByKey[G comparable](ctx context.Context, rdb redis.UniversalClient, n int,
 	ref func(i int) (G, string), key func(G) string,
 ) ([]string, error) {
-	out := make([]string, n)
 	if n == 0 {
-		return out, nil
+		return make([]string, 0), nil
 	}
+	pipe := rdb.Pipeline()
+	collect := queueHMGets(ctx, pipe, n, ref, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	return collect(), nil
+}
+
+// queueHMGets queues on pipe the HMGETs hmgetByKey sends, and returns what gathers
+// their answers once pipe ran.
+func queueHMGets[G comparable](ctx context.Context, pipe redis.Pipeliner, n int,
+	ref func(i int) (G, string), key func(G) string,
+) (collect func() []string) {
 	type hash struct {
 		key    string
 		fields []string
@@ -344,20 +358,19 @@ func hmgetByKey[G comparable](ctx context.Context, rdb redis.UniversalClient, n 
 		h.fields = append(h.fields, field)
 		h.at = append(h.at, i)
 	}
-	pipe := rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(order))
 	for k, h := range order {
 		cmds[k] = pipe.HMGet(ctx, h.key, h.fields...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	for k, h := range order {
-		for j, v := range cmds[k].Val() {
-			out[h.at[j]], _ = v.(string)
+	return func() []string {
+		out := make([]string, n)
+		for k, h := range order {
+			for j, v := range cmds[k].Val() {
+				out[h.at[j]], _ = v.(string)
+			}
 		}
+		return out
 	}
-	return out, nil
 }
 
 // NewID is a user seen for the first time, with the bitmap index it was given.
@@ -419,7 +432,7 @@ func (s *Store) WriteWindow(ctx context.Context, w *Window) (bool, error) {
 // until its owner has checked the shard against the log (FinishRebuild), readers are
 // told the state is being rebuilt rather than shown an empty shard as the truth.
 const initShardsLua = `if redis.call('HSETNX', KEYS[1], 'offset', '-1') == 1 then
-  redis.call('HSET', KEYS[1], 'rebuilding', '1')
+  redis.call('HSET', KEYS[1], 'rebuilding', '1', 'epoch', ARGV[1])
 end
 return 0`
 
@@ -495,6 +508,15 @@ func (s *Store) checkShards(ctx context.Context, shards []int) error {
 		}
 	}
 	return nil
+}
+
+// newEpoch names one life of a shard's bookkeeping: the meta hash gets a new one each
+// time it is created, so a reader that sees the same epoch before and after its reads
+// knows Redis did not lose the shard in between (GetMany).
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // shardUsable judges a shard by its meta's offset and rebuilding fields.
@@ -637,13 +659,42 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*presence.User, er
 			shards = append(shards, refs[i].shard)
 		}
 	}
-	if err := s.checkShards(ctx, shards); err != nil {
-		return nil, err
+	// One round trip: each shard's bookkeeping, the states, then the bookkeeping again.
+	// Redis may lose the shard between two commands of the pipeline (a FLUSHALL from
+	// another client): states read after it would be missing and look like unknown
+	// users. The shard is trusted only when it was whole, and of the same epoch, on
+	// both sides of the state reads.
+	metaFields := []string{"offset", "rebuilding", "epoch"}
+	pipe := s.rdb.Pipeline()
+	before := make([]*redis.SliceCmd, len(shards))
+	for i, sh := range shards {
+		before[i] = pipe.HMGet(ctx, s.keys.Meta(sh), metaFields...)
 	}
-	vals, err := s.readStates(ctx, l.buckets, refs)
-	if err != nil {
+	collect := queueHMGets(ctx, pipe, len(refs),
+		func(i int) ([2]int, string) {
+			return [2]int{refs[i].shard, bucketOf(refs[i].id, l.buckets)}, refs[i].id
+		},
+		func(k [2]int) string { return s.keys.State(k[0], k[1]) })
+	after := make([]*redis.SliceCmd, len(shards))
+	for i, sh := range shards {
+		after[i] = pipe.HMGet(ctx, s.keys.Meta(sh), metaFields...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading %d user states: %w", len(ids), err)
 	}
+	for i, sh := range shards {
+		b, a := before[i].Val(), after[i].Val()
+		if err := shardUsable(sh, b); err != nil {
+			return nil, err
+		}
+		if err := shardUsable(sh, a); err != nil {
+			return nil, err
+		}
+		if b[2] != a[2] {
+			return nil, fmt.Errorf("shard %d was lost and registered again during the read: %w", sh, ErrRebuilding)
+		}
+	}
+	vals := collect()
 	for i, v := range vals {
 		if v == "" {
 			continue
