@@ -298,6 +298,16 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("the history view draws %q while history is unavailable", got)
 		}
 		tab.screenshot(t, "cassandra-unreachable-history")
+
+		// The query service goes away: the feed says it is reconnecting and the counts
+		// say they are unavailable, rather than showing zeros.
+		tab.eval(t, `location.hash = '#now'`)
+		tab.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 15*time.Second)
+		q2.stop(t)
+		tab.wait(t, `document.getElementById('feed-state').textContent === 'reconnecting'`, 10*time.Second)
+		tab.wait(t, `document.getElementById('counts-state').textContent.startsWith('counts unavailable') &&
+			document.getElementById('count-online').textContent === '—'`, 10*time.Second)
+		tab.screenshot(t, "query-gone")
 	})
 }
 

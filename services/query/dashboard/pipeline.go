@@ -238,7 +238,11 @@ func (p *Pipeline) scrape(ctx context.Context, target string) ([]*dto.MetricFami
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("no answer within %v", p.timeout)
 		}
-		return nil, errors.Unwrap(err) // the url.Error's cause: its URL is shown beside it
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its URL is shown beside it
+		}
+		return nil, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {

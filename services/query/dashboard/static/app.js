@@ -190,7 +190,7 @@
       if (this.stopped) return;
       const q = new URLSearchParams(this.params);
       if (this.cursor && this.failures < 2) q.set('cursor', this.cursor);
-      q.set('access_token', S.cred);
+      if (S.cred) q.set('access_token', S.cred);
       const es = (this.es = new EventSource('/v1/watch/sse?' + q));
       this.show(this.failures ? 'reconnecting' : 'connecting', 'warn');
       es.onopen = () => { this.failures = 0; this.show('live', 'live'); };
@@ -233,8 +233,8 @@
   function leave() { cleanups.forEach((f) => f()); cleanups = []; }
 
   function needCredential(stateEl) {
-    if (!S.cred) { setState(stateEl, 'paste a key or user token above', true); return true; }
-    if (!S.role) { setState(stateEl, 'the credential was not accepted', true); return true; }
+    if (!S.role && !S.cred) { setState(stateEl, 'paste a key or user token above', true); return true; }
+    if (!S.role) { setState(stateEl, $('who').textContent === 'key refused' ? 'the credential was refused' : 'the query service did not answer; reload to try again', true); return true; }
     return false;
   }
 
@@ -642,7 +642,11 @@
     const who = $('who');
     S.role = null;
     S.sub = '';
-    if (!S.cred) { who.textContent = 'no credential'; return; }
+    if (!S.cred) {
+      // A service run with PULSE_AUTH=off reads without credentials.
+      try { await api('/v1/online/count'); S.role = 'reader'; who.textContent = 'no credential (auth off)'; } catch (e) { who.textContent = 'no credential'; }
+      return;
+    }
     const parts = S.cred.split('.');
     if (parts.length === 3) {
       try {
