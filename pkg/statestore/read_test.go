@@ -289,3 +289,40 @@ func TestGetManyRefusesAShardLostDuringTheRead(t *testing.T) {
 		})
 	}
 }
+
+// A guard taken before a read of several round trips finds a shard lost meanwhile,
+// also when it was registered again and marked whole since (a new epoch).
+func TestShardsGuard(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := servertest.Redis(t, nil)
+	s := New(rdb, prefix)
+	readFixture(t, s, 2, map[string]presence.Status{"ann": presence.Online})
+	g, err := s.GuardShards(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unchanged(ctx, g); err != nil {
+		t.Fatalf("Unchanged with nothing lost = %v", err)
+	}
+	if _, err := s.DeleteShard(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unchanged(ctx, g); !errors.Is(err, ErrRebuilding) {
+		t.Fatalf("Unchanged after shard 1 was deleted = %v, want ErrRebuilding", err)
+	}
+	if err := s.RegisterShards(ctx, 2, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkWhole(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unchanged(ctx, g); !errors.Is(err, ErrRebuilding) {
+		t.Fatalf("Unchanged after shard 1 was registered again = %v, want ErrRebuilding", err)
+	}
+	if g, err = s.GuardShards(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unchanged(ctx, g); err != nil {
+		t.Fatalf("a new guard = %v", err)
+	}
+}

@@ -491,6 +491,62 @@ func (s *Store) CheckShards(ctx context.Context, n int) error {
 	return s.checkShards(ctx, shards)
 }
 
+// ShardsGuard is the bookkeeping of shards 0 to n-1 as a reader found it whole before
+// a read of several round trips (a listing page, a filter); Unchanged tells afterwards
+// whether Redis lost any of them meanwhile.
+type ShardsGuard struct {
+	epochs []any
+}
+
+// GuardShards is CheckShards, keeping what Unchanged compares.
+func (s *Store) GuardShards(ctx context.Context, n int) (ShardsGuard, error) {
+	g := ShardsGuard{epochs: make([]any, n)}
+	vals, err := s.readMeta(ctx, n)
+	if err != nil {
+		return g, err
+	}
+	for sh, v := range vals {
+		if err := shardUsable(sh, v); err != nil {
+			return g, err
+		}
+		g.epochs[sh] = v[2]
+	}
+	return g, nil
+}
+
+// Unchanged returns ErrRebuilding when one of g's shards is no longer whole, or is a
+// new life of it (lost and registered again), since GuardShards: what was read in
+// between may be partial.
+func (s *Store) Unchanged(ctx context.Context, g ShardsGuard) error {
+	vals, err := s.readMeta(ctx, len(g.epochs))
+	if err != nil {
+		return err
+	}
+	for sh, v := range vals {
+		if err := sameWholeShard(sh, []any{"", nil, g.epochs[sh]}, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMeta reads offset, rebuilding and epoch of shards 0 to n-1 in one round trip.
+func (s *Store) readMeta(ctx context.Context, n int) ([][]any, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, n)
+	for sh := range n {
+		cmds[sh] = pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding", "epoch")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading the bookkeeping of %d shards: %w", n, err)
+	}
+	out := make([][]any, n)
+	for sh, c := range cmds {
+		out[sh] = c.Val()
+	}
+	return out, nil
+}
+
 // checkShards returns ErrRebuilding when one of the shards has no bookkeeping (Redis
 // lost it) or is marked as being rebuilt.
 func (s *Store) checkShards(ctx context.Context, shards []int) error {
@@ -517,6 +573,21 @@ func newEpoch() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// sameWholeShard judges a shard by its meta's offset, rebuilding and epoch fields read
+// before and after a read of its keys: whole both times, and the same life of it.
+func sameWholeShard(sh int, before, after []any) error {
+	if err := shardUsable(sh, before); err != nil {
+		return err
+	}
+	if err := shardUsable(sh, after); err != nil {
+		return err
+	}
+	if before[2] != after[2] {
+		return fmt.Errorf("shard %d was lost and registered again during the read: %w", sh, ErrRebuilding)
+	}
+	return nil
 }
 
 // shardUsable judges a shard by its meta's offset and rebuilding fields.
@@ -622,13 +693,15 @@ func (s *Store) Get(ctx context.Context, userID string) (*presence.User, error) 
 		return nil, err
 	}
 	sh := shard.For(userID, l.shards)
+	// The shard's bookkeeping on both sides of the state, as in GetMany.
 	pipe := s.rdb.Pipeline()
-	meta := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding")
+	before := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding", "epoch")
 	state := pipe.HGet(ctx, s.keys.State(sh, bucketOf(userID, l.buckets)), userID)
+	after := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding", "epoch")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading user state: %w", err)
 	}
-	if err := shardUsable(sh, meta.Val()); err != nil {
+	if err := sameWholeShard(sh, before.Val(), after.Val()); err != nil {
 		return nil, err
 	}
 	b, err := state.Result()
@@ -683,15 +756,8 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*presence.User, er
 		return nil, fmt.Errorf("reading %d user states: %w", len(ids), err)
 	}
 	for i, sh := range shards {
-		b, a := before[i].Val(), after[i].Val()
-		if err := shardUsable(sh, b); err != nil {
+		if err := sameWholeShard(sh, before[i].Val(), after[i].Val()); err != nil {
 			return nil, err
-		}
-		if err := shardUsable(sh, a); err != nil {
-			return nil, err
-		}
-		if b[2] != a[2] {
-			return nil, fmt.Errorf("shard %d was lost and registered again during the read: %w", sh, ErrRebuilding)
 		}
 	}
 	vals := collect()

@@ -162,7 +162,10 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		}
 		pos = q.cursor.Pos
 	}
-	if err := h.store.CheckShards(ctx, n); err != nil {
+	// A page takes several round trips: Redis losing a shard between them must not
+	// show as a page with users missing (docs/design.md guarantee 10).
+	guard, err := h.store.GuardShards(ctx, n)
+	if err != nil {
 		return h.readErr(err)
 	}
 	oq := online.Query{Statuses: q.statuses, Limit: q.limit}
@@ -171,6 +174,9 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	}
 	users, next, err := online.Page(ctx, h.store, n, oq, pos)
 	if err != nil {
+		return h.readErr(err)
+	}
+	if err := h.store.Unchanged(ctx, guard); err != nil {
 		return h.readErr(err)
 	}
 	res := onlineList{Users: make([]onlineUser, len(users))}
@@ -229,7 +235,8 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 	if n == 0 || len(req.UserIDs) == 0 {
 		return c.JSON(http.StatusOK, res)
 	}
-	if err := h.store.CheckShards(ctx, n); err != nil {
+	guard, err := h.store.GuardShards(ctx, n)
+	if err != nil {
 		return h.readErr(err)
 	}
 	locs, err := h.store.Locate(ctx, n, req.UserIDs)
@@ -246,6 +253,10 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 	}
 	bms, err := h.cache.Get(ctx, shards)
 	if err != nil {
+		return h.readErr(err)
+	}
+	// Users Redis lost between the reads would be left out as unknown.
+	if err := h.store.Unchanged(ctx, guard); err != nil {
 		return h.readErr(err)
 	}
 	for i, l := range locs {
