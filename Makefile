@@ -21,6 +21,7 @@ STACK := deploy/local/stack.sh
 TOPOLOGY ?= single
 export PULSE_TOPOLOGY := $(TOPOLOGY)
 # The topology's addresses for the tests (nothing for single: the defaults are its own).
+# The unit tests take only the addresses: some run stack.sh on stack folders of their own.
 TOPOLOGY_ENV = eval "$$($(STACK) env)" &&
 # Integration tests left out on the cluster topology (each with its reason above it),
 # and the cluster's failover tests (tests/cluster_failover_test.go), which need its
@@ -101,7 +102,7 @@ $(GOTESTSUM): tools/go.mod tools/go.sum
 	cd tools && GOWORK=off go build -o ../bin/tools/ gotest.tools/gotestsum
 
 test-unit: $(GOTESTSUM) ## Unit tests (the Redis-backed ones skip without the stack, fail without it under CI)
-	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
+	$(TOPOLOGY_ENV) unset PULSE_TOPOLOGY && $(GOTESTSUM) --format pkgname-and-test-fails -- $(GO_TEST_FLAGS) -race $(UNIT_PKGS)
 
 # Schemathesis (PyPI), pinned, in a virtualenv of its own: TestOpenAPIFuzzedWithSchemathesis
 # runs it against the live ingest and query.

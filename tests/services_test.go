@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 type readyReport struct {
@@ -69,6 +72,17 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 			})
 			if !rep.Ready || !reflect.DeepEqual(checkNames(rep), want) {
 				t.Fatalf("%s /readyz = %+v, want ready with checks %v", name, rep, want)
+			}
+			if name == "aggregator" {
+				// The shards it registered are whole once it took its partitions, which
+				// query's state check reads after it stopped.
+				store := statestore.New(stateRDB(t, redisAddr()), env["PULSE_REDIS_PREFIX"])
+				eventually(t, 30*time.Second, func() string {
+					if err := store.CheckShards(context.Background(), 2); err != nil {
+						return err.Error()
+					}
+					return ""
+				})
 			}
 			code, metrics := get(t, s.url+"/metrics")
 			if code != http.StatusOK {

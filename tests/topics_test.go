@@ -32,6 +32,15 @@ func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
 		t.Fatalf("listing topics (is the stack up? run 'make up'): %v", err)
 	}
 	want := partitions(t)
+	// The stack creates its topics with a replica on every broker, up to three: one on
+	// the single stack, three on the cluster topology, whose writes then need two in
+	// sync (min.insync.replicas).
+	brokers, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := min(3, len(brokers.Brokers))
+	wantISR := strconv.Itoa(max(1, min(2, replicas-1)))
 	for _, name := range topics {
 		d, ok := details[name]
 		if !ok || d.Err != nil {
@@ -41,8 +50,8 @@ func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
 			t.Errorf("topic %s has %d partitions, want %d", name, got, want)
 		}
 		for p, pd := range d.Partitions {
-			if len(pd.Replicas) != 1 {
-				t.Errorf("topic %s partition %d has %d replicas, want 1 on the one-broker stack", name, p, len(pd.Replicas))
+			if len(pd.Replicas) != replicas {
+				t.Errorf("topic %s partition %d has %d replicas, want %d on a stack of %d brokers", name, p, len(pd.Replicas), replicas, len(brokers.Brokers))
 			}
 		}
 	}
@@ -55,14 +64,20 @@ func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
 		if rc.Err != nil {
 			t.Fatalf("%s configs: %v", rc.Name, rc.Err)
 		}
-		got := "(unset)"
+		got, isr := "(unset)", "(unset)"
 		for _, c := range rc.Configs {
-			if c.Key == "retention.ms" {
+			switch c.Key {
+			case "retention.ms":
 				got = c.MaybeValue()
+			case "min.insync.replicas":
+				isr = c.MaybeValue()
 			}
 		}
 		if got != wantRetention {
 			t.Errorf("%s retention.ms = %s, want %s (7 days)", rc.Name, got, wantRetention)
+		}
+		if isr != wantISR {
+			t.Errorf("%s min.insync.replicas = %s, want %s", rc.Name, isr, wantISR)
 		}
 	}
 }
