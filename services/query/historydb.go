@@ -42,7 +42,10 @@ func (d *historyDB) get() *gocql.Session {
 func (d *historyDB) Run(ctx context.Context) error {
 	wait := time.Second
 	for {
-		s, err := cassx.NewSession(d.cfg)
+		s, err := d.connect(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
 		if err == nil {
 			d.session.Store(s)
 			d.logger.Info("history store connected", "cassandra", d.cfg.String())
@@ -58,6 +61,32 @@ func (d *historyDB) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, d.retry)
+	}
+}
+
+// connect opens a session, or gives up waiting when ctx ends: the driver's connect
+// takes no context, and on a busy machine its dials and handshakes add up to far
+// longer than a shutdown may wait. A session that arrives after ctx ended is closed.
+func (d *historyDB) connect(ctx context.Context) (*gocql.Session, error) {
+	type result struct {
+		s   *gocql.Session
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := cassx.NewSession(d.cfg)
+		done <- result{s, err}
+	}()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.s != nil {
+				r.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 
