@@ -170,7 +170,7 @@ var quickValues = map[string]string{
 	"half-count":    "20",
 	"half-statuses": "50",
 	"limits-time":   "10s",
-	"limits-echo":   "5000,10000,20000,40000",
+	"limits-echo":   "2000,5000,10000,20000,40000",
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {

@@ -87,6 +87,8 @@ type CassandraLimit struct {
 	RowsPerSec    float64            `json:"rowsPerSec"`
 	WriteMs       Quantiles          `json:"writeMs"`
 	CPU           map[string]float64 `json:"cpuCores"` // cassandra and bench, in cores over the run
+	// Deleted says every partition written was deleted afterwards.
+	Deleted bool `json:"deleted"`
 }
 
 // EchoLimit is an Echo handler that only decodes POST /status and answers 202, in
@@ -157,25 +159,44 @@ func limitRatios(r *Results) []LimitRatio {
 		}
 		out = append(out, x)
 	}
+	// A mode whose every step kept up gives a floor of Pulse's rate, and of the ratio.
+	floor := func(m *ModeResult) string {
+		if m != nil && len(m.Steps) > 0 && m.Steps[len(m.Steps)-1].KeptUp {
+			return "every step kept up: Pulse's rate, and the ratio, are floors"
+		}
+		return ""
+	}
 	batched := nan
 	if r.Batched != nil {
 		batched = r.Batched.MaxAcceptedEventsPerSec
 	}
 	add(LimitRatio{ID: "batched-vs-kafka", Stage: "ingest → Kafka → aggregator → Redis, batched",
 		Pulse: "events/s accepted at the highest batched step that kept up", Limit: "records/s of Kafka's ProducerPerformance, same record size, acks=all",
-		Unit: "events/s"}, batched, pick(l.Kafka != nil, fieldOr(l.Kafka, func(k *KafkaLimit) float64 { return k.RecordsPerSec })))
+		Unit: "events/s", Note: floor(r.Batched)}, batched, pick(l.Kafka != nil, fieldOr(l.Kafka, func(k *KafkaLimit) float64 { return k.RecordsPerSec })))
 	single := nan
 	if r.Single != nil {
 		single = r.Single.MaxAcceptedEventsPerSec
 	}
+	echo, echoNote := nan, floor(r.Single)
+	if e := l.Echo; e != nil {
+		echo = e.MaxAcceptedEventsPerSec
+		if echo == 0 {
+			// No step kept up: what it accepted while overloaded is its rate.
+			echo = e.PeakAcceptedEventsPerSec
+			echoNote = strings.TrimPrefix(echoNote+"; no step of the bare handler kept up: its limit is the most it accepted", "; ")
+		}
+	}
 	add(LimitRatio{ID: "single-vs-echo", Stage: "one event per POST /status",
-		Pulse: "events/s accepted at the highest single step that kept up", Limit: "events/s a bare Echo handler (decode, 202) accepted under the same loadgen",
-		Unit: "events/s"}, single, pick(l.Echo != nil, fieldOr(l.Echo, func(e *EchoLimit) float64 { return e.MaxAcceptedEventsPerSec })))
+		Pulse: "events/s accepted at the highest single step that kept up", Limit: "events/s a bare Echo handler (decode, 202) accepted under the same loadgen: the highest step that kept up",
+		Unit: "events/s", Note: echoNote}, single, echo)
 	hist := nan
 	var histNote string
 	if r.History != nil {
 		hist = r.History.RowsPerSec
 		histNote = fmt.Sprintf("history at the batched step of %s events/s", num(r.History.AtOfferedEventsPerSec))
+		if r.History.LagRecords <= lagGrowthFloor {
+			histNote += "; it had caught up by the step's end, so the offered load set its rate: a floor of what it can write"
+		}
 	}
 	add(LimitRatio{ID: "history-vs-gocql", Stage: "history → Cassandra",
 		Pulse: "rows/s history wrote (every table)", Limit: "rows/s of a minimal gocql writer of user_activity and user_status",
@@ -194,7 +215,7 @@ func limitRatios(r *Results) []LimitRatio {
 	}
 	add(LimitRatio{ID: "rebuild-vs-redis", Stage: "aggregator folding the log into Redis (rebuild)",
 		Pulse: "users/s registered by the aggregators rebuilding every shard", Limit: "users/s of the minimal go-redis loop",
-		Unit: "users/s", Note: "the rebuild reads and folds every record of the log (about 20 per user), the loop only writes"}, rebuild, loop)
+		Unit: "users/s", Note: "the rebuild reads and folds every record of the log, about 20 per user; the loop only writes"}, rebuild, loop)
 	return out
 }
 
@@ -223,7 +244,11 @@ func ratioTargets(rs []LimitRatio) []Target {
 		if !ok || !x.Measured {
 			return math.NaN(), ""
 		}
-		return x.Ratio, fmt.Sprintf("%s of %s %s", num(x.PulseValue), num(x.LimitValue), x.Unit)
+		note := fmt.Sprintf("%s of %s %s", num(x.PulseValue), num(x.LimitValue), x.Unit)
+		if x.Note != "" {
+			note += "; " + x.Note
+		}
+		return x.Ratio, note
 	}
 	b, bn := val("batched-vs-kafka")
 	s, sn := val("single-vs-echo")
@@ -315,10 +340,13 @@ func (m *markdown) limits(r *Results) {
 			num(x.WriteWindow.UsersPerSec), num(float64(x.WriteWindow.Users)), x.WriteWindow.Seconds, x.WriteWindow.RedisCPUCore)
 	}
 	if c := l.Cassandra; c != nil {
-		m.p("**Cassandra**: a minimal gocql writer of history's user_activity inserts and user_status updates (services/history/rows.go's statements, heartbeats without an activity row as history's default), %d users under `%s` in keyspace %s, packed as history packs them (≤ %d statements and ≤ %d partition keys per unlogged batch), %d requests in flight: **%s rows/s** (%s user_activity, %s user_status rows in %.1f s; %d requests, %d failed; request p50 %s, p99 %s; Cassandra %.2f cores, bench %.2f). The rows were deleted afterwards.\n\n",
+		m.p("**Cassandra**: a minimal gocql writer of history's user_activity inserts and user_status updates (services/history/rows.go's statements, heartbeats without an activity row as history's default), %d users under `%s` in keyspace %s, packed as history packs them (≤ %d statements and ≤ %d partition keys per unlogged batch), %d requests in flight: **%s rows/s** (%s user_activity, %s user_status rows in %.1f s; %d requests, %d failed; request p50 %s, p99 %s; Cassandra %.2f cores, bench %.2f).\n\n",
 			c.Users, c.UserPrefix, c.Keyspace, c.MaxStatements, c.MaxKeys, c.Concurrency, num(c.RowsPerSec), num(float64(c.RowsByTable["user_activity"])),
 			num(float64(c.RowsByTable["user_status"])), c.Seconds, c.Requests, c.Failed, fmtMs(c.WriteMs.P50, c.WriteMs.Count), fmtMs(c.WriteMs.P99, c.WriteMs.Count),
 			c.CPU["cassandra"], c.CPU["bench"])
+		if c.Deleted {
+			m.p("Every partition it wrote was deleted afterwards.\n\n")
+		}
 	}
 	if e := l.Echo; e != nil {
 		m.p("**Bare Echo handler** (decodes the POST /status body, answers 202; in bench's process), under loadgen's single-event load:\n\n")

@@ -62,7 +62,9 @@ func (b *bench) cassandraLimit(ctx context.Context) (*CassandraLimit, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
 		if err := deleteCQLUsers(cctx, sess, touched); err != nil {
-			b.note("deleting the Cassandra limit's rows (users %s*): %v", limitsCQLPrefix, err)
+			b.note("deleting the Cassandra limit's rows (users %s*): %v; the next run writes and deletes the same users", limitsCQLPrefix, err)
+		} else {
+			res.Deleted = true
 		}
 	}()
 
@@ -258,16 +260,27 @@ func execCQL(ctx context.Context, sess *gocql.Session, g []cqlStmt) error {
 }
 
 // deleteCQLUsers deletes the partitions the minimal writer wrote: each user's
-// user_activity buckets and user_status row.
+// user_activity buckets and user_status row, 16 at a time, each tried up to five times
+// (a Cassandra still busy with the writes times some out).
 func deleteCQLUsers(ctx context.Context, sess *gocql.Session, touched map[string]map[time.Time]bool) error {
-	sem := make(chan struct{}, historyConcurrency)
+	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
 	run := func(cql string, args ...any) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := sess.Query(cql, args...).ExecContext(ctx); err != nil {
+			var err error
+			for try := range 5 {
+				if err = sess.Query(cql, args...).ExecContext(ctx); err == nil || ctx.Err() != nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(try+1) * time.Second):
+				}
+			}
+			if err != nil {
 				firstErr.CompareAndSwap(nil, err)
 			}
 		})

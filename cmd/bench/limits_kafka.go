@@ -64,7 +64,7 @@ func (b *bench) kafkaLimit(ctx context.Context) (*KafkaLimit, error) {
 	if err := os.WriteFile(payloadFile, payloads, 0o644); err != nil {
 		return nil, err
 	}
-	res.Keys = "none: ProducerPerformance " + tool + " sends records without keys; RoundRobinPartitioner deals them record by record over every partition, as many user-id keys spread Pulse's records, and each payload carries a key's and the schema header's bytes in their place"
+	res.Keys = "ProducerPerformance (" + tool + ")" + " sends records without keys; RoundRobinPartitioner deals them record by record over every partition, as many user-id keys spread Pulse's records, and each payload carries a key's and the schema header's bytes in their place"
 	res.Props = []string{
 		fmt.Sprintf("bootstrap.servers=127.0.0.1:%d", b.cfg.ports.kafka),
 		// ingest's client: acks=all and idempotence, franz-go's default snappy

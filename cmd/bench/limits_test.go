@@ -161,3 +161,26 @@ func TestLimitRatiosAndTargets(t *testing.T) {
 		t.Errorf("fmtValue(0.5, ratio) = %q", got)
 	}
 }
+
+func TestLimitRatioNotes(t *testing.T) {
+	kept := []StepResult{{KeptUp: true}}
+	r := &Results{
+		Batched: &ModeResult{MaxAcceptedEventsPerSec: 5000, Steps: kept},
+		Single:  &ModeResult{MaxAcceptedEventsPerSec: 1000, Steps: []StepResult{{KeptUp: true}, {KeptUp: false}}},
+		Limits: &LimitsResult{Kafka: &KafkaLimit{RecordsPerSec: 10000},
+			Echo: &EchoLimit{PeakAcceptedEventsPerSec: 4000, Steps: []EchoStep{{OfferedEventsPerSec: 5000, AcceptedEventsPerSec: 4000}}}},
+	}
+	rs := limitRatios(r)
+	if x, _ := ratioOf(rs, "batched-vs-kafka"); !strings.Contains(x.Note, "floors") || x.Ratio != 0.5 {
+		t.Errorf("batched, every step kept up: %+v", x)
+	}
+	x, _ := ratioOf(rs, "single-vs-echo")
+	if !x.Measured || x.LimitValue != 4000 || x.Ratio != 0.25 || !strings.Contains(x.Note, "most it accepted") || strings.Contains(x.Note, "floors") {
+		t.Errorf("single against a handler that never kept up: %+v", x)
+	}
+	for _, tg := range ratioTargets(rs) {
+		if tg.ID == "batched-vs-kafka" && !strings.Contains(tg.Note, "floors") {
+			t.Errorf("target note %q does not carry the ratio's", tg.Note)
+		}
+	}
+}
