@@ -46,6 +46,7 @@ type ackedLoad struct {
 	refused int
 	noRetry int
 	stop    chan struct{}
+	once    sync.Once
 	wg      sync.WaitGroup
 }
 
@@ -116,8 +117,9 @@ func (l *ackedLoad) waitMore(t *testing.T, n int, within time.Duration, when str
 	})
 }
 
+// finish stops the posters and waits for them; a second call does nothing.
 func (l *ackedLoad) finish() {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 }
 
