@@ -32,8 +32,8 @@ type KafkaLimit struct {
 	RecordBytes float64 `json:"recordBytes"`
 	ValueBytes  float64 `json:"valueBytes"`
 	Keys        string  `json:"keys"`
-	// Windows are the tool's periodic reports that were counted (the first, the
-	// producer's warm-up, is left out); the rates are their records over their time.
+	// Windows are the tool's periodic reports that were counted (the first three, the
+	// producer warming up, are left out); the rates are their records over their time.
 	Windows       int     `json:"windows"`
 	Records       int64   `json:"records"`
 	Seconds       float64 `json:"seconds"`
@@ -330,9 +330,9 @@ func (m *markdown) limits(r *Results) {
 		return
 	}
 	if k := l.Kafka; k != nil {
-		m.p("**Kafka**: `org.apache.kafka.tools.ProducerPerformance` (%s), unthrottled, %s B per record (a presence.events record's key, schema header and %s B protobuf value), %d partitions × %d replicas, `%s`: **%s records/s, %.2f MB/s**, average latency %s, max %s, over %d report windows (%.1f s) after the first. Keys: %s. Kafka's CPU meanwhile: %.2f cores; the tool's JVM: %.1f CPU seconds. Output: `%s`.\n\n",
+		m.p("**Kafka**: `org.apache.kafka.tools.ProducerPerformance` (%s), unthrottled, %s B per record (a presence.events record's key, schema header and %s B protobuf value), %d partitions × %d replicas, `%s`: **%s records/s, %.2f MB/s**, average latency %s, max %s, over %d report windows (%.1f s) after %d of warm-up. Keys: %s. Kafka's CPU meanwhile: %.2f cores; the tool's JVM: %.1f CPU seconds. Output: `%s`.\n\n",
 			k.Tool, sig(k.RecordBytes), sig(k.ValueBytes), k.Partitions, k.Replicas, strings.Join(k.Props[1:], " "), num(k.RecordsPerSec), k.MBPerSec,
-			fmtMs(k.AvgLatencyMs, 1), fmtMs(k.MaxLatencyMs, 1), k.Windows, k.Seconds, k.Keys, k.KafkaCPUCores, k.CPUSeconds, k.Raw)
+			fmtMs(k.AvgLatencyMs, 1), fmtMs(k.MaxLatencyMs, 1), k.Windows, k.Seconds, perfWarmWindows, k.Keys, k.KafkaCPUCores, k.CPUSeconds, k.Raw)
 	}
 	if x := l.Redis; x != nil {
 		m.p("**Redis**: windows of %d users of one shard (%d shards, %d writers, %s B states), as the aggregator writes them. Minimal pipelined go-redis loop (%s): **%s users/s** (%s users in %.1f s, Redis %.2f cores). The same windows through `statestore.WriteWindow` (one Lua script call, guarded by the shard's offset): %s users/s (%s users in %.1f s, Redis %.2f cores).\n\n",

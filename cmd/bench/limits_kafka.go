@@ -21,13 +21,19 @@ import (
 	"github.com/pulse-presence/pulse/pkg/records"
 )
 
-// perfReportEvery is how often ProducerPerformance prints a window's figures.
-const perfReportEvery = 5 * time.Second
+// perfReportEvery is how often ProducerPerformance prints a window's figures;
+// perfWarmWindows are the first windows left out: the JVM compiles the producer's hot
+// paths over the first 10–15 s, and on two busy cores its rate still doubles between
+// the second and third window.
+const (
+	perfReportEvery = 5 * time.Second
+	perfWarmWindows = 3
+)
 
 // kafkaLimit runs Kafka's ProducerPerformance unthrottled against a throwaway topic with
 // the events topic's partitions and replicas, with payloads of presence.events records'
 // size, acks=all and the producer settings ingest's client runs with, for -limits-time
-// after a first report window that is not counted.
+// after perfWarmWindows report windows that are not counted.
 func (b *bench) kafkaLimit(ctx context.Context) (*KafkaLimit, error) {
 	cp, tool, err := b.kafkaToolsClasspath(ctx)
 	if err != nil {
@@ -83,8 +89,8 @@ func (b *bench) kafkaLimit(ctx context.Context) (*KafkaLimit, error) {
 	defer raw.Close()
 	fmt.Fprintf(raw, "$ java %s\n", strings.Join(args, " "))
 
-	want := 1 + int(math.Ceil(float64(b.cfg.limitsTime)/float64(perfReportEvery)))
-	rctx, cancel := context.WithTimeout(ctx, b.cfg.limitsTime+perfReportEvery+90*time.Second)
+	want := perfWarmWindows + int(math.Ceil(float64(b.cfg.limitsTime)/float64(perfReportEvery)))
+	rctx, cancel := context.WithTimeout(ctx, b.cfg.limitsTime+perfWarmWindows*perfReportEvery+90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, "java", args...)
 	cmd.Stderr = raw
@@ -120,7 +126,7 @@ func (b *bench) kafkaLimit(ctx context.Context) (*KafkaLimit, error) {
 	if elapsed > 0 {
 		res.KafkaCPUCores = cpu["kafka"] / elapsed
 	}
-	sum, err := summarizePerf(lines)
+	sum, err := summarizePerf(lines, perfWarmWindows)
 	if err != nil {
 		if waitErr != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w (java: %v; see %s)", err, waitErr, res.Raw)
@@ -259,10 +265,10 @@ type perfSummary struct {
 	fromFinal                   bool
 }
 
-// summarizePerf adds up the windows after the first (the producer warming up): their
-// records over their time, each window's time being its records over its rate. A run
-// that finished and printed its final line with fewer than two windows is taken whole.
-func summarizePerf(lines []perfLine) (perfSummary, error) {
+// summarizePerf adds up the windows after the first skip (the producer warming up):
+// their records over their time, each window's time being its records over its rate. A
+// run that ended by itself before that, with its final line, is taken whole.
+func summarizePerf(lines []perfLine, skip int) (perfSummary, error) {
 	var windows []perfLine
 	var final *perfLine
 	for i := range lines {
@@ -272,17 +278,17 @@ func summarizePerf(lines []perfLine) (perfSummary, error) {
 			windows = append(windows, lines[i])
 		}
 	}
-	if len(windows) < 2 {
+	if len(windows) <= skip {
 		if final != nil && final.RecordsPerSec > 0 {
 			return perfSummary{windows: 1, records: final.Records, seconds: float64(final.Records) / final.RecordsPerSec,
 				recordsPerSec: final.RecordsPerSec, mbPerSec: final.MBPerSec, avgMs: final.AvgMs, maxMs: final.MaxMs,
 				p50Ms: final.P50Ms, p95Ms: final.P95Ms, p99Ms: final.P99Ms, p999Ms: final.P999Ms, fromFinal: true}, nil
 		}
-		return perfSummary{}, errors.New("ProducerPerformance reported fewer than two windows")
+		return perfSummary{}, fmt.Errorf("ProducerPerformance reported %d windows, none after the %d of its warm-up", len(windows), skip)
 	}
 	var s perfSummary
 	var mb, lat float64
-	for _, w := range windows[1:] {
+	for _, w := range windows[skip:] {
 		if w.RecordsPerSec <= 0 {
 			continue
 		}
@@ -295,7 +301,7 @@ func summarizePerf(lines []perfLine) (perfSummary, error) {
 		s.maxMs = math.Max(s.maxMs, w.MaxMs)
 	}
 	if s.seconds <= 0 || s.records == 0 {
-		return perfSummary{}, errors.New("ProducerPerformance sent no records after its first window")
+		return perfSummary{}, errors.New("ProducerPerformance sent no records after its warm-up")
 	}
 	s.recordsPerSec = float64(s.records) / s.seconds
 	s.mbPerSec = mb / s.seconds

@@ -32,7 +32,7 @@ func TestSummarizePerf(t *testing.T) {
 		{Records: 100, RecordsPerSec: 20, MBPerSec: 2, AvgMs: 10, MaxMs: 50},    // 5 s
 		{Records: 300, RecordsPerSec: 60, MBPerSec: 6, AvgMs: 20, MaxMs: 40},    // 5 s
 	}
-	s, err := summarizePerf(lines)
+	s, err := summarizePerf(lines, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +42,18 @@ func TestSummarizePerf(t *testing.T) {
 	if want := (100*10 + 300*20) / 400.0; math.Abs(s.avgMs-want) > 1e-9 {
 		t.Errorf("avg latency %v, want %v (weighted by records)", s.avgMs, want)
 	}
-	if _, err := summarizePerf(lines[:1]); err == nil {
+	if _, err := summarizePerf(lines[:1], 1); err == nil {
 		t.Error("one window: want an error")
 	}
 	// A run that ended by itself with one window and its final line is taken whole.
-	s, err = summarizePerf([]perfLine{lines[1], {Records: 500, RecordsPerSec: 50, MBPerSec: 5, Final: true, P99Ms: 7}})
+	s, err = summarizePerf([]perfLine{lines[1], {Records: 500, RecordsPerSec: 50, MBPerSec: 5, Final: true, P99Ms: 7}}, 1)
 	if err != nil || !s.fromFinal || s.records != 500 || s.recordsPerSec != 50 || s.seconds != 10 || s.p99Ms != 7 {
 		t.Fatalf("final only: %+v, %v", s, err)
+	}
+	// Three warm-up windows: only the fourth on counts.
+	s, err = summarizePerf(append(lines, perfLine{Records: 1000, RecordsPerSec: 100}), 3)
+	if err != nil || s.windows != 1 || s.records != 1000 || s.recordsPerSec != 100 {
+		t.Fatalf("skip 3: %+v, %v", s, err)
 	}
 }
 
