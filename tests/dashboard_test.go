@@ -152,6 +152,12 @@ func TestDashboard(t *testing.T) {
 		dashCountsEqual(t, now, query)
 	})
 
+	t.Run("a reader key sees the public counts", func(t *testing.T) {
+		reader := browser.open(t, query, testKeys.reader, "#now")
+		dashCountsEqualAs(t, reader, query, testKeys.reader)
+		reader.wait(t, `document.getElementById('feed-state').textContent === 'needs an operator key'`, 5*time.Second)
+	})
+
 	t.Run("a status posted through ingest appears within a second", func(t *testing.T) {
 		now.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 10*time.Second)
 		user := p.run + "-arrives"
@@ -373,10 +379,25 @@ func dashProduce(t *testing.T, topic string, events []presence.Event) {
 // the API answers.
 func dashCountsEqual(t *testing.T, tab *dashTab, query string) {
 	t.Helper()
+	dashCountsEqualAs(t, tab, query, testKeys.operator)
+}
+
+// dashCountsEqualAs compares the counts on the page with the API's in the view key
+// may read: the operator view for an operator key, else the public one, in which
+// invisible users are offline and the page shows no invisible count.
+func dashCountsEqualAs(t *testing.T, tab *dashTab, query, key string) {
+	t.Helper()
+	target, fields := query+"/v1/online/count", []string{"online", "idle", "total"}
+	if key == testKeys.operator {
+		target, fields = target+"?view=operator", []string{"online", "idle", "invisible", "total"}
+	} else if !tab.truthy(t, `document.getElementById('card-invisible').hidden`) {
+		t.Errorf("the page shows an invisible count to a key without the operator scope")
+	}
+	js, _ := json.Marshal(fields)
 	var last string
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		code, body := freshCount(t, query+"/v1/online/count?view=operator", testKeys.operator)
+		code, body := freshCount(t, target, key)
 		if code != http.StatusOK {
 			t.Fatalf("count = %d %s", code, body)
 		}
@@ -387,8 +408,16 @@ func dashCountsEqual(t *testing.T, tab *dashTab, query string) {
 		if err := json.Unmarshal(body, &api); err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("online %d idle %d invisible %d total %d", api.ByStatus["online"], api.ByStatus["idle"], api.ByStatus["invisible"], api.Total)
-		got := tab.eval(t, `['online','idle','invisible','total'].map(k => k + ' ' + document.getElementById('count-' + k).textContent.replace(/,/g, '')).join(' ')`)
+		var parts []string
+		for _, f := range fields {
+			n := api.ByStatus[f]
+			if f == "total" {
+				n = api.Total
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", f, n))
+		}
+		want := strings.Join(parts, " ")
+		got := tab.eval(t, string(js)+`.map(k => k + ' ' + document.getElementById('count-' + k).textContent.replace(/,/g, '')).join(' ')`)
 		if got == want {
 			t.Logf("counts on the page equal the API's: %s", got)
 			return
@@ -447,7 +476,11 @@ func (b *dashBrowser) open(t *testing.T, base, cred, hash string) *dashTab {
 	); err != nil {
 		t.Fatalf("opening the dashboard of %s: %v", base, err)
 	}
-	tab.wait(t, `document.getElementById('who').textContent === 'operator key'`, 10*time.Second)
+	who := "operator key"
+	if cred == testKeys.reader {
+		who = "reader key"
+	}
+	tab.wait(t, fmt.Sprintf(`document.getElementById('who').textContent === %q`, who), 10*time.Second)
 	if got := tab.eval(t, `location.pathname`); got != "/dashboard/" {
 		t.Errorf("/ led to %s, want /dashboard/", got)
 	}
