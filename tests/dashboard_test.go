@@ -234,6 +234,13 @@ func TestDashboard(t *testing.T) {
 				want, inst.UnixMilli()), 15*time.Second)
 		}
 		now.screenshot(t, "user")
+
+		// The user's own token: their status now and at an instant, and no history.
+		own := browser.open(t, query, userToken(t, model, time.Now().Add(time.Hour), testKeys.hs256), "#user/"+model+"?day="+day+"&at="+at(13).Format(time.RFC3339))
+		own.wait(t, `document.getElementById('who').textContent === 'user token: `+model+`'`, 5*time.Second)
+		own.wait(t, `document.getElementById('user-status').textContent === 'offline' && document.getElementById('user-feed-state').textContent === 'live'`, 10*time.Second)
+		own.wait(t, `document.getElementById('pit-status').textContent === 'idle'`, 15*time.Second)
+		own.wait(t, `document.getElementById('user-history-state').textContent.includes('operator scope')`, 5*time.Second)
 	})
 
 	t.Run("history view: the day's peak and CSV", func(t *testing.T) {
@@ -477,10 +484,13 @@ func (b *dashBrowser) open(t *testing.T, base, cred, hash string) *dashTab {
 		t.Fatalf("opening the dashboard of %s: %v", base, err)
 	}
 	who := "operator key"
-	if cred == testKeys.reader {
+	switch {
+	case cred == testKeys.reader:
 		who = "reader key"
+	case strings.Count(cred, ".") == 2:
+		who = "user token: "
 	}
-	tab.wait(t, fmt.Sprintf(`document.getElementById('who').textContent === %q`, who), 10*time.Second)
+	tab.wait(t, fmt.Sprintf(`document.getElementById('who').textContent.startsWith(%q)`, who), 10*time.Second)
 	if got := tab.eval(t, `location.pathname`); got != "/dashboard/" {
 		t.Errorf("/ led to %s, want /dashboard/", got)
 	}
