@@ -132,10 +132,6 @@ start_kafka_node() {
 	mkdir -p "$data/kafka-$n" "$logs"
 	render "$here/kafka/cluster.properties.in" "$props" NODE_ID="$n" VOTERS="$(join "${voters[@]}")" \
 		PORT="$(kafka_port "$n")" CONTROLLER_PORT="$(kafka_controller_port "$n")" DATA_DIR="$data/kafka-$n/log"
-	# One cluster id for the three nodes, made once and kept, as KRaft requires.
-	if [[ ! -s $data/kafka.cluster.id ]]; then
-		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$data/kafka.cluster.id"
-	fi
 	java -cp "$lib/*" -Dlog4j.configuration="file:$here/kafka/log4j.properties" \
 		kafka.tools.StorageTool format -t "$(<"$data/kafka.cluster.id")" -c "$props" \
 		--ignore-formatted >>"$logs/kafka-$n.log" 2>&1 ||
@@ -224,7 +220,12 @@ cmd_up() {
 	pulsectl help >/dev/null 2>&1 || true # builds $bin/pulsectl
 	[[ -x $bin/pulsectl ]] || die "building pulsectl failed"
 	for ((i = 1; i <= REDIS_NODES; i++)); do start_redis_node "$i"; done
-	# Each node formats its storage (a JVM of its own) before it starts: in parallel.
+	# One cluster id for the three nodes, made once and kept, as KRaft requires; then
+	# each node formats its storage with it (a JVM of its own) and starts, in parallel.
+	mkdir -p "$data"
+	if [[ ! -s $data/kafka.cluster.id ]]; then
+		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$data/kafka.cluster.id"
+	fi
 	local starting=()
 	for ((i = 1; i <= KAFKA_NODES; i++)); do
 		start_kafka_node "$i" &
