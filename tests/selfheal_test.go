@@ -87,26 +87,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 		if c.ByStatus["online"] != wantOnline || c.ByStatus["idle"] != wantIdle {
 			return fmt.Sprintf("count %v, model online %d idle %d", c.ByStatus, wantOnline, wantIdle)
 		}
-		ids := make([]string, 0, len(want))
-		for id := range want {
-			ids = append(ids, id)
-		}
-		code, b := postJSON(t, q+"/statuses", map[string]any{"userIds": ids})
-		if code != http.StatusOK {
-			return fmt.Sprintf("statuses: %d %s", code, b)
-		}
-		var res struct {
-			Statuses []struct{ UserID, Status string } `json:"statuses"`
-		}
-		if err := json.Unmarshal(b, &res); err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range res.Statuses {
-			if s.Status != want[s.UserID].String() {
-				return fmt.Sprintf("%s is %s, model %s", s.UserID, s.Status, want[s.UserID])
-			}
-		}
-		return ""
+		return publicStatusesDiffer(t, q, want)
 	}
 	eventually(t, 30*time.Second, correct)
 
@@ -311,26 +292,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 		if got := [3]int{c.ByStatus["online"], c.ByStatus["idle"], c.ByStatus["invisible"]}; got != wantCount {
 			return fmt.Sprintf("count online, idle, invisible %v, model %v", got, wantCount)
 		}
-		ids := make([]string, 0, len(want))
-		for id := range want {
-			ids = append(ids, id)
-		}
-		code, b := postJSON(t, q+"/statuses", map[string]any{"userIds": ids})
-		if code != http.StatusOK {
-			return fmt.Sprintf("statuses: %d %s", code, b)
-		}
-		var st struct {
-			Statuses []struct{ UserID, Status string } `json:"statuses"`
-		}
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range st.Statuses {
-			if s.Status != public(want[s.UserID].String()) {
-				return fmt.Sprintf("%s is %s, model %s", s.UserID, s.Status, want[s.UserID])
-			}
-		}
-		return ""
+		return publicStatusesDiffer(t, q, want)
 	}
 
 	// Old users: every event of theirs will be deleted from the log. Each is online
@@ -414,4 +376,31 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	}
 	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log; correct again after %v, %d reads answered 503 meanwhile",
 		onlyHistory, len(want)-onlyHistory, healed.Round(time.Millisecond), unavailable)
+}
+
+// publicStatusesDiffer reads every user of want through POST /statuses at query q and
+// says how the first answer differs from the model's public view ("" when none does),
+// or what refused the read.
+func publicStatusesDiffer(t *testing.T, q string, want map[string]presence.Status) string {
+	t.Helper()
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	code, b := postJSON(t, q+"/statuses", map[string]any{"userIds": ids})
+	if code != http.StatusOK {
+		return fmt.Sprintf("statuses: %d %s", code, b)
+	}
+	var res struct {
+		Statuses []struct{ UserID, Status string } `json:"statuses"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Statuses {
+		if s.Status != public(want[s.UserID].String()) {
+			return fmt.Sprintf("%s is %s, model %s", s.UserID, s.Status, want[s.UserID])
+		}
+	}
+	return ""
 }
