@@ -484,11 +484,8 @@ func (s *Store) FinishRebuild(ctx context.Context, sh int) error {
 // CheckShards returns ErrRebuilding when one of shards 0 to n-1 has no state in Redis
 // or is being rebuilt: a reader of bitmaps or counts must not answer from it.
 func (s *Store) CheckShards(ctx context.Context, n int) error {
-	shards := make([]int, n)
-	for i := range shards {
-		shards[i] = i
-	}
-	return s.checkShards(ctx, shards)
+	_, err := s.GuardShards(ctx, n)
+	return err
 }
 
 // ShardsGuard is the bookkeeping of shards 0 to n-1 as a reader found it whole before
@@ -498,7 +495,8 @@ type ShardsGuard struct {
 	epochs []any
 }
 
-// GuardShards is CheckShards, keeping what Unchanged compares.
+// GuardShards returns ErrRebuilding as CheckShards does, and otherwise what Unchanged
+// compares.
 func (s *Store) GuardShards(ctx context.Context, n int) (ShardsGuard, error) {
 	g := ShardsGuard{epochs: make([]any, n)}
 	vals, err := s.readMeta(ctx, n)
@@ -545,25 +543,6 @@ func (s *Store) readMeta(ctx context.Context, n int) ([][]any, error) {
 		out[sh] = c.Val()
 	}
 	return out, nil
-}
-
-// checkShards returns ErrRebuilding when one of the shards has no bookkeeping (Redis
-// lost it) or is marked as being rebuilt.
-func (s *Store) checkShards(ctx context.Context, shards []int) error {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(shards))
-	for i, sh := range shards {
-		cmds[i] = pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding")
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reading the bookkeeping of %d shards: %w", len(shards), err)
-	}
-	for i, c := range cmds {
-		if err := shardUsable(shards[i], c.Val()); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // newEpoch names one life of a shard's bookkeeping: the meta hash gets a new one each
