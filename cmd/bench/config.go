@@ -72,6 +72,12 @@ type config struct {
 	scaleWorkers int
 	scaleShards  int
 
+	scaleOutTopologies []string
+	scaleOutEvents     int
+	scaleOutUsers      int
+	scaleOutLimit      time.Duration
+	scaleOutRounds     int
+
 	limitsTime       time.Duration
 	limitsEchoRates  []float64
 	limitsRedisUsers int
@@ -106,7 +112,7 @@ func (p ports) service(name string) int {
 }
 
 // allPhases in the order they run.
-var allPhases = []string{"batch", "single", "half", "rebuild", "limits", "scale"}
+var allPhases = []string{"batch", "single", "half", "rebuild", "limits", "scaleout", "scale"}
 
 // rates is a flag holding a comma-separated list of rates.
 type rates []float64
@@ -171,6 +177,10 @@ var quickValues = map[string]string{
 	"half-statuses": "50",
 	"limits-time":   "10s",
 	"limits-echo":   "2000,5000,10000,20000,40000",
+	// The cluster topology takes a minute or more to start: a quick run stays on the
+	// single one unless asked.
+	"scaleout-topologies": "single",
+	"scaleout-events":     "300000",
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -240,6 +250,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.scaleWorkers, "scale-workers", 4, "concurrent bulk-load writers")
 	fs.IntVar(&cfg.scaleShards, "scale-shards", 0, "shards of the bulk-loaded layout (0: presence.events' partition count)")
 
+	scaleOutTopos := fs.String("scaleout-topologies", "single,cluster", "scaleout phase: topologies to fold on, of single and cluster (the cluster topology is started for the phase when it is not up, and stopped after)")
+	fs.IntVar(&cfg.scaleOutEvents, "scaleout-events", 2_000_000, "scaleout phase: events each run folds")
+	fs.IntVar(&cfg.scaleOutUsers, "scaleout-users", 200_000, "scaleout phase: users the events are spread over")
+	fs.IntVar(&cfg.scaleOutRounds, "scaleout-rounds", 2, "scaleout phase: rounds of one run with one aggregator and one with two")
+	fs.DurationVar(&cfg.scaleOutLimit, "scaleout-limit", 10*time.Minute, "scaleout phase: longest one run's fold may take")
+
 	fs.DurationVar(&cfg.limitsTime, "limits-time", 20*time.Second, "limits phase: measured length of Kafka's producer run, each Redis pass and the Cassandra writer")
 	fs.Var((*rates)(&cfg.limitsEchoRates), "limits-echo", "limits phase: offered `events/s` of the bare Echo handler's steps (one event per POST, each -single-step long), increasing")
 	fs.IntVar(&cfg.limitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
@@ -274,6 +290,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return cfg, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ","))
 		}
 		cfg.phases[p] = true
+	}
+	for t := range strings.SplitSeq(*scaleOutTopos, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.scaleOutTopologies = append(cfg.scaleOutTopologies, t)
+		}
 	}
 	root, err := filepath.Abs(cfg.root)
 	if err != nil {
@@ -321,6 +342,13 @@ func (c config) validate() error {
 	bad(c.scaleWindow < 1 || c.scaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
 	bad(c.scaleShards < 0, "-scale-shards must not be negative")
 	bad(c.limitsTime <= 0, "-limits-time must be above 0")
+	for _, t := range c.scaleOutTopologies {
+		bad(t != "single" && t != "cluster", fmt.Sprintf("-scaleout-topologies: %q: want single or cluster", t))
+	}
+	bad(len(c.scaleOutTopologies) == 0 && c.phases["scaleout"], "-scaleout-topologies: at least one topology")
+	bad(c.scaleOutEvents < 1000 || c.scaleOutUsers < 1, "-scaleout-events must be at least 1000 and -scaleout-users at least 1")
+	bad(c.scaleOutLimit <= 0, "-scaleout-limit must be positive")
+	bad(c.scaleOutRounds < 1, "-scaleout-rounds must be at least 1")
 	bad(len(c.limitsEchoRates) == 0 && c.phases["limits"], "-limits-echo: at least one rate")
 	bad(c.limitsRedisUsers < 1 || c.limitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
 	return p.Err()

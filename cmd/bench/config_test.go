@@ -25,6 +25,9 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	if cfg.flags["quick"] != "true" || cfg.flags["scale-users"] != "2000000" {
 		t.Errorf("recorded flags %v", cfg.flags)
 	}
+	if !slices.Equal(cfg.scaleOutTopologies, []string{"single"}) || cfg.scaleOutEvents != 300_000 {
+		t.Errorf("-quick scale-out: topologies %v, %d events", cfg.scaleOutTopologies, cfg.scaleOutEvents)
+	}
 	for _, p := range allPhases {
 		if !cfg.phases[p] {
 			t.Errorf("phase %s off by default", p)
@@ -40,6 +43,9 @@ func TestFullDefaults(t *testing.T) {
 	if cfg.scaleUsers != 10_000_000 || cfg.stepTime != 20*time.Second || cfg.batchRates[len(cfg.batchRates)-1] != 125000 {
 		t.Errorf("defaults: %d users, step %v, rates %v", cfg.scaleUsers, cfg.stepTime, cfg.batchRates)
 	}
+	if !slices.Equal(cfg.scaleOutTopologies, []string{"single", "cluster"}) || cfg.scaleOutRounds != 2 {
+		t.Errorf("scale-out defaults: topologies %v, %d rounds", cfg.scaleOutTopologies, cfg.scaleOutRounds)
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -50,6 +56,8 @@ func TestBadFlags(t *testing.T) {
 		{"-batch-size", "0"},
 		{"-scale-online", "1.5"},
 		{"-min-accepted", "0"},
+		{"-scaleout-topologies", "single,mesh"},
+		{"-scaleout-rounds", "0"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {

@@ -16,6 +16,10 @@
 //	        go-redis loop writing aggregator windows (beside statestore.WriteWindow), a
 //	        minimal gocql writer of history's rows, a bare Echo handler under loadgen's
 //	        single-event load; results.md and results.json give Pulse ÷ each limit
+//	scaleout
+//	        the same records folded by one aggregator, then by two in one group, on
+//	        the single topology and on the cluster one (started for the phase when
+//	        it is not up, stopped after): events/s each, and two ÷ one
 //	scale   counts and memory with -scale-users registered users bulk-loaded into
 //	        Redis in Pulse's layout, then in the seed's direct layout (a sorted set of
 //	        online users and a hash per user) as the baseline, on the same Redis

@@ -161,6 +161,9 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	if r.Limits != nil || len(r.Ratios) > 0 {
 		m.limits(r)
 	}
+	if r.ScaleOut != nil {
+		m.scaleOut(r.ScaleOut)
+	}
 	if r.Scale != nil {
 		m.scale(r.Scale)
 	}

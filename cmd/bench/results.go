@@ -27,6 +27,8 @@ type Results struct {
 	Scale   *ScaleResult   `json:"scale,omitempty"`
 	Rebuild *RebuildResult `json:"rebuild,omitempty"`
 	Limits  *LimitsResult  `json:"limits,omitempty"`
+	// ScaleOut is one aggregator against two on each topology.
+	ScaleOut *ScaleOutResult `json:"scaleOut,omitempty"`
 	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.
 	Ratios []LimitRatio `json:"ratios"`
 

@@ -148,6 +148,15 @@ func (b *bench) phases(ctx context.Context) error {
 			return fmt.Errorf("limits phase: %w", err)
 		}
 	}
+	if b.cfg.phases["scaleout"] {
+		idle("the scale-out runs")
+		fmt.Fprintln(b.out, "==> scale-out: the same records folded by one aggregator, then two")
+		s, err := b.scaleOut(ctx)
+		b.res.ScaleOut = s
+		if err != nil {
+			return fmt.Errorf("scaleout phase: %w", err)
+		}
+	}
 	if b.cfg.phases["scale"] {
 		fmt.Fprintf(b.out, "==> counts and memory at scale (%d users)\n", b.cfg.scaleUsers)
 		s, err := b.scale(ctx)

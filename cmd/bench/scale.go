@@ -572,24 +572,45 @@ func infoFields(info string) map[string]string {
 	return f
 }
 
-// deletePrefix unlinks every key under prefix:, found by SCAN, in batches.
-func deletePrefix(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
-	var cursor uint64
+// deletePrefix unlinks every key under prefix:, found by SCAN on every master (one
+// for a lone Redis, each of a cluster's), in pipelines of single-key UNLINKs so no
+// command spans two slots.
+func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) (int, error) {
+	var mu sync.Mutex
 	n := 0
-	for {
-		// A modest COUNT keeps each SCAN, which blocks Redis, to about a millisecond.
-		keys, next, err := rdb.Scan(ctx, cursor, prefix+":*", 1000).Result()
-		if err != nil {
-			return n, fmt.Errorf("SCAN %s:*: %w", prefix, err)
-		}
-		if len(keys) > 0 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-				return n, fmt.Errorf("UNLINK under %s: %w", prefix, err)
+	scan := func(ctx context.Context, node *redis.Client) error {
+		var cursor uint64
+		for {
+			// A modest COUNT keeps each SCAN, which blocks Redis, to about a millisecond.
+			keys, next, err := node.Scan(ctx, cursor, prefix+":*", 1000).Result()
+			if err != nil {
+				return fmt.Errorf("SCAN %s:*: %w", prefix, err)
 			}
-			n += len(keys)
-		}
-		if cursor = next; cursor == 0 {
-			return n, nil
+			if len(keys) > 0 {
+				pipe := rdb.Pipeline()
+				for _, k := range keys {
+					pipe.Unlink(ctx, k)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					return fmt.Errorf("UNLINK under %s: %w", prefix, err)
+				}
+				mu.Lock()
+				n += len(keys)
+				mu.Unlock()
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
 	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("deleting %s: a Redis client of type %T", prefix, rdb)
+	}
+	return n, err
 }
