@@ -261,7 +261,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.limitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
 	fs.IntVar(&cfg.limitsCQLUsers, "limits-cql-users", 20000, "limits phase: users the minimal Cassandra writer spreads its rows over")
 
-	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator and ingest during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
+	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator, ingest and query during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
 	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
 	fs.BoolVar(&cfg.keepServices, "keep-services", false, "leave the services bench started running at the end")
 	fs.BoolVar(&cfg.https, "https", os.Getenv("PULSE_TLS_CERT_FILE") != "",

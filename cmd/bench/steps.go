@@ -379,7 +379,7 @@ func (b *bench) halfMax(ctx context.Context) (*StepResult, error) {
 	return &r, nil
 }
 
-// profiles takes CPU profiles of the aggregator and ingest through /debug/pprof,
+// profiles takes CPU profiles of the aggregator, ingest and query through /debug/pprof,
 // starting a second after the warm-up; services without the endpoint are noted.
 func (b *bench) profiles(ctx context.Context, from time.Time) {
 	select {
@@ -394,7 +394,7 @@ func (b *bench) profiles(ctx context.Context, from time.Time) {
 	dir := filepath.Join(b.dir, "profiles")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, name := range []string{"aggregator", "ingest"} {
+	for _, name := range []string{"aggregator", "ingest", "query"} {
 		wg.Go(func() {
 			path, err := b.profile(ctx, name, secs, dir)
 			mu.Lock()

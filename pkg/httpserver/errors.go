@@ -101,5 +101,5 @@ func writeError(c echo.Context, e *Error) error {
 	if c.Request().Method == http.MethodHead {
 		return c.NoContent(e.Status)
 	}
-	return c.JSON(e.Status, errorBody{Error: e})
+	return JSON(c, e.Status, errorBody{Error: e})
 }

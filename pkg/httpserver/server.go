@@ -207,12 +207,12 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return JSON(c, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) readyz(c echo.Context) error {
 	if s.draining.Load() {
-		return c.JSON(http.StatusServiceUnavailable, health.Report{Ready: false, Checks: []health.Result{}})
+		return JSON(c, http.StatusServiceUnavailable, health.Report{Ready: false, Checks: []health.Result{}})
 	}
 	rep := health.Run(c.Request().Context(), s.cfg.CheckTimeout, s.checks)
 	for _, r := range rep.Checks {
@@ -226,7 +226,7 @@ func (s *Server) readyz(c echo.Context) error {
 	if !rep.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	return c.JSON(status, rep)
+	return JSON(c, status, rep)
 }
 
 func (s *Server) handleError(err error, c echo.Context) {

@@ -3,6 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -34,4 +39,29 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(100*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkPostStatus is one POST /status through the whole server (middleware,
+// authentication off, decoding, rate limits, metrics, the answer) and the producer,
+// against an in-process Kafka, from many goroutines at once as clients send them:
+// ingest's CPU and allocations per single-event request, without the sockets.
+func BenchmarkPostStatus(b *testing.B) {
+	hs := newHarness(b, nil)
+	b.ReportAllocs()
+	var next atomic.Int64
+	b.SetParallelism(64)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := next.Add(1)
+			body := `{"userId":"user-` + strconv.FormatInt(n%100_000, 10) + `","status":"online"}`
+			req := httptest.NewRequest(http.MethodPost, "/status", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			hs.srv.Echo.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("POST /status: %d %s", rec.Code, rec.Body)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 }

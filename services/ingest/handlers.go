@@ -93,7 +93,7 @@ func (h *handler) postStatus(c echo.Context) error {
 	if err := h.send(c, []presence.Event{e}); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, statusResponse{Success: true, Message: "Status updated successfully."})
+	return httpserver.JSON(c, http.StatusOK, statusResponse{Success: true, Message: "Status updated successfully."})
 }
 
 // postEvents takes a batch: all of it is checked before any of it is produced.
@@ -113,7 +113,7 @@ func (h *handler) postEvents(c echo.Context) error {
 	for i := range events {
 		ids[i] = events[i].ID
 	}
-	return c.JSON(http.StatusAccepted, eventsResponse{Accepted: len(events), EventIDs: ids})
+	return httpserver.JSON(c, http.StatusAccepted, eventsResponse{Accepted: len(events), EventIDs: ids})
 }
 
 func (h *handler) postHeartbeat(c echo.Context) error {
@@ -128,7 +128,7 @@ func (h *handler) postHeartbeat(c echo.Context) error {
 	if err := h.send(c, []presence.Event{e}); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, heartbeatResponse{EventID: e.ID})
+	return httpserver.JSON(c, http.StatusAccepted, heartbeatResponse{EventID: e.ID})
 }
 
 func (h *handler) rules() rules { return newRules(h.now(), h.maxSkew) }

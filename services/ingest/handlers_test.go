@@ -40,7 +40,7 @@ const nowUs = 1741964966_535897
 
 // harness is the real server and producer against an in-process Kafka.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	cluster *kfake.Cluster
 	client  *kgo.Client
 	srv     *httpserver.Server
@@ -48,7 +48,7 @@ type harness struct {
 	reg     *prometheus.Registry
 }
 
-func newHarness(t *testing.T, env map[string]string) *harness {
+func newHarness(t testing.TB, env map[string]string) *harness {
 	t.Helper()
 	cluster := kfake.MustCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, topic))
 	t.Cleanup(cluster.Close)

@@ -121,7 +121,7 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 		v.Total += inv
 		v.ByStatus["invisible"] = inv
 	}
-	return c.JSON(http.StatusOK, v)
+	return httpserver.JSON(c, http.StatusOK, v)
 }
 
 // shardCount is the number of shards, from the live state's layout.
@@ -194,7 +194,7 @@ func (a *api) pastStatus(c echo.Context, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out[0])
+	return httpserver.JSON(c, http.StatusOK, out[0])
 }
 
 // pastStatuses is POST /statuses?at=.
@@ -203,7 +203,7 @@ func (a *api) pastStatuses(c echo.Context, at time.Time, ids []string) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"statuses": out, "at": at})
+	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out, "at": at})
 }
 
 // pastList is GET /v1/online?at=: the listing's walk in (shard, index) order over the
@@ -266,5 +266,5 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		s := online.Cursor{Shards: n, Pos: pos}.Encode()
 		res.NextCursor = &s
 	}
-	return c.JSON(http.StatusOK, res)
+	return httpserver.JSON(c, http.StatusOK, res)
 }

@@ -127,7 +127,7 @@ func (a *api) getStatus(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toSeedView(id, u, auth.OperatorView(c)))
+	return httpserver.JSON(c, http.StatusOK, toSeedView(id, u, auth.OperatorView(c)))
 }
 
 type statusesRequest struct {
@@ -175,7 +175,7 @@ func (a *api) postStatuses(c echo.Context) error {
 	for i, id := range req.UserIDs {
 		out[i] = toSeedView(id, users[i], operator)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"statuses": out})
+	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
 }
 
 type deviceView struct {
@@ -214,7 +214,7 @@ func (a *api) getUserStatus(c echo.Context) error {
 		// Invisible reads as a user who is offline and shows no device, so nothing
 		// tells a reader they are connected.
 		v.LastUpdated = timePtr(u.LastUpdated)
-		return c.JSON(http.StatusOK, v)
+		return httpserver.JSON(c, http.StatusOK, v)
 	}
 	if u != nil {
 		v.Status = viewStatus(u.Status, operator)
@@ -223,7 +223,7 @@ func (a *api) getUserStatus(c echo.Context) error {
 			v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
 		}
 	}
-	return c.JSON(http.StatusOK, v)
+	return httpserver.JSON(c, http.StatusOK, v)
 }
 
 type countView struct {
@@ -249,7 +249,7 @@ func (a *api) getOnlineCount(c echo.Context) error {
 	}
 	n, asOf := snap.Counts, snap.At.UTC()
 	if auth.OperatorView(c) {
-		return c.JSON(http.StatusOK, countView{
+		return httpserver.JSON(c, http.StatusOK, countView{
 			Total: n.Online + n.Idle + n.Invisible,
 			ByStatus: map[string]uint64{
 				"online":    n.Online,
@@ -262,7 +262,7 @@ func (a *api) getOnlineCount(c echo.Context) error {
 		})
 	}
 	// Invisible users count as offline to readers.
-	return c.JSON(http.StatusOK, countView{
+	return httpserver.JSON(c, http.StatusOK, countView{
 		Total: n.Online + n.Idle,
 		ByStatus: map[string]uint64{
 			"online":  n.Online,

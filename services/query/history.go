@@ -190,7 +190,7 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		next := timelineCursor{At: last.OccurredAt, EntryID: last.EntryID}.Encode()
 		page.NextCursor = &next
 	}
-	return c.JSON(http.StatusOK, page)
+	return httpserver.JSON(c, http.StatusOK, page)
 }
 
 // Q2: a user's sessions.
@@ -241,7 +241,7 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 			return h.cassErr(fmt.Errorf("sessions of %s in %s: %w", id, m.Format("2006-01"), err))
 		}
 	}
-	return c.JSON(http.StatusOK, ans)
+	return httpserver.JSON(c, http.StatusOK, ans)
 }
 
 // Q3: a user's totals per day, and every user's totals of a day.
@@ -300,7 +300,7 @@ func (h *historyHandlers) daily(c echo.Context) error {
 			return h.cassErr(fmt.Errorf("daily totals of %s in %d: %w", id, y, err))
 		}
 	}
-	return c.JSON(http.StatusOK, ans)
+	return httpserver.JSON(c, http.StatusOK, ans)
 }
 
 const badDailyCursor = "is not a cursor this route returned; send the nextCursor of the previous page (with the same day), or none"
@@ -379,7 +379,7 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		next := pos.Encode()
 		page.NextCursor = &next
 	}
-	return c.JSON(http.StatusOK, page)
+	return httpserver.JSON(c, http.StatusOK, page)
 }
 
 // Q4: concurrency.
@@ -444,7 +444,7 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	for _, p := range perDay {
 		points = append(points, p...)
 	}
-	return c.JSON(http.StatusOK, concurrencyAnswer{From: from, To: to, Step: string(st), Points: points})
+	return httpserver.JSON(c, http.StatusOK, concurrencyAnswer{From: from, To: to, Step: string(st), Points: points})
 }
 
 // Q6: unique users.
@@ -487,5 +487,5 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 			return h.cassErr(fmt.Errorf("uniques of %s: %w", d.Format(time.DateOnly), err))
 		}
 	}
-	return c.JSON(http.StatusOK, uniquesAnswer{From: start, To: end, Period: name, Points: fold.finish()})
+	return httpserver.JSON(c, http.StatusOK, uniquesAnswer{From: start, To: end, Period: name, Points: fold.finish()})
 }

@@ -150,7 +150,7 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		return h.readErr(err)
 	}
 	if n == 0 {
-		return c.JSON(http.StatusOK, onlineList{Users: []onlineUser{}})
+		return httpserver.JSON(c, http.StatusOK, onlineList{Users: []onlineUser{}})
 	}
 	if past {
 		return h.pastList(c, at, n, q)
@@ -187,7 +187,7 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		s := online.Cursor{Shards: n, Pos: next}.Encode()
 		res.NextCursor = &s
 	}
-	return c.JSON(http.StatusOK, res)
+	return httpserver.JSON(c, http.StatusOK, res)
 }
 
 type filterRequest struct {
@@ -233,7 +233,7 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 		return h.readErr(err)
 	}
 	if n == 0 || len(req.UserIDs) == 0 {
-		return c.JSON(http.StatusOK, res)
+		return httpserver.JSON(c, http.StatusOK, res)
 	}
 	guard, err := h.store.GuardShards(ctx, n)
 	if err != nil {
@@ -267,5 +267,5 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 			res.Online = append(res.Online, onlineUser{UserID: req.UserIDs[i], Status: st.String()})
 		}
 	}
-	return c.JSON(http.StatusOK, res)
+	return httpserver.JSON(c, http.StatusOK, res)
 }

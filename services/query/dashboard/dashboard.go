@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/pulse-presence/pulse/pkg/httpserver"
 )
 
 //go:embed static
@@ -72,7 +74,7 @@ func serveFile(c echo.Context, name string) error {
 	name = path.Clean(name)
 	b, err := fs.ReadFile(static, name)
 	if err != nil {
-		return c.JSON(http.StatusNotFound, map[string]any{"error": map[string]string{
+		return httpserver.JSON(c, http.StatusNotFound, map[string]any{"error": map[string]string{
 			"code": "not_found", "message": "the dashboard has no file " + name}})
 	}
 	h := c.Response().Header()

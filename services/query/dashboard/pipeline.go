@@ -179,7 +179,7 @@ func (p *Pipeline) serve(c echo.Context) error {
 		return auth.Forbidden("the pipeline view needs a key with the operator scope: Authorization: Bearer <key>")
 	}
 	c.Response().Header().Set(echo.HeaderCacheControl, "private, no-store")
-	return c.JSON(http.StatusOK, p.Read(c.Request().Context()))
+	return httpserver.JSON(c, http.StatusOK, p.Read(c.Request().Context()))
 }
 
 // Read scrapes every peer at once under the deadline, reads this service's own
