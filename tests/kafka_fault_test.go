@@ -6,14 +6,15 @@ import (
 	"time"
 )
 
-// Kafka killed with SIGKILL under a steady stream of batches, then started again:
-// while it is down ingest answers 503 with Retry-After and acknowledges nothing; every
-// event ingest acknowledged, before and after, is in presence.events exactly as sent,
-// and the statuses read back equal the last acknowledged event of each user. The
-// stream is this test's own (two concurrent posters of 50-event batches, ackedLoad), not
-// cmd/loadgen.
+// Kafka, every broker of it, killed with SIGKILL under a steady stream of batches, then
+// started again: while it is down ingest answers 503 with Retry-After and acknowledges
+// nothing; every event ingest acknowledged, before and after, is in presence.events
+// exactly as sent, and the statuses read back equal the last acknowledged event of each
+// user. The stream is this test's own (two concurrent posters of 50-event batches,
+// ackedLoad), not cmd/loadgen.
 func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
-	pid := stackPID(t, "kafka")
+	// Every broker: the one of the single stack, all three of the cluster topology.
+	pids := stackPIDs(t, "kafka")
 	p := newTopics(t, 2)
 	p.env["PULSE_INGEST_ACK_TIMEOUT"] = "2s"
 	p.start(t, "ingest")
@@ -25,9 +26,7 @@ func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 	load.waitMore(t, 2000, 20*time.Second, "before the fault")
 
 	killed := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("killing Kafka (pid %d): %v", pid, err)
-	}
+	signalAll(t, "killing Kafka", pids, syscall.SIGKILL)
 	restart := stackRestarter(t)
 	_, refusedBefore := load.counts()
 	eventually(t, 30*time.Second, func() string {

@@ -158,6 +158,9 @@ func (b *bench) phases(ctx context.Context) error {
 		}
 	}
 	if b.cfg.phases["scale"] {
+		// The bulk load does not go through the consumers, but its counts are timed on
+		// the same cores a catching-up history would load.
+		idle("the scale phase")
 		fmt.Fprintf(b.out, "==> counts and memory at scale (%d users)\n", b.cfg.scaleUsers)
 		s, err := b.scale(ctx)
 		if err != nil {
