@@ -223,9 +223,15 @@ cmd_up() {
 	# One cluster id for the three nodes, made once and kept, as KRaft requires; then
 	# each node formats its storage with it (a JVM of its own) and starts, in parallel.
 	mkdir -p "$data"
-	if [[ ! -s $data/kafka.cluster.id ]]; then
-		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$data/kafka.cluster.id"
-	fi
+	# An id starting with '-' reads as an option to kafka-storage, and no node formats
+	# (Kafka's own random ids avoid it the same way); such an id never formatted a node,
+	# so it is replaced.
+	local id=
+	[[ -s $data/kafka.cluster.id ]] && id=$(<"$data/kafka.cluster.id")
+	while [[ -z $id || $id == -* ]]; do
+		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+	done
+	printf '%s' "$id" >"$data/kafka.cluster.id"
 	local starting=()
 	for ((i = 1; i <= KAFKA_NODES; i++)); do
 		start_kafka_node "$i" &

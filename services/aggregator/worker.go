@@ -91,6 +91,17 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				}
 				return err
 			}
+			// A window written less than CommitInterval after the last commit leaves
+			// its offset uncommitted until the next window; on a partition gone quiet
+			// that would be never, and its consumer lag would stay above zero.
+			if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
+				if err := w.commitNow(ctx); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+			}
 			arm()
 		case batch, ok := <-recs:
 			if !ok {
