@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 type ackedEvent struct{ id, user, status string }
@@ -129,42 +130,22 @@ func (l *ackedLoad) checkApplied(t *testing.T, p *pipeline, queryURL string, wit
 			inLog[e.EventId] = e.UserId
 		}
 	}
-	last := map[string]string{}
+	last := map[string]presence.Status{}
 	for _, a := range l.acked {
 		if inLog[a.id] != a.user {
 			lost++
 		}
-		last[a.user] = a.status
+		st, err := presence.ParseStatus(a.status)
+		if err != nil {
+			t.Fatalf("acknowledged event %s: %v", a.id, err)
+		}
+		last[a.user] = st
 	}
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged events are not in %s", lost, len(l.acked), p.events)
 	}
-	ids := make([]string, 0, len(last))
-	for id := range last {
-		ids = append(ids, id)
-	}
-	eventually(t, within, func() string {
-		code, body := postJSON(t, queryURL+"/statuses", map[string]any{"userIds": ids})
-		if code != http.StatusOK {
-			return fmt.Sprintf("statuses: %d %s", code, body)
-		}
-		var res struct {
-			Statuses []struct{ UserID, Status string } `json:"statuses"`
-		}
-		if err := json.Unmarshal(body, &res); err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range res.Statuses {
-			want := last[s.UserID]
-			if want == "invisible" {
-				want = "offline" // the public view
-			}
-			if s.Status != want {
-				return fmt.Sprintf("%s is %s, its last acknowledged event says %s", s.UserID, s.Status, want)
-			}
-		}
-		return ""
-	})
+	// Each user's public status is that of their last acknowledged event.
+	eventually(t, within, func() string { return publicStatusesDiffer(t, queryURL, last) })
 	return lost
 }
 

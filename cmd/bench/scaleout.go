@@ -116,15 +116,22 @@ func (b *bench) scaleOut(ctx context.Context) (*ScaleOutResult, error) {
 func (b *bench) clusterScript(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(b.cfg.root, "deploy", "local", "stack.sh"), args...)
 	cmd.Dir = b.cfg.root
-	for _, kv := range os.Environ() {
-		// bench's own stack settings name the single topology's folder and ports.
-		if !strings.HasPrefix(kv, "PULSE_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "PULSE_TOPOLOGY=cluster")
+	// bench's own stack settings name the single topology's folder and ports.
+	cmd.Env = append(environWithoutPulse(), "PULSE_TOPOLOGY=cluster")
 	cmd.Stdout, cmd.Stderr = b.out, b.out
 	return cmd
+}
+
+// environWithoutPulse is bench's environment without Pulse's variables, for processes
+// bench configures itself.
+func environWithoutPulse() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PULSE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // scaleOutTarget finds topo's servers, starting the cluster topology when it is not up.
@@ -354,11 +361,7 @@ func (b *bench) scaleOutRun(ctx context.Context, t scaleOutTarget, bin string, m
 		"PULSE_OFFLINE_AFTER=1h",
 		"PULSE_IDLE_AFTER=1h",
 	}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PULSE_") {
-			env = append(env, kv)
-		}
-	}
+	env = append(env, environWithoutPulse()...)
 	busy0, _, _ := machineCPU(b.ticks)
 	started := time.Now()
 	var procs []*exec.Cmd

@@ -94,13 +94,11 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			// A window written less than CommitInterval after the last commit leaves
 			// its offset uncommitted until the next window; on a partition gone quiet
 			// that would be never, and its consumer lag would stay above zero.
-			if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
-				if err := w.commitNow(ctx); err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					return err
+			if err := w.commitIfDue(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
 				}
+				return err
 			}
 			arm()
 		case batch, ok := <-recs:
@@ -299,10 +297,16 @@ func (w *worker) flush(ctx context.Context) error {
 		}
 	}
 	w.metrics.flushSeconds.Observe(time.Since(start).Seconds())
-	if w.now().Sub(w.committedAt) >= w.cfg.CommitInterval {
-		return w.commitNow(ctx)
+	return w.commitIfDue(ctx)
+}
+
+// commitIfDue commits the last folded offset once CommitInterval has passed since the
+// last commit.
+func (w *worker) commitIfDue(ctx context.Context) error {
+	if w.now().Sub(w.committedAt) < w.cfg.CommitInterval {
+		return nil
 	}
-	return nil
+	return w.commitNow(ctx)
 }
 
 // foldAndWrite folds batch into the shard and writes the window to Redis, guarded by
