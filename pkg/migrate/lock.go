@@ -22,13 +22,11 @@ type lock struct {
 // acquire creates the lock table if needed and takes the lock, waiting up to LockWait
 // for a holder to finish.
 func (m *Migrator) acquire(ctx context.Context) (*lock, error) {
-	cctx, cancel := context.WithTimeout(ctx, m.opts.StatementTimeout)
-	err := m.session.Query(`CREATE TABLE IF NOT EXISTS ` + m.opts.Keyspace + `.` + LockTable + ` (
+	err := m.exec(ctx, `CREATE TABLE IF NOT EXISTS `+m.opts.Keyspace+`.`+LockTable+` (
   id text PRIMARY KEY,
   owner text,
   renewed_at timestamp
-) WITH comment = 'held by the one pulsectl migrate run at a time; rows expire by TTL'`).ExecContext(cctx)
-	cancel()
+) WITH comment = 'held by the one pulsectl migrate run at a time; rows expire by TTL'`)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s.%s: %w", m.opts.Keyspace, LockTable, err)
 	}

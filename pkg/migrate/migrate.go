@@ -9,6 +9,10 @@
 // earlier statements applied and is not recorded. Migrations are therefore written with
 // IF NOT EXISTS / IF EXISTS so that running the whole file again after a fix is safe.
 //
+// Every schema statement is followed by a wait for all nodes to agree on the schema
+// (cassx.AwaitSchemaAgreement), since the next statement may be coordinated by another
+// node.
+//
 // Concurrent migrators serialise on a lock row in <keyspace>.schema_migrations_lock,
 // taken with a lightweight transaction (INSERT ... IF NOT EXISTS USING TTL) and renewed
 // before every statement, so a crashed migrator's lock expires on its own. The one gap is
@@ -365,12 +369,30 @@ func (m *Migrator) run(ctx context.Context, mig Migration, lk *lock) error {
 				return fmt.Errorf("before %s statement %d: %w", mig.File, i+1, err)
 			}
 		}
-		sctx, cancel := context.WithTimeout(ctx, m.opts.StatementTimeout)
-		err := m.session.Query(stmt).ExecContext(sctx)
-		cancel()
-		if err != nil {
+		if err := m.exec(ctx, stmt); err != nil {
 			return &StatementError{File: mig.File, Index: i + 1, Statement: stmt, Err: err}
 		}
+	}
+	return nil
+}
+
+// exec runs one schema statement and waits until every node has the change, so that the
+// next statement, which may go to another node, finds it. Each part has StatementTimeout.
+func (m *Migrator) exec(ctx context.Context, stmt string) error {
+	sctx, cancel := context.WithTimeout(ctx, m.opts.StatementTimeout)
+	err := m.session.Query(stmt).ExecContext(sctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	sctx, cancel = context.WithTimeout(ctx, m.opts.StatementTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := cassx.AwaitSchemaAgreement(sctx, m.session); err != nil {
+		return err
+	}
+	if took := time.Since(start); took >= time.Second {
+		m.log.Info("waited for the nodes to agree on the schema", "took", took.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -378,21 +400,21 @@ func (m *Migrator) run(ctx context.Context, mig Migration, lk *lock) error {
 // record inserts the migration's row, creating the table first when it did not exist.
 // It reports false when the row was already there.
 func (m *Migrator) record(ctx context.Context, mig Migration, createTable bool) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.StatementTimeout)
-	defer cancel()
 	if createTable {
-		err := m.session.Query(`CREATE TABLE IF NOT EXISTS ` + m.opts.Keyspace + `.` + HistoryTable + ` (
+		err := m.exec(ctx, `CREATE TABLE IF NOT EXISTS `+m.opts.Keyspace+`.`+HistoryTable+` (
   version int PRIMARY KEY,
   name text,
   checksum text,
   applied_at timestamp
-) WITH comment = 'Pulse schema migrations applied to this keyspace (pulsectl migrate)'`).ExecContext(ctx)
+) WITH comment = 'Pulse schema migrations applied to this keyspace (pulsectl migrate)'`)
 		if err != nil {
 			return false, fmt.Errorf("creating %s.%s: %w", m.opts.Keyspace, HistoryTable, err)
 		}
 	}
 	// IF NOT EXISTS keeps the first applied_at when two migrators raced on the
 	// keyspace-creating migration.
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StatementTimeout)
+	defer cancel()
 	applied, err := m.session.Query(`INSERT INTO `+m.opts.Keyspace+`.`+HistoryTable+` (version, name, checksum, applied_at) VALUES (?, ?, ?, ?) IF NOT EXISTS`,
 		mig.Version, mig.Name, mig.Checksum, m.opts.Now().UTC().Truncate(time.Millisecond)).
 		MapScanCASContext(ctx, map[string]any{})
