@@ -3,7 +3,8 @@
 # PULSE_TOPOLOGY=cluster (make up|run|test|down TOPOLOGY=cluster). It replaces the
 # single servers and services with:
 #
-#   Redis Cluster   3 masters + 3 replicas, 127.0.0.1:26379-26384
+#   Redis Cluster   3 masters + 3 replicas, 127.0.0.1:26379-26384 (cluster bus
+#                   27379-27384)
 #   Kafka (KRaft)   3 combined broker+controllers, 127.0.0.1:29092-29094 (controllers
 #                   29192-29194); replication 3, min.insync.replicas 2
 #   Cassandra       2 nodes, 127.0.0.2 and 127.0.0.3 (CQL 29042, storage 27000);
@@ -20,6 +21,10 @@ REDIS_NODES=6
 KAFKA_PORT=${PULSE_CLUSTER_KAFKA_PORT:-29092}
 KAFKA_CONTROLLER_PORT=${PULSE_CLUSTER_KAFKA_CONTROLLER_PORT:-29192}
 REDIS_PORT=${PULSE_CLUSTER_REDIS_PORT:-26379}
+# Redis's own choice for the cluster bus, port + 10000, lands in Linux's ephemeral range
+# (32768-60999), where an outgoing connection of any process may hold it and the node
+# then cannot start; every port here stays below that range.
+REDIS_BUS_PORT=${PULSE_CLUSTER_REDIS_BUS_PORT:-27379}
 CASSANDRA_PORT=${PULSE_CLUSTER_CASSANDRA_PORT:-29042}
 CASSANDRA_STORAGE_PORT=${PULSE_CLUSTER_CASSANDRA_STORAGE_PORT:-27000}
 CASSANDRA_ADDRS=(127.0.0.2 127.0.0.3)
@@ -46,6 +51,7 @@ for ((i = 1; i <= ${#CASSANDRA_ADDRS[@]}; i++)); do servers+=("cassandra-$i"); d
 services=(ingest aggregator-1 aggregator-2 history-1 history-2 query-1 query-2)
 
 redis_port() { echo $((REDIS_PORT + $1 - 1)); }
+redis_bus_port() { echo $((REDIS_BUS_PORT + $1 - 1)); }
 kafka_port() { echo $((KAFKA_PORT + $1 - 1)); }
 kafka_controller_port() { echo $((KAFKA_CONTROLLER_PORT + $1 - 1)); }
 
@@ -77,17 +83,27 @@ marker() {
 # Servers
 
 start_redis_node() {
-	local n=$1 port dir
+	local n=$1 port dir bus
 	alive "redis-$n" && return 0
 	port=$(redis_port "$n")
 	dir=$data/redis-$n
+	bus=$(awk '$3 ~ /myself/ {print $2}' "$dir/nodes.conf" 2>/dev/null) || bus=
+	bus=${bus#*@}
+	bus=${bus%%,*}
+	if [[ -n $bus && $bus != "$(redis_bus_port "$n")" ]]; then
+		# A node formed with another cluster bus port cannot reach its peers on the new
+		# ones: it starts afresh, and the aggregators rebuild its state from the log.
+		say "redis-$n: cluster bus moved from :$bus to :$(redis_bus_port "$n"); starting it empty"
+		rm -rf "$dir"
+	fi
 	mkdir -p "$dir"
 	# nodes.conf in the node's folder keeps its identity and the slot map across
 	# down/up; a master that stays silent for 5 s is failed over to its replica.
 	launch "redis-$n" "$logs/redis-$n.log" redis-server --bind 127.0.0.1 --port "$port" \
 		--dir "$dir" --save "" --appendonly yes --appendfsync everysec \
 		--hash-max-listpack-value 256 \
-		--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+		--cluster-enabled yes --cluster-port "$(redis_bus_port "$n")" \
+		--cluster-config-file nodes.conf --cluster-node-timeout 5000 \
 		--daemonize no --protected-mode yes --logfile ""
 }
 
