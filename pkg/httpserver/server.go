@@ -76,6 +76,7 @@ type Server struct {
 
 	cfg      Config
 	logger   *slog.Logger
+	failures *failureLog
 	checks   []health.Check
 	srv      *http.Server
 	ln       net.Listener
@@ -90,10 +91,11 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 	e.HideBanner = true
 	e.HidePort = true
 	s := &Server{
-		Echo:   e,
-		cfg:    cfg,
-		logger: logger,
-		checks: checks,
+		Echo:     e,
+		cfg:      cfg,
+		logger:   logger,
+		failures: newFailureLog(logger),
+		checks:   checks,
 		depUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pulse_dependency_up",
 			Help: "1 when the dependency answered the last readiness check, else 0.",
@@ -235,7 +237,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	apiErr := toError(err)
 	if apiErr.Status >= 500 {
-		s.logger.Error("request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+		s.failures.log(c.Request().Method, c.Path(), err)
 	}
 	if werr := writeError(c, apiErr); werr != nil {
 		s.logger.Warn("writing error response", "err", werr)

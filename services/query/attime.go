@@ -85,8 +85,7 @@ func (a *api) atErr(err error) error {
 		return &httpserver.Error{Status: http.StatusNotFound, Code: "not_found",
 			Message: "history holds no state of that instant: it is from before history began, or history was stopped then"}
 	}
-	a.logger.Warn("reading the past", "err", err)
-	return httpserver.Unavailable("history (Cassandra) did not answer", historyRetryAfter)
+	return fmt.Errorf("%w: reading the past: %w", httpserver.Unavailable("history (Cassandra) did not answer", historyRetryAfter), err)
 }
 
 // pastCountView is GET /v1/online/count?at=: the counts at the instant At.

@@ -91,13 +91,13 @@ func userIDParam(c echo.Context) (string, error) {
 	return id, nil
 }
 
-// readErr turns a Redis failure into the 503 readers can retry.
+// readErr turns a Redis failure into the 503 readers can retry. The client sees only
+// the 503; the server's error handler logs the chain, cause included.
 func (a *api) readErr(err error) error {
 	if errors.Is(err, statestore.ErrRebuilding) {
-		return httpserver.Unavailable("the presence state is being rebuilt from the log (Redis lost it); retry shortly", 2*time.Second)
+		return fmt.Errorf("%w: %w", httpserver.Unavailable("the presence state is being rebuilt from the log (Redis lost it); retry shortly", 2*time.Second), err)
 	}
-	a.logger.Warn("reading state", "err", err)
-	return httpserver.Unavailable("presence state is unreachable right now", time.Second)
+	return fmt.Errorf("%w: reading state: %w", httpserver.Unavailable("presence state is unreachable right now", time.Second), err)
 }
 
 func (a *api) ctx(c echo.Context) (context.Context, context.CancelFunc) {

@@ -78,14 +78,14 @@ func (h *historyHandlers) session(c echo.Context) (*gocql.Session, context.Conte
 	return s, ctx, cancel, nil
 }
 
-// cassErr turns a failed read into the 503 readers can retry.
+// cassErr turns a failed read into the 503 readers can retry; the server's error
+// handler logs the cause.
 func (h *historyHandlers) cassErr(err error) error {
-	h.logger.Warn("reading history", "err", err)
 	msg := "history (Cassandra) did not answer"
 	if errors.Is(err, context.DeadlineExceeded) {
 		msg = "history (Cassandra) did not answer in time"
 	}
-	return httpserver.Unavailable(msg, historyRetryAfter)
+	return fmt.Errorf("%w: reading history: %w", httpserver.Unavailable(msg, historyRetryAfter), err)
 }
 
 // The answers, in the wire form pulsectl reads too.
