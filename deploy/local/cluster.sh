@@ -272,8 +272,18 @@ cmd_up() {
 	wait_for cassandra-1 -cassandra "${CASSANDRA_ADDRS[0]}:$CASSANDRA_PORT"
 	start_cassandra_node 2
 	wait_for cassandra-2 -cassandra "${CASSANDRA_ADDRS[1]}:$CASSANDRA_PORT"
-	pulsectl migrate -hosts "$(join "${CASSANDRA_ADDRS[@]}")" -port "$CASSANDRA_PORT" -keyspace "$KEYSPACE" -dir "$root/migrations" \
-		-replication "{'class': 'SimpleStrategy', 'replication_factor': $CASSANDRA_REPLICATION}"
+	# A node that has just opened its CQL port may not yet be seen as up by the other,
+	# whose quorum reads then fail ("Cannot achieve consistency level"); the migrations
+	# are idempotent, so they are tried again for a while.
+	for ((i = 0; ; i++)); do
+		if pulsectl migrate -hosts "$(join "${CASSANDRA_ADDRS[@]}")" -port "$CASSANDRA_PORT" -keyspace "$KEYSPACE" -dir "$root/migrations" \
+			-replication "{'class': 'SimpleStrategy', 'replication_factor': $CASSANDRA_REPLICATION}" >"$run/migrate.out" 2>&1; then
+			cat "$run/migrate.out"
+			break
+		fi
+		((i < 30)) || { cat "$run/migrate.out" >&2; die "applying the migrations failed"; }
+		sleep 1
+	done
 	say "cluster topology up in $((SECONDS - t0))s; its servers hold $(rss_mib "${servers[@]}") MiB (resident)"
 }
 
