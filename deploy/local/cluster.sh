@@ -212,6 +212,22 @@ rss_mib() {
 	echo $((total / 1024))
 }
 
+# pulsectl_patiently WHAT ARGS...: runs pulsectl ARGS, an idempotent step that a server
+# just started may refuse for a while, once a second for up to 30 s; prints its output
+# when it succeeds, and dies with it when it never does.
+pulsectl_patiently() {
+	local what=$1 out=$run/pulsectl.out i
+	shift
+	for ((i = 0; ; i++)); do
+		if pulsectl "$@" >"$out" 2>&1; then
+			cat "$out"
+			return 0
+		fi
+		((i < 30)) || { cat "$out" >&2; die "$what failed"; }
+		sleep 1
+	done
+}
+
 cmd_up() {
 	local t0=$SECONDS running=0 name i
 	for name in "${servers[@]}"; do alive "$name" && running=$((running + 1)); done
@@ -260,30 +276,16 @@ cmd_up() {
 	say "redis cluster ok in $((SECONDS - t0))s"
 	for ((i = 1; i <= KAFKA_NODES; i++)); do wait_for "kafka-$i" -kafka "127.0.0.1:$(kafka_port "$i")"; done
 	# Topics of 3 replicas need every broker registered; a broker just started may not
-	# be yet, so this is tried again for a while.
-	for ((i = 0; ; i++)); do
-		if "$bin/pulsectl" topics -brokers "$(kafka_brokers)" -partitions "$PARTITIONS" -replication "$KAFKA_REPLICATION" >"$run/topics.out" 2>&1; then
-			cat "$run/topics.out"
-			break
-		fi
-		((i < 30)) || { cat "$run/topics.out" >&2; die "creating the topics failed"; }
-		sleep 1
-	done
+	# be yet.
+	pulsectl_patiently "creating the topics" topics -brokers "$(kafka_brokers)" -partitions "$PARTITIONS" -replication "$KAFKA_REPLICATION"
 	wait_for cassandra-1 -cassandra "${CASSANDRA_ADDRS[0]}:$CASSANDRA_PORT"
 	start_cassandra_node 2
 	wait_for cassandra-2 -cassandra "${CASSANDRA_ADDRS[1]}:$CASSANDRA_PORT"
 	# A node that has just opened its CQL port may not yet be seen as up by the other,
 	# whose quorum reads then fail ("Cannot achieve consistency level"); the migrations
-	# are idempotent, so they are tried again for a while.
-	for ((i = 0; ; i++)); do
-		if pulsectl migrate -hosts "$(join "${CASSANDRA_ADDRS[@]}")" -port "$CASSANDRA_PORT" -keyspace "$KEYSPACE" -dir "$root/migrations" \
-			-replication "{'class': 'SimpleStrategy', 'replication_factor': $CASSANDRA_REPLICATION}" >"$run/migrate.out" 2>&1; then
-			cat "$run/migrate.out"
-			break
-		fi
-		((i < 30)) || { cat "$run/migrate.out" >&2; die "applying the migrations failed"; }
-		sleep 1
-	done
+	# are idempotent.
+	pulsectl_patiently "applying the migrations" migrate -hosts "$(join "${CASSANDRA_ADDRS[@]}")" -port "$CASSANDRA_PORT" \
+		-keyspace "$KEYSPACE" -dir "$root/migrations" -replication "{'class': 'SimpleStrategy', 'replication_factor': $CASSANDRA_REPLICATION}"
 	say "cluster topology up in $((SECONDS - t0))s; its servers hold $(rss_mib "${servers[@]}") MiB (resident)"
 }
 
