@@ -35,7 +35,8 @@ type foldStats struct {
 
 // fold applies a window's records, in log order, to users (the current states of
 // every user the window touches; missing ones are new) and returns the window's net
-// write and its effective changes. duplicate decides docs/design.md guarantee 2.
+// write and its effective changes. duplicate decides docs/design.md guarantee 2 for
+// every event but timeouts.
 //
 // fold mutates st and users only through the returned window: the caller commits st
 // changes by replacing its shardState once the write succeeded.
@@ -72,7 +73,14 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		}
 		w.LastOffset = r.offset
 		e := &r.event
-		if duplicate(e) {
+		// A timeout is not checked against the duplicate horizon: applying one twice
+		// is harmless (the second finds its device offline, or seen since, and is
+		// stale), while dropping one can leave a device online for good. A device that
+		// timed out is revived by a later event of the same time as its newest (a copy
+		// of it past the horizon, or a second event of that instant); its deadline then
+		// has the same basis, so the timeout decided again has the same id as the one
+		// already applied.
+		if e.Source != presence.SourceTimeout && duplicate(e) {
 			stats.duplicates++
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/pkg/timeouts"
 )
 
 var base = time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
@@ -83,6 +84,77 @@ func TestFoldWindow(t *testing.T) {
 	}
 	if u := w.Users["alice"]; u.Offset != 15 || u.Status != presence.Idle {
 		t.Errorf("alice = %+v, want idle at offset 15", u)
+	}
+}
+
+// A device that timed out and was revived by an event of the same time as its newest
+// (here a copy of it the duplicate horizon forgot) gets the same deadline again; the
+// timeout decided for it then has the id of the one already applied, and must still
+// take the device offline, or it would stay online for good.
+func TestFoldTimeoutAfterRevivalOfTheSameInstant(t *testing.T) {
+	st := newShard()
+	tr := timeouts.New(time.Minute, time.Hour)
+	users := map[string]*presence.User{}
+	seen := map[string]bool{}
+	duplicate := func(e *presence.Event) bool {
+		dup := seen[e.ID]
+		seen[e.ID] = true
+		return dup
+	}
+	var changes []string
+	step := func(recs ...record) {
+		t.Helper()
+		w, _ := fold(st, recs, users, duplicate)
+		for id, u := range w.Users {
+			tr.Update(id, u)
+		}
+		st.offset, st.next, st.bitmaps = w.LastOffset, w.Next, w.Bitmaps
+		for _, c := range w.Outbox.Changes {
+			changes = append(changes, fmt.Sprintf("%s %s->%s %v", c.EventId[:min(len(c.EventId), 8)],
+				presence.StatusFromPB(c.Previous), presence.StatusFromPB(c.Current), c.Cause))
+		}
+	}
+	timeout := func(off int64) record {
+		t.Helper()
+		due := tr.Due(base.Add(time.Hour))
+		if len(due) != 1 || due[0].DeviceID != "phone" || due[0].Kind != timeouts.DeviceOffline {
+			t.Fatalf("due = %+v, want the phone's offline deadline", due)
+		}
+		return record{offset: off, event: due[0].Event(base.Add(time.Hour))}
+	}
+
+	step(rec(10, "a1", "alice", presence.KindStatus, presence.Online, "phone", 1))
+	first := timeout(11)
+	step(first)
+	// Forgotten by the horizon: the copy is not a duplicate and revives the phone.
+	delete(seen, "a1")
+	step(rec(12, "a1", "alice", presence.KindStatus, presence.Online, "phone", 1))
+	again := timeout(13)
+	if again.event.ID != first.event.ID {
+		t.Fatalf("the deadline decided again has id %s, the first %s; this test needs them equal", again.event.ID, first.event.ID)
+	}
+	step(again)
+
+	want := []string{
+		"a1 offline->online CAUSE_EVENT",
+		"timeout- online->offline CAUSE_TIMEOUT",
+		"a1 offline->online CAUSE_EVENT",
+		"timeout- online->offline CAUSE_TIMEOUT",
+	}
+	if fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Errorf("changes = %q, want %q", changes, want)
+	}
+	if u := users["alice"]; u.Status != presence.Offline || st.bitmaps[0].GetCardinality() != 0 {
+		t.Errorf("alice = %v with %d online in the bitmap, want offline and none", u.Status, st.bitmaps[0].GetCardinality())
+	}
+	if tr.Len() != 0 {
+		t.Errorf("%d deadlines left, want none: alice has no live device", tr.Len())
+	}
+	// The same timeout once more (decided twice by an aggregator that crashed after
+	// producing it) changes nothing.
+	w, stats := fold(st, []record{{offset: 14, event: again.event}}, users, duplicate)
+	if stats != (foldStats{stale: 1}) || len(w.Outbox.Changes) != 0 {
+		t.Errorf("a timeout applied twice: stats %+v, %d changes; want 1 stale, none", stats, len(w.Outbox.Changes))
 	}
 }
 
