@@ -19,6 +19,11 @@ type Config struct {
 	// AckTimeout bounds the wait for Kafka to acknowledge a request's events; past it
 	// the producer gets a 503 with Retry-After and may retry with the same event ids.
 	AckTimeout time.Duration
+	// Linger is how long a partition's batch waits for more records before it is
+	// sent: concurrent single-event requests then share produce requests instead
+	// of each paying one, for at most this much more latency (franz-go's default
+	// is 10ms, which a lone request would wait whole).
+	Linger time.Duration
 	// MaxSkew is how far an event's occurredAt may be from the server clock, either
 	// way; a client clock further off would make its events stale or block newer ones.
 	MaxSkew time.Duration
@@ -55,6 +60,9 @@ func (c *Config) vars() []*config.Var {
 		config.Duration(&c.AckTimeout, "PULSE_INGEST_ACK_TIMEOUT", 5*time.Second,
 			"longest wait for Kafka's acknowledgement before a 503; below PULSE_HTTP_WRITE_TIMEOUT and PULSE_SHUTDOWN_TIMEOUT",
 			config.Positive),
+		config.Duration(&c.Linger, "PULSE_INGEST_LINGER", time.Millisecond,
+			"how long events wait for others to share a Kafka produce request; adds at most this to a request's latency; 0: send at once",
+			config.Between(0, time.Second)),
 		config.Duration(&c.MaxSkew, "PULSE_INGEST_MAX_SKEW", 5*time.Minute,
 			"how far an event's occurredAt may be from the server clock, either way", config.Positive),
 		config.Int64(&c.MaxBody, "PULSE_INGEST_MAX_BODY", 1<<20, "largest request body in bytes; larger gets a 413",

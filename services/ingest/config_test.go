@@ -94,3 +94,23 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 	configtest.Help(t, b.String(), vars, "PULSE_INGEST_ACK_TIMEOUT (default 5s)")
 }
+
+func TestLoadConfigLinger(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want time.Duration
+	}{{"", time.Millisecond}, {"0s", 0}, {"5ms", 5 * time.Millisecond}} {
+		vars := map[string]string{}
+		if tc.env != "" {
+			vars["PULSE_INGEST_LINGER"] = tc.env
+		}
+		cfg, err := loadConfig(config.NewEnv(config.MapLookup(vars)))
+		if err != nil || cfg.Linger != tc.want {
+			t.Errorf("PULSE_INGEST_LINGER=%q: linger %v, %v; want %v", tc.env, cfg.Linger, err, tc.want)
+		}
+	}
+	_, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{"PULSE_INGEST_LINGER": "2s"})))
+	if err == nil || !strings.Contains(err.Error(), "PULSE_INGEST_LINGER=2s: want 0s..1s") {
+		t.Errorf("PULSE_INGEST_LINGER=2s: error %v", err)
+	}
+}

@@ -28,7 +28,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("authentication: %w", err)
 	}
 	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "kafka_brokers", cfg.Kafka.Brokers,
-		"topic", cfg.Kafka.EventsTopic, "ack_timeout", cfg.AckTimeout, "max_skew", cfg.MaxSkew,
+		"topic", cfg.Kafka.EventsTopic, "ack_timeout", cfg.AckTimeout, "linger", cfg.Linger, "max_skew", cfg.MaxSkew,
 		"max_body", cfg.MaxBody, "max_batch", cfg.MaxBatch, "key_rate", cfg.KeyRate, "user_rate", cfg.UserRate,
 		"user_burst", cfg.UserBurst}, authn.Describe()...)...)
 	go authn.WarnWhileOff(ctx, logger, time.Minute)
@@ -54,6 +54,12 @@ func producerOpts(cfg Config) []kgo.Opt {
 		kgo.DefaultProduceTopic(cfg.Kafka.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProduceRequestTimeout(cfg.AckTimeout),
+		// A request's events wait for Kafka's acknowledgement anyway; a short linger
+		// lets the events of concurrent requests travel in one produce request per
+		// partition, which takes less CPU here and at the brokers. Measured with
+		// BenchmarkPostStatus (128 concurrent single-event requests): 1ms answers
+		// in about half the time of franz-go's default 10ms, for no more CPU.
+		kgo.ProducerLinger(cfg.Linger),
 	}
 }
 
