@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -33,7 +34,15 @@ type handler struct {
 
 	accepted *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	// acceptedBy caches accepted's counter of each kind, so an accepted request
+	// skips the label lookup; filled on first use, so that a kind never accepted
+	// has no series.
+	acceptedBy [len(kindNames)]atomic.Pointer[prometheus.Counter]
 }
+
+// kindNames are the event kinds by presence.Kind, for acceptedBy.
+var kindNames = [...]string{presence.KindUnknown: "", presence.KindStatus: "status",
+	presence.KindHeartbeat: "heartbeat", presence.KindActivity: "activity"}
 
 func newHandler(cfg Config, p *producer, reg prometheus.Registerer) *handler {
 	h := &handler{
@@ -93,7 +102,27 @@ func (h *handler) postStatus(c echo.Context) error {
 	if err := h.send(c, []presence.Event{e}); err != nil {
 		return err
 	}
-	return httpserver.JSON(c, http.StatusOK, statusResponse{Success: true, Message: "Status updated successfully."})
+	return writeJSON(c, http.StatusOK, statusUpdated)
+}
+
+// statusUpdated is every successful POST /status's answer (a statusResponse), as
+// httpserver.JSON would encode it.
+var statusUpdated = []byte(`{"success":true,"message":"Status updated successfully."}` + "\n")
+
+// jsonContentType is the Content-Type of writeJSON's answers; net/http only reads
+// it, and its length equals its capacity, so an append copies it.
+var jsonContentType = []string{echo.MIMEApplicationJSON}
+
+// writeJSON answers body, already JSON, with status code: httpserver.JSON without
+// encoding the same answer again for every request.
+func writeJSON(c echo.Context, code int, body []byte) error {
+	c.Response().Header()[echo.HeaderContentType] = jsonContentType
+	c.Response().WriteHeader(code)
+	if _, err := c.Response().Write(body); err != nil {
+		// As httpserver.JSON: the status line is gone already.
+		return echo.NewHTTPError(http.StatusInternalServerError, "encoding the answer").SetInternal(err)
+	}
+	return nil
 }
 
 // postEvents takes a batch: all of it is checked before any of it is produced.
@@ -141,12 +170,10 @@ const rateKeys = 100_000
 // user (403), and within the rates of its key and of each user (429 with
 // Retry-After). A refused request produces nothing.
 func (h *handler) admit(c echo.Context, events []presence.Event) error {
-	perUser := map[string]int{}
 	for i := range events {
 		if err := auth.ForUser(c, events[i].UserID); err != nil {
 			return err
 		}
-		perUser[events[i].UserID]++
 	}
 	now := h.now()
 	key := auth.PrincipalOf(c).Name
@@ -154,22 +181,43 @@ func (h *handler) admit(c echo.Context, events []presence.Event) error {
 	if err != nil || wait > 0 {
 		return rateLimited(fmt.Sprintf("key %s is over its rate of %d events/s (PULSE_INGEST_KEY_RATE)", key, h.keyRate), wait, err)
 	}
+	if len(events) == 1 {
+		// Most requests carry one event: no map of users to build.
+		if _, err := h.reserveUser(events[0].UserID, 1, now); err != nil {
+			g.Cancel()
+			return err
+		}
+		return nil
+	}
+	perUser := make(map[string]int, len(events))
+	for i := range events {
+		perUser[events[i].UserID]++
+	}
 	grants := []limits.Grant{g}
 	for id, n := range perUser {
-		g, wait, err := h.userRates.Reserve(id, n, now)
-		if err != nil || wait > 0 {
+		g, err := h.reserveUser(id, n, now)
+		if err != nil {
 			for _, g := range grants {
 				g.Cancel()
 			}
-			msg := fmt.Sprintf("user %q is over its rate of %d events/s (PULSE_INGEST_USER_RATE)", id, h.userRate)
-			if err != nil {
-				msg = fmt.Sprintf("%d events for user %q in one request; at most %d (PULSE_INGEST_USER_BURST)", n, id, h.userRates.Burst())
-			}
-			return rateLimited(msg, wait, err)
+			return err
 		}
 		grants = append(grants, g)
 	}
 	return nil
+}
+
+// reserveUser takes n events of user id's rate, or answers the 429 of a refusal.
+func (h *handler) reserveUser(id string, n int, now time.Time) (limits.Grant, error) {
+	g, wait, err := h.userRates.Reserve(id, n, now)
+	if err != nil || wait > 0 {
+		msg := fmt.Sprintf("user %q is over its rate of %d events/s (PULSE_INGEST_USER_RATE)", id, h.userRate)
+		if err != nil {
+			msg = fmt.Sprintf("%d events for user %q in one request; at most %d (PULSE_INGEST_USER_BURST)", n, id, h.userRates.Burst())
+		}
+		return g, rateLimited(msg, wait, err)
+	}
+	return g, nil
 }
 
 // rateLimited is the 429 of a refusal: retry after wait, or never as it is (err:
@@ -195,9 +243,22 @@ func (h *handler) send(c echo.Context, events []presence.Event) error {
 		return fmt.Errorf("%w: %w", unavailable, err)
 	}
 	for i := range events {
-		h.accepted.WithLabelValues(events[i].Kind.String()).Inc()
+		h.acceptedOf(events[i].Kind).Inc()
 	}
 	return nil
+}
+
+// acceptedOf is the accepted counter of kind k.
+func (h *handler) acceptedOf(k presence.Kind) prometheus.Counter {
+	if int(k) >= len(h.acceptedBy) {
+		return h.accepted.WithLabelValues(k.String())
+	}
+	if c := h.acceptedBy[k].Load(); c != nil {
+		return *c
+	}
+	c := h.accepted.WithLabelValues(k.String())
+	h.acceptedBy[k].Store(&c)
+	return c
 }
 
 // counted counts the requests a handler rejects, by the error code clients see.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,26 @@ type producer struct {
 	topic      string
 	ackTimeout time.Duration
 	latency    *prometheus.HistogramVec
+	// acked and failed are latency's observers, resolved on first use so that an
+	// outcome never seen has no series.
+	acked, failed lazyObserver
+}
+
+// lazyObserver is one series of a histogram, looked up once.
+type lazyObserver struct {
+	vec   *prometheus.HistogramVec
+	label string
+	obs   atomic.Pointer[prometheus.Observer]
+}
+
+func (l *lazyObserver) observe(v float64) {
+	o := l.obs.Load()
+	if o == nil {
+		obs := l.vec.WithLabelValues(l.label)
+		o = &obs
+		l.obs.Store(o)
+	}
+	(*o).Observe(v)
 }
 
 func newProducer(client *kgo.Client, topic string, ackTimeout time.Duration, reg prometheus.Registerer) *producer {
@@ -31,6 +52,8 @@ func newProducer(client *kgo.Client, topic string, ackTimeout time.Duration, reg
 			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"outcome"}),
 	}
+	p.acked = lazyObserver{vec: p.latency, label: "acked"}
+	p.failed = lazyObserver{vec: p.latency, label: "failed"}
 	reg.MustRegister(p.latency)
 	return p
 }
@@ -45,7 +68,11 @@ func (p *producer) record(e *presence.Event) (*kgo.Record, error) {
 // already sent may still land, which is why a client retrying a failed request keeps
 // its event ids: the aggregator drops the duplicates by id.
 func (p *producer) produce(ctx context.Context, events []presence.Event) error {
-	records := make([]*kgo.Record, len(events))
+	var one [1]*kgo.Record // most requests carry one event: no slice to allocate
+	records := one[:]
+	if len(events) != 1 {
+		records = make([]*kgo.Record, len(events))
+	}
 	for i := range events {
 		r, err := p.record(&events[i])
 		if err != nil {
@@ -66,11 +93,11 @@ func (p *producer) produce(ctx context.Context, events []presence.Event) error {
 	// Waiting here rather than in ProduceSync bounds the wait by ctx even when a
 	// record is stuck in flight, where franz-go no longer watches its context.
 	err := p.wait(ctx, acks, len(records))
-	outcome := "acked"
 	if err != nil {
-		outcome = "failed"
+		p.failed.observe(time.Since(start).Seconds())
+	} else {
+		p.acked.observe(time.Since(start).Seconds())
 	}
-	p.latency.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
 	return err
 }
 
