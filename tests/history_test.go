@@ -303,7 +303,7 @@ func histDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // histBuildModel folds what was produced, in log order per user, as docs/design.md
 // (History) says history must: a repeated event id writes nothing; an event older than the newest of
 // its device is recorded as stale and moves no status column; the newest event and
-// change win. Heartbeats are no user_activity rows (PULSE_HISTORY_HEARTBEATS=none, the
+// change win. Heartbeats and activity are no user_activity rows (PULSE_HISTORY_EVENT_ROWS=status, the
 // default) but still move last_seen and decide staleness.
 func histBuildModel(events []histEvent, changes []histChange) histModel {
 	m := histModel{rows: map[string]histRow{}, status: map[string]histStatus{}}
@@ -334,7 +334,7 @@ func histBuildModel(events []histEvent, changes []histChange) histModel {
 		r := histRow{User: e.UserID, Bucket: histDay(t), EntryID: "e:" + e.ID, EntryType: "event", Kind: e.Kind.String(),
 			Status: status, Device: e.DeviceID, Source: e.Source.String(), OccurredAt: histMillis(t),
 			ReceivedAt: histMillis(e.ReceivedAt), Stale: stale, Partition: he.partition, Offset: he.offset}
-		if e.Kind != presence.KindHeartbeat {
+		if e.Kind == presence.KindStatus || e.Source == presence.SourceTimeout {
 			m.rows[r.User+"|"+r.Bucket+"|"+r.EntryID] = r
 		}
 		if stale {

@@ -25,8 +25,8 @@ type modelUser struct {
 	lastActive  time.Time
 	lastSeen    time.Time
 	// rows is the user_activity rows history must write: every non-duplicate event
-	// (stale included) but heartbeats (PULSE_HISTORY_HEARTBEATS=none, the default),
-	// and every change.
+	// (stale included) but heartbeats and activity (PULSE_HISTORY_EVENT_ROWS=status, the
+	// default), and every change.
 	rows    int
 	changes []modelChange
 	// changed is whether any change happened (user_status.status is set only then).
@@ -63,7 +63,7 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			u = &modelUser{devices: map[string]*modelDevice{}, status: "offline"}
 			m.users[e.UserId] = u
 		}
-		if e.Kind != pulsev1.Kind_KIND_HEARTBEAT {
+		if e.Kind == pulsev1.Kind_KIND_STATUS || e.Source == pulsev1.Source_SOURCE_TIMEOUT {
 			u.rows++
 		}
 		if e.Source == pulsev1.Source_SOURCE_TIMEOUT {

@@ -54,11 +54,21 @@ type Config struct {
 	SessionTimeout time.Duration
 	// RebuildTimeout bounds one attempt to re-read a partition's horizon from the log.
 	RebuildTimeout time.Duration
-	// Heartbeats is heartbeatsNone (a heartbeat updates user_status only) or
-	// heartbeatsAll (each one is also a user_activity row, for audit). Heartbeats are
-	// most of the traffic and say nothing the changes and last_seen do not, so by
-	// default they cost no row.
-	Heartbeats string
+	// EventRows is eventRowsStatus (status and timeout events are user_activity rows;
+	// heartbeats and activity events only move user_status) or eventRowsAll (every
+	// event is a row, for audit). Heartbeats and activity are most of the traffic and say
+	// nothing the changes, last_seen and last_active do not, so by default they cost no
+	// row.
+	EventRows string
+	// StatusInterval is how long a partition gathers user_status updates before writing
+	// them: a user's row is written at most once per interval whatever their events and
+	// changes (0: with every flush). Offsets are committed only once they are written.
+	StatusInterval time.Duration
+	// RollupInterval is how long a changes partition folds changes before writing the
+	// rows they touched in the analysts' tables (sessions, days, minutes, hours,
+	// snapshots): a user's session and day rows are written at most once per interval
+	// (0: with every flush). The fold's checkpoint keeps what is not written yet.
+	RollupInterval time.Duration
 	// CheckpointInterval is the least time between two checkpoints of a changes
 	// partition's rollup fold; a partition taken over re-reads the log written since.
 	CheckpointInterval time.Duration
@@ -78,10 +88,10 @@ type Config struct {
 	ShardChangesRetention time.Duration
 }
 
-// PULSE_HISTORY_HEARTBEATS values.
+// PULSE_HISTORY_EVENT_ROWS values.
 const (
-	heartbeatsNone = "none"
-	heartbeatsAll  = "all"
+	eventRowsStatus = "status"
+	eventRowsAll    = "all"
 )
 
 // vars is pulse-history's configuration table, bound to c: every variable it reads.
@@ -113,9 +123,15 @@ func (c *Config) vars() []*config.Var {
 			config.Positive),
 		config.Duration(&c.RebuildTimeout, "PULSE_HISTORY_REBUILD_TIMEOUT", 2*time.Minute,
 			"bounds one attempt to re-read a partition's horizon from the log", config.Positive),
-		config.String(&c.Heartbeats, "PULSE_HISTORY_HEARTBEATS", heartbeatsNone,
-			"none: a heartbeat updates user_status (last_seen) but writes no user_activity row; all: every heartbeat is also a user_activity row, for audit",
-			config.OneOf(heartbeatsNone, heartbeatsAll)),
+		config.String(&c.EventRows, "PULSE_HISTORY_EVENT_ROWS", eventRowsStatus,
+			"status: status and timeout events are user_activity rows, heartbeats and activity events only move user_status (last_seen, last_active); all: every event is a user_activity row, for audit",
+			config.OneOf(eventRowsStatus, eventRowsAll)),
+		config.Duration(&c.StatusInterval, "PULSE_HISTORY_STATUS_INTERVAL", 30*time.Second,
+			"how long a partition gathers user_status updates (last seen, last active, status) before writing them, so a user's row is written at most once per interval; offsets are committed only after, so a restart re-reads up to this much more log; 0: with every flush",
+			config.NotNegative),
+		config.Duration(&c.RollupInterval, "PULSE_HISTORY_ROLLUP_INTERVAL", 30*time.Second,
+			"how long a presence.changes partition folds changes before writing the analysts' rows they touched (sessions, days, minutes, hours, snapshots), so a user's rows are written at most once per interval; point-in-time answers become final this much later; 0: with every flush",
+			config.NotNegative),
 		config.Duration(&c.CheckpointInterval, "PULSE_HISTORY_CHECKPOINT_INTERVAL", time.Minute,
 			"least time between two checkpoints of a presence.changes partition's rollups (and on revoke and shutdown); a partition taken over re-reads the log written since the last one",
 			config.Positive),

@@ -16,7 +16,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	if cfg.HTTP.Addr != ":18083" || cfg.Cassandra.Port != 19042 || cfg.Cassandra.Keyspace != "pulse" || cfg.Group != "pulse-history" ||
-		cfg.Heartbeats != heartbeatsNone || cfg.CheckpointInterval != time.Minute {
+		cfg.EventRows != eventRowsStatus || cfg.StatusInterval != 30*time.Second || cfg.CheckpointInterval != time.Minute {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
@@ -26,13 +26,13 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 		"PULSE_CASSANDRA_CONSISTENCY":       "SOME",
 		"PULSE_CASSANDRA_PORT":              "70000",
 		"PULSE_CASSANDRA_PASSWORD":          "secret",
-		"PULSE_HISTORY_HEARTBEATS":          "some",
+		"PULSE_HISTORY_EVENT_ROWS":          "some",
 		"PULSE_HISTORY_CHECKPOINT_INTERVAL": "0s",
 	})))
 	if err == nil {
 		t.Fatal("loadConfig accepted a bad consistency, port and a password without user")
 	}
-	for _, want := range []string{"SOME", "70000", "Username", "PULSE_HISTORY_HEARTBEATS", "PULSE_HISTORY_CHECKPOINT_INTERVAL"} {
+	for _, want := range []string{"SOME", "70000", "Username", "PULSE_HISTORY_EVENT_ROWS", "PULSE_HISTORY_CHECKPOINT_INTERVAL"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

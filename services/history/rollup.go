@@ -391,6 +391,9 @@ func (w *worker) restoreRollup(ctx context.Context, first *kgo.Record) error {
 	st.last = st.fold.Stats()
 	st.last.Users, st.last.Minutes, st.last.Hours = 0, 0, 0
 	w.rollup = st
+	// A checkpoint keeps the rows its fold had not flushed, and the re-read below
+	// may add more.
+	w.rollupHeld = true
 	if !found || st.through < 0 || st.through+1 >= first.Offset {
 		w.logger.Info("rollup fold ready", "checkpoint", found, "checkpoint_offset", st.through, "first_offset", first.Offset)
 		return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -59,14 +60,69 @@ type group struct {
 // batchPlan collects the statements of one batch of records: user_activity rows by
 // partition key, in first-seen key order, and user_status updates coalesced per user.
 type batchPlan struct {
-	// heartbeats: every heartbeat gets a user_activity row (PULSE_HISTORY_HEARTBEATS=all).
-	heartbeats bool
+	// allEvents: every event gets a user_activity row (PULSE_HISTORY_EVENT_ROWS=all);
+	// otherwise heartbeats and activity events get none.
+	allEvents bool
 
 	activity []*keyStmts
 	index    map[string]int
-	status   map[string]*statusRow
-	users    []string // first-seen order of status
-	stmts    int      // statements added with add
+	// status takes the user_status updates. A worker hands every plan the one it keeps
+	// across flushes and writes it on its own schedule (holdStatus); a plan without one
+	// makes its own, which keys includes.
+	status     *statusPlan
+	holdStatus bool
+	stmts      int // statements added with add
+}
+
+// statusPlan is the user_status rows to write, one per user, in first-seen order.
+type statusPlan struct {
+	rows  map[string]*statusRow
+	users []string
+}
+
+func (s *statusPlan) len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.users)
+}
+
+func (s *statusPlan) of(user string) *statusRow {
+	if s.rows == nil {
+		s.rows = make(map[string]*statusRow)
+	}
+	r, ok := s.rows[user]
+	if !ok {
+		r = &statusRow{}
+		s.rows[user] = r
+		s.users = append(s.users, user)
+	}
+	return r
+}
+
+// keys returns one user_status key per user with the coalesced updates.
+func (s *statusPlan) keys() []*keyStmts {
+	if s == nil {
+		return nil
+	}
+	out := make([]*keyStmts, 0, len(s.users))
+	for _, user := range s.users {
+		r := s.rows[user]
+		ks := &keyStmts{key: statusKey(user)}
+		// An active write sets last_seen too; a separate seen write is needed only when a
+		// newer event than the newest active one came (a heartbeat after it).
+		if r.active.set {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateActiveCQL, []any{r.active.us, r.active.at, r.active.at, r.active.tie, user}})
+		}
+		if r.seen.set && (r.seen.us != r.active.us || r.seen.tie != r.active.tie) {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateSeenCQL, []any{r.seen.us, r.seen.at, r.seen.tie, user}})
+		}
+		if r.status.set {
+			ks.stmts = append(ks.stmts, stmt{tableStatus, updateStatusCQL, []any{r.status.us, r.status.tie, r.status.at, user}})
+		}
+		out = append(out, ks)
+	}
+	return out
 }
 
 // keyStmts are the statements of one partition key.
@@ -117,55 +173,43 @@ func (b *batchPlan) add(key string, s stmt) {
 }
 
 // size is about how many statements the plan holds: every user_activity and rollup
-// statement, and one per user_status row.
+// statement, and one per user_status row it does not leave to the worker.
 func (b *batchPlan) size() int {
-	return b.stmts + len(b.users)
+	if b.holdStatus {
+		return b.stmts
+	}
+	return b.stmts + b.status.len()
 }
 
 func (b *batchPlan) statusOf(user string) *statusRow {
 	if b.status == nil {
-		b.status = make(map[string]*statusRow)
+		b.status = &statusPlan{}
 	}
-	r, ok := b.status[user]
-	if !ok {
-		r = &statusRow{}
-		b.status[user] = r
-		b.users = append(b.users, user)
-	}
-	return r
+	return b.status.of(user)
 }
 
-// keys returns every partition key's statements: user_activity keys first, then one
-// user_status key per user with the coalesced updates.
+// keys returns every partition key's statements: user_activity and rollup keys first,
+// then, unless the worker holds them, one user_status key per user.
 func (b *batchPlan) keys() []*keyStmts {
-	out := make([]*keyStmts, 0, len(b.activity)+len(b.users))
-	out = append(out, b.activity...)
-	for _, user := range b.users {
-		r := b.status[user]
-		ks := &keyStmts{key: statusKey(user)}
-		// An active write sets last_seen too; a separate seen write is needed only when a
-		// newer event than the newest active one came (a heartbeat after it).
-		if r.active.set {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateActiveCQL, []any{r.active.us, r.active.at, r.active.at, r.active.tie, user}})
-		}
-		if r.seen.set && (r.seen.us != r.active.us || r.seen.tie != r.active.tie) {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateSeenCQL, []any{r.seen.us, r.seen.at, r.seen.tie, user}})
-		}
-		if r.status.set {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateStatusCQL, []any{r.status.us, r.status.tie, r.status.at, user}})
-		}
-		out = append(out, ks)
+	if b.holdStatus {
+		return b.activity
 	}
-	return out
+	return append(slices.Clip(b.activity), b.status.keys()...)
 }
 
 // requests packs the plan into requests of at most maxStmts statements and maxKeys
-// partition keys each. A key's statements stay together unless they alone exceed
-// maxStmts; with maxKeys 1 every request is a single-partition batch.
+// partition keys each (see pack).
 func (b *batchPlan) requests(maxStmts, maxKeys int) []*group {
+	return pack(b.keys(), maxStmts, maxKeys)
+}
+
+// pack packs keys into requests of at most maxStmts statements and maxKeys partition
+// keys each. A key's statements stay together unless they alone exceed maxStmts; with
+// maxKeys 1 every request is a single-partition batch.
+func pack(keys []*keyStmts, maxStmts, maxKeys int) []*group {
 	var out []*group
 	var cur *group
-	for _, ks := range b.keys() {
+	for _, ks := range keys {
 		stmts := ks.stmts
 		for len(stmts) > maxStmts {
 			out = append(out, &group{keys: 1, stmts: stmts[:maxStmts:maxStmts]})
@@ -208,11 +252,12 @@ func orUnset(s string) any {
 // addEvent plans the writes of event e found at partition/offset. A stale event is
 // recorded in user_activity only; a fresh one also advances user_status, unless it is
 // a timeout: a timeout is not a sign of life, and its change reaches user_status
-// through presence.changes. A heartbeat has a user_activity row only when the plan
-// keeps heartbeats.
+// through presence.changes. Heartbeats and activity events have a user_activity row
+// only when the plan keeps every event: they say nothing that the changes, last_seen
+// and last_active do not (docs/design.md, History).
 func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, offset int64) {
 	t := e.Time()
-	if e.Kind != presence.KindHeartbeat || b.heartbeats {
+	if e.Kind == presence.KindStatus || e.Source == presence.SourceTimeout || b.allEvents {
 		bucket := bucketOf(t)
 		status := ""
 		if e.Kind == presence.KindStatus {

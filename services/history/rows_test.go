@@ -194,7 +194,7 @@ func describeKeys(ks []*keyStmts) []string {
 }
 
 func TestPlan(t *testing.T) {
-	p := batchPlan{heartbeats: true}
+	p := batchPlan{allEvents: true}
 	// A status event just before midnight UTC, received just after: the bucket follows
 	// the event's time; the write timestamp follows received-at.
 	st := event("e1", "u1", "phone", presence.KindStatus, ms(500), ms(1500))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,7 +69,15 @@ type worker struct {
 	planned   *kgo.Record // the last record in plan
 	lastFlush time.Time
 
-	pending    *kgo.Record // written but not committed yet
+	// status is the user_status rows gathered since they were last written (at
+	// lastStatus), kept across flushes: a user's row is written at most once every
+	// StatusInterval, however many events and changes it saw (docs/design.md, History).
+	status     *statusPlan
+	lastStatus time.Time
+	// covered is the last record whose rows, user_status aside, are written.
+	covered *kgo.Record
+
+	pending    *kgo.Record // written, user_status included, but not committed yet
 	lastCommit time.Time
 
 	poisonLogged  time.Time
@@ -79,6 +88,11 @@ type worker struct {
 
 	rollup         *rollupState // changes only, from the first batch on
 	lastCheckpoint time.Time
+	// rollupHeld: the fold has changes whose rows were not flushed yet (at lastRollup
+	// they last were). They are flushed every RollupInterval; a checkpoint keeps them,
+	// so a commit need not wait for them.
+	rollupHeld bool
+	lastRollup time.Time
 }
 
 var _ consume.Worker = (*worker)(nil)
@@ -90,7 +104,8 @@ var _ consume.Worker = (*worker)(nil)
 func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	defer w.h.m.windowEntries.Sub(float64(w.windowLen))
 	defer w.dropRollupGauges()
-	w.lastCheckpoint, w.lastFlush = time.Now(), time.Now()
+	w.lastCheckpoint, w.lastFlush, w.lastStatus, w.lastRollup = time.Now(), time.Now(), time.Now(), time.Now()
+	w.status = &statusPlan{}
 	// One timer serves the three deadlines: the gathered batches' flush, the pending
 	// commit and the rollups' checkpoint (a partition whose records stop still gets all
 	// three once their interval passes).
@@ -104,7 +119,7 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 			if !ok {
 				// Revoked or shutting down: write what was gathered, and checkpoint so
 				// that whoever takes the partition over re-reads nothing.
-				if ctx.Err() == nil && w.flush(ctx) == nil && w.rollup != nil {
+				if ctx.Err() == nil && w.flush(ctx, true) == nil && w.rollup != nil {
 					if err := w.checkpointRollup(ctx); err != nil {
 						return nil
 					}
@@ -138,8 +153,8 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	}
 }
 
-// settle does what is due: the flush of gathered batches, then the rollups'
-// checkpoint, then the commit. It returns how long until the next of them is due (0:
+// settle does what is due: the flush of gathered batches and of the held user_status
+// rows, then the rollups' checkpoint, then the commit. It returns how long until the next of them is due (0:
 // nothing is pending), or ctx's error.
 func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 	cfg := w.h.cfg
@@ -153,7 +168,22 @@ func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 	if w.plan != nil {
 		if wait := cfg.FlushInterval - time.Since(w.lastFlush); wait > 0 && w.plan.size() < cfg.FlushStatements {
 			soonest(wait)
-		} else if err := w.flush(ctx); err != nil {
+		} else if err := w.flush(ctx, false); err != nil {
+			return 0, err
+		}
+	}
+	if w.plan == nil && (w.status.len() > 0 || w.rollupHeld) {
+		// Only user_status or rollup rows are held: they go on their own schedules.
+		wait := time.Duration(math.MaxInt64)
+		if w.status.len() > 0 {
+			wait = cfg.StatusInterval - time.Since(w.lastStatus)
+		}
+		if w.rollupHeld {
+			wait = min(wait, cfg.RollupInterval-time.Since(w.lastRollup))
+		}
+		if wait > 0 {
+			soonest(wait)
+		} else if err := w.flush(ctx, false); err != nil {
 			return 0, err
 		}
 	}
@@ -182,7 +212,7 @@ func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 // gather plans the writes of one batch on top of those gathered since the last flush.
 func (w *worker) gather(batch []*kgo.Record) {
 	if w.plan == nil {
-		w.plan = &batchPlan{heartbeats: w.h.cfg.Heartbeats == heartbeatsAll}
+		w.plan = &batchPlan{allEvents: w.h.cfg.EventRows == eventRowsAll, status: w.status, holdStatus: true}
 	}
 	for _, r := range batch {
 		if w.events {
@@ -199,34 +229,41 @@ func (w *worker) gather(batch []*kgo.Record) {
 	}
 }
 
-// flush writes the gathered batches and the rows their changes made in the rollups; it
-// returns only when every write succeeded, or with ctx's error.
-func (w *worker) flush(ctx context.Context) error {
-	plan := w.plan
-	if plan == nil {
+// flush writes the gathered batches and the rows their changes made in the rollups,
+// and the held user_status rows when they are due (or final: the partition is being
+// revoked); it returns only when every write succeeded, or with ctx's error. The
+// commit moves only when nothing before it is held: a crash then re-reads every
+// record whose user_status update was not written.
+func (w *worker) flush(ctx context.Context, final bool) error {
+	cfg := w.h.cfg
+	statusDue := w.status.len() > 0 && (final || time.Since(w.lastStatus) >= cfg.StatusInterval)
+	rollupDue := w.rollupHeld && (final || time.Since(w.lastRollup) >= cfg.RollupInterval)
+	if w.plan == nil && !statusDue && !rollupDue {
 		return nil
 	}
-	if len(w.dead) > 0 {
-		pol := retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.Kafka.RetryTimeout}
-		if err := retry.Do(ctx, pol, w.logger, "producing dead letters", func(ctx context.Context) error {
-			return w.h.produce(ctx, w.dead...)
-		}); err != nil {
-			return err
-		}
-		w.h.m.deadLetters.Add(float64(len(w.dead)))
-		w.dead = nil
+	if err := w.flushDead(ctx); err != nil {
+		return err
 	}
-	if st := w.rollup; st != nil {
+	plan := w.plan
+	if plan == nil {
+		plan = &batchPlan{status: w.status, holdStatus: true}
+	}
+	st := w.rollup
+	if rollupDue {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
 		plan.addRollup(&rows, w.partition, st.flushTimestamp(), retention{
-			snapshots: int(w.h.cfg.SnapshotRetention / time.Second), changes: int(w.h.cfg.ShardChangesRetention / time.Second)})
+			snapshots: int(cfg.SnapshotRetention / time.Second), changes: int(cfg.ShardChangesRetention / time.Second)})
 		w.reportRollup()
 	}
-	if err := w.h.writer.write(ctx, plan.requests(w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
+	keys := plan.keys()
+	if statusDue {
+		keys = append(keys, w.status.keys()...)
+	}
+	if err := w.h.writer.write(ctx, pack(keys, w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
-	if st := w.rollup; st != nil && !st.fold.Frontier().IsZero() {
+	if rollupDue && !st.fold.Frontier().IsZero() {
 		// Only once the flush's rows are written: readers trust every change dated
 		// before it to be there.
 		progress := &group{keys: 1, stmts: []stmt{{tableProgress, upsertProgressCQL,
@@ -235,7 +272,35 @@ func (w *worker) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	w.plan, w.pending, w.lastFlush = nil, w.planned, time.Now()
+	if w.plan != nil {
+		w.plan, w.covered, w.lastFlush = nil, w.planned, time.Now()
+	}
+	if rollupDue {
+		w.rollupHeld, w.lastRollup = false, time.Now()
+	}
+	if statusDue {
+		w.status, w.lastStatus = &statusPlan{}, time.Now()
+	}
+	if w.status.len() == 0 && w.covered != nil {
+		w.pending, w.covered = w.covered, nil
+	}
+	return nil
+}
+
+// flushDead produces the undecodable changes gathered since the last flush to the
+// dead-letter topic, before the flush's writes.
+func (w *worker) flushDead(ctx context.Context) error {
+	if len(w.dead) == 0 {
+		return nil
+	}
+	pol := retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.Kafka.RetryTimeout}
+	if err := retry.Do(ctx, pol, w.logger, "producing dead letters", func(ctx context.Context) error {
+		return w.h.produce(ctx, w.dead...)
+	}); err != nil {
+		return err
+	}
+	w.h.m.deadLetters.Add(float64(len(w.dead)))
+	w.dead = nil
 	return nil
 }
 
@@ -286,8 +351,13 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 		return
 	}
 	plan.addChange(&c)
-	if w.rollup != nil && w.rollup.apply(&c, r.Offset) {
+	if w.rollup == nil {
+		return
+	}
+	if w.rollup.apply(&c, r.Offset) {
 		w.h.m.rollupChanges.WithLabelValues("repeated").Inc()
+	} else {
+		w.rollupHeld = true
 	}
 }
 

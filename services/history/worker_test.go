@@ -238,20 +238,22 @@ func TestEventsWorker(t *testing.T) {
 			eventRecord(10, event("e1", "u1", "phone", presence.KindStatus, sec(10), sec(11))),
 			eventRecord(11, event("e1", "u1", "phone", presence.KindStatus, sec(10), sec(12))), // duplicate
 			poison,
-			eventRecord(13, event("e3", "u1", "phone", presence.KindActivity, sec(5), sec(13))),  // stale
-			eventRecord(14, event("e4", "u2", "phone", presence.KindHeartbeat, sec(1), sec(14))), // other user
-			eventRecord(15, event("e5", "u1", "laptop", presence.KindActivity, sec(2), sec(15))), // other device
+			eventRecord(13, event("e3", "u1", "phone", presence.KindStatus, sec(5), sec(13))),     // stale
+			eventRecord(14, event("e4", "u2", "phone", presence.KindHeartbeat, sec(1), sec(14))),  // other user
+			eventRecord(15, event("e5", "u1", "laptop", presence.KindStatus, sec(2), sec(15))),    // other device
+			eventRecord(16, event("e8", "u3", "laptop", presence.KindActivity, sec(16), sec(16))), // activity
 		}
 		synctest.Wait()
 		// u1's user_status gets the newest of its fresh active events only (e1 at 10s;
 		// e5 at 2s would lose to it in Cassandra anyway).
-		// Heartbeats are no user_activity rows by default (e4 only moves last_seen).
-		want := []string{"active:e1", "e:e1", "e:e3(stale)", "e:e5", "seen:e4"}
+		// Heartbeats and activity are no user_activity rows by default (e4 only moves
+		// last_seen, e8 last_seen and last_active).
+		want := []string{"active:e1", "active:e8", "e:e1", "e:e3(stale)", "e:e5", "seen:e4"}
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
 		}
-		if commits, at := hs.committed(); !reflect.DeepEqual(commits, []int64{15}) || at[0] != len(want) {
-			t.Fatalf("commits %v (after %v writes), want [15] after %d", commits, at, len(want))
+		if commits, at := hs.committed(); !reflect.DeepEqual(commits, []int64{16}) || at[0] != len(want) {
+			t.Fatalf("commits %v (after %v writes), want [16] after %d", commits, at, len(want))
 		}
 		m := hs.h.m
 		if d, u, s := testutil.ToFloat64(m.skipped.WithLabelValues(skipDuplicate)), testutil.ToFloat64(m.skipped.WithLabelValues(skipUndecodable)), testutil.ToFloat64(m.stale); d != 1 || u != 1 || s != 1 {
@@ -264,9 +266,9 @@ func TestEventsWorker(t *testing.T) {
 		// Within the horizon the id is still known and the device's newest time too.
 		time.Sleep(time.Minute)
 		recs <- []*kgo.Record{
-			eventRecord(16, event("e1", "u1", "phone", presence.KindStatus, sec(10), sec(70))),    // duplicate
-			eventRecord(17, event("e6", "u1", "phone", presence.KindHeartbeat, sec(9), sec(71))),  // stale
-			eventRecord(18, event("e7", "u1", "phone", presence.KindHeartbeat, sec(10), sec(72))), // as new as the newest: fresh
+			eventRecord(17, event("e1", "u1", "phone", presence.KindStatus, sec(10), sec(70))),    // duplicate
+			eventRecord(18, event("e6", "u1", "phone", presence.KindHeartbeat, sec(9), sec(71))),  // stale
+			eventRecord(19, event("e7", "u1", "phone", presence.KindHeartbeat, sec(10), sec(72))), // as new as the newest: fresh
 		}
 		close(recs)
 		if err := <-done; err != nil {
@@ -277,8 +279,8 @@ func TestEventsWorker(t *testing.T) {
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
 		}
-		if commits, _ := hs.committed(); !reflect.DeepEqual(commits, []int64{15, 18}) {
-			t.Fatalf("commits %v, want [15 18]", commits)
+		if commits, _ := hs.committed(); !reflect.DeepEqual(commits, []int64{16, 19}) {
+			t.Fatalf("commits %v, want [16 19]", commits)
 		}
 		if len(hs.reads) != 1 || hs.reads[0] != "ev/3 since=23:19:11 end=10" {
 			t.Errorf("horizon reads %v, want one ending at the first offset, 10m+1m before its timestamp", hs.reads)
@@ -445,7 +447,7 @@ func TestChangesWorker(t *testing.T) {
 // Writes run concurrently, never more than WriteConcurrency at once.
 func TestWriteConcurrencyBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		hs := newHarness(t, func(c *Config) { c.WriteConcurrency = 5; c.Heartbeats = heartbeatsAll })
+		hs := newHarness(t, func(c *Config) { c.WriteConcurrency = 5; c.EventRows = eventRowsAll })
 		hs.store.delay = 10 * time.Millisecond
 		recs, done := hs.start(t.Context(), "ev")
 		var batch []*kgo.Record
@@ -478,9 +480,9 @@ func TestFlushInterval(t *testing.T) {
 			recs <- []*kgo.Record{eventRecord(off, event(fmt.Sprint("e", off), "u1", "phone", kind, time.Time{}, sec(int(off))))}
 			synctest.Wait()
 		}
-		send(1, presence.KindActivity)
+		send(1, presence.KindStatus)
 		send(2, presence.KindHeartbeat)
-		send(3, presence.KindActivity)
+		send(3, presence.KindStatus)
 		if rows := hs.store.rows(); len(rows) != 0 {
 			t.Fatalf("wrote %v within the flush interval", rows)
 		}
@@ -489,7 +491,7 @@ func TestFlushInterval(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		// Two activity rows, one user_status update (the newest active event, e3).
+		// Two status rows, one user_status update (the newest active event, e3).
 		want := []string{"active:e3", "e:e1", "e:e3"}
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
@@ -497,7 +499,7 @@ func TestFlushInterval(t *testing.T) {
 		if c, w := hs.committed(); !reflect.DeepEqual(c, []int64{3}) || w[0] != 3 {
 			t.Fatalf("commits %v after %v statements, want [3] after 3", c, w)
 		}
-		send(4, presence.KindActivity)
+		send(4, presence.KindStatus)
 		close(recs)
 		<-done
 		if c, _ := hs.committed(); !reflect.DeepEqual(c, []int64{3, 4}) {
@@ -515,13 +517,13 @@ func TestFlushStatements(t *testing.T) {
 		hs := newHarness(t, func(c *Config) { c.FlushInterval, c.FlushStatements = time.Hour, 4 })
 		recs, done := hs.start(t.Context(), "ev")
 		var batch []*kgo.Record
-		for off := range int64(3) {
-			batch = append(batch, eventRecord(off, event(fmt.Sprint("e", off), fmt.Sprint("u", off), "phone", presence.KindActivity, time.Time{}, sec(int(off)))))
+		for off := range int64(5) {
+			batch = append(batch, eventRecord(off, event(fmt.Sprint("e", off), fmt.Sprint("u", off), "phone", presence.KindStatus, time.Time{}, sec(int(off)))))
 		}
-		recs <- batch // 3 activity rows and 3 user_status rows: more than 4
+		recs <- batch // 5 user_activity rows (user_status rows do not count): more than 4
 		synctest.Wait()
-		if n := len(hs.store.rows()); n != 6 {
-			t.Fatalf("%d statements written, want 6 without waiting for the interval", n)
+		if n := len(hs.store.rows()); n != 10 {
+			t.Fatalf("%d statements written, want 10 (5 rows, 5 user_status) without waiting for the interval", n)
 		}
 		close(recs)
 		<-done
