@@ -95,3 +95,57 @@ func sameEvent(a, b presence.Event) bool {
 		a.DeviceID == b.DeviceID && a.Source == b.Source && a.OccurredAt.Equal(b.OccurredAt) &&
 		a.ReceivedAt.Equal(b.ReceivedAt) && a.LastSeen.Equal(b.LastSeen)
 }
+
+// FuzzDecodeFastAgrees checks decodeFast against httpserver.DecodeObject: a body the
+// fast decoder accepts, encoding/json accepts too, with the same fields; so clients
+// see the same answers whichever decodes their body.
+func FuzzDecodeFastAgrees(f *testing.F) {
+	for _, seed := range []string{
+		`{"userId":"u1","status":"online"}`,
+		` {"eventId":"e1","userId":"42","deviceId":null,"occurredAt":"2025-03-14T15:09:20Z"}`,
+		`{"userid":"u1"}`,
+		`{"userId":"a","userId":"b"}`,
+		`{"userId":"\ud800"}`,
+		"{\"userId\":\"\xff\"}",
+		`null`,
+		`{"userId":"u"} {}`,
+		`{"events":[{"userId":"u","kind":"activity"},null]}`,
+		`{"USERID":"u","Status":"away"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast, exact eventJSON
+		if decodeFast(body, &fast) {
+			if err := httpserver.DecodeObject(body, &exact, ""); err != nil {
+				t.Fatalf("decodeFast accepted %q, encoding/json refused it: %v", body, err)
+			}
+			if !sameEventJSON(fast, exact) {
+				t.Fatalf("%q: decodeFast %+v, encoding/json %+v", body, fast, exact)
+			}
+		}
+		var fastBatch, exactBatch struct {
+			Events []*eventJSON `json:"events"`
+		}
+		if decodeFast(body, &fastBatch) {
+			if err := httpserver.DecodeObject(body, &exactBatch, ""); err != nil {
+				t.Fatalf("decodeFast accepted batch %q, encoding/json refused it: %v", body, err)
+			}
+			if len(fastBatch.Events) != len(exactBatch.Events) {
+				t.Fatalf("%q: %d events, encoding/json %d", body, len(fastBatch.Events), len(exactBatch.Events))
+			}
+			for i := range fastBatch.Events {
+				a, b := fastBatch.Events[i], exactBatch.Events[i]
+				if (a == nil) != (b == nil) || a != nil && !sameEventJSON(*a, *b) {
+					t.Fatalf("%q: event %d differs", body, i)
+				}
+			}
+		}
+	})
+}
+
+func sameEventJSON(a, b eventJSON) bool {
+	same := func(x, y *string) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
+	return same(a.EventID, b.EventID) && same(a.UserID, b.UserID) && same(a.Kind, b.Kind) &&
+		same(a.Status, b.Status) && same(a.DeviceID, b.DeviceID) && same(a.OccurredAt, b.OccurredAt)
+}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/pulse-presence/pulse/pkg/httpserver"
@@ -165,7 +167,7 @@ func decodeBatchFast(body []byte, r rules, maxBatch int) ([]presence.Event, bool
 	var in struct {
 		Events []*eventJSON `json:"events"`
 	}
-	if httpserver.DecodeObject(body, &in, "") != nil || len(in.Events) == 0 || len(in.Events) > maxBatch {
+	if !decodeFast(body, &in) || len(in.Events) == 0 || len(in.Events) > maxBatch {
 		return nil, false
 	}
 	events := make([]presence.Event, len(in.Events))
@@ -210,10 +212,38 @@ func decodeBatchExact(body []byte, r rules, maxBatch int) ([]presence.Event, err
 	return events, nil
 }
 
+// decodeFast decodes body, a JSON object, into v with go-json-experiment/json (the
+// proposed encoding/json/v2), which decodes these bodies in about half the time and
+// with fewer allocations than encoding/json. It is the stricter of the two (names
+// match exactly; duplicate names, invalid UTF-8 and trailing data are refused, as
+// are unknown fields here), so a body it accepts decodes the same way with
+// httpserver.DecodeObject. A body it refuses goes to httpserver.DecodeObject, which
+// accepts it or names the fault as clients have always seen it.
+func decodeFast(body []byte, v any) bool {
+	// DecodeObject refuses a top-level value other than an object (null included,
+	// which would leave v as it is).
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+		return false
+	}
+	return jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)) == nil
+}
+
+// decodeObject is httpserver.DecodeObject at the top level, through decodeFast
+// whenever it can.
+func decodeObject[T any](body []byte) (T, error) {
+	var in T
+	if decodeFast(body, &in) {
+		return in, nil
+	}
+	var exact T // not what decodeFast left half-filled
+	err := httpserver.DecodeObject(body, &exact, "")
+	return exact, err
+}
+
 // decodeStatus decodes and checks a seed POST /status body.
 func decodeStatus(body []byte, r rules) (presence.Event, error) {
-	var in statusJSON
-	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
+	in, err := decodeObject[statusJSON](body)
+	if err != nil {
 		return presence.Event{}, err
 	}
 	return r.event(eventJSON{UserID: in.UserID, Status: in.Status}, "")
@@ -221,8 +251,8 @@ func decodeStatus(body []byte, r rules) (presence.Event, error) {
 
 // decodeHeartbeat decodes and checks a POST /v1/heartbeat body.
 func decodeHeartbeat(body []byte, r rules) (presence.Event, error) {
-	var in heartbeatJSON
-	if err := httpserver.DecodeObject(body, &in, ""); err != nil {
+	in, err := decodeObject[heartbeatJSON](body)
+	if err != nil {
 		return presence.Event{}, err
 	}
 	kind := presence.KindHeartbeat.String()
