@@ -41,6 +41,9 @@ type Config struct {
 	// posts them, up to UserBurst at once; 0: no bound.
 	UserRate  int
 	UserBurst int
+	// GCPercent is the garbage collector's target (GOGC) ingest runs with; 0 leaves
+	// the runtime's (GOGC's) as it is.
+	GCPercent int
 }
 
 // rateUsers bounds the user ids whose event rates ingest remembers (an LRU): about
@@ -77,6 +80,9 @@ func (c *Config) vars() []*config.Var {
 		config.Int(&c.UserBurst, "PULSE_INGEST_USER_BURST", 1000,
 			"events for one user id accepted at once before PULSE_INGEST_USER_RATE applies; also the most one request may carry for one user",
 			config.Positive),
+		config.Int(&c.GCPercent, "PULSE_INGEST_GOGC", 200,
+			"Go garbage collector target, as GOGC: heap growth in percent between collections (ingest's live heap is small, so Go's 100 collects more often than its memory needs); overrides GOGC; 0: as GOGC says",
+			config.NotNegative),
 	)...)
 }
 

@@ -114,3 +114,18 @@ func TestLoadConfigLinger(t *testing.T) {
 		t.Errorf("PULSE_INGEST_LINGER=2s: error %v", err)
 	}
 }
+
+func TestLoadConfigGCPercent(t *testing.T) {
+	cfg, err := loadConfig(config.NewEnv(config.MapLookup(nil)))
+	if err != nil || cfg.GCPercent != 200 {
+		t.Fatalf("default GC percent %d, %v; want 200", cfg.GCPercent, err)
+	}
+	cfg, err = loadConfig(config.NewEnv(config.MapLookup(map[string]string{"PULSE_INGEST_GOGC": "0"})))
+	if err != nil || cfg.GCPercent != 0 {
+		t.Fatalf("PULSE_INGEST_GOGC=0: %d, %v", cfg.GCPercent, err)
+	}
+	_, err = loadConfig(config.NewEnv(config.MapLookup(map[string]string{"PULSE_INGEST_GOGC": "-1"})))
+	if err == nil || !strings.Contains(err.Error(), "PULSE_INGEST_GOGC=-1: must not be negative") {
+		t.Fatalf("PULSE_INGEST_GOGC=-1: error %v", err)
+	}
+}
