@@ -49,12 +49,14 @@ type config struct {
 	warmup      time.Duration
 	settle      time.Duration
 	idleWait    time.Duration
-	warmupRun   time.Duration
-	lagEvery    time.Duration
-	stepReads   float64
-	freshRate   float64
-	freshPoll   time.Duration
-	crit        criteria
+	// withoutHistory runs the batched steps a second time with history paused.
+	withoutHistory bool
+	warmupRun      time.Duration
+	lagEvery       time.Duration
+	stepReads      float64
+	freshRate      float64
+	freshPoll      time.Duration
+	crit           criteria
 
 	halfTime       time.Duration
 	halfReads      float64
@@ -225,6 +227,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.settle, "settle", 30*time.Second, "longest wait after a step for the aggregator to catch up")
 	fs.DurationVar(&cfg.warmupRun, "warmup-run", 10*time.Second, "an unmeasured load at half the first batched rate before the first step (0: none)")
 	fs.DurationVar(&cfg.idleWait, "idle-wait", 2*time.Minute, "longest wait before the first step for both consumer groups to catch up")
+	fs.BoolVar(&cfg.withoutHistory, "batch-without-history", true, "batch phase: run the batched steps again with history paused (SIGSTOP), to compare the live path's capacity with and without it")
 	fs.DurationVar(&cfg.lagEvery, "lag-interval", 2*time.Second, "how often consumer lag is sampled during a step")
 	fs.Float64Var(&cfg.stepReads, "step-reads", 200, "GET /status/s during steps")
 	fs.Float64Var(&cfg.freshRate, "fresh-rate", 20, "freshness probes/s during steps")

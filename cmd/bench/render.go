@@ -140,9 +140,9 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	var m markdown
 	m.header(r, command)
 	m.targets(r.Targets)
-	for _, mode := range []*ModeResult{r.Batched, r.Single} {
+	for _, mode := range []*ModeResult{r.Batched, r.BatchedWithoutHistory, r.Single} {
 		if mode != nil {
-			m.steps(mode)
+			m.steps(mode, mode == r.BatchedWithoutHistory)
 		}
 	}
 	if r.Half != nil {
@@ -189,7 +189,7 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 // allSteps is every measured step: the batched and single ones, then the half-max run.
 func allSteps(r *Results) []StepResult {
 	var all []StepResult
-	for _, m := range []*ModeResult{r.Batched, r.Single} {
+	for _, m := range []*ModeResult{r.Batched, r.BatchedWithoutHistory, r.Single} {
 		if m != nil {
 			all = append(all, m.Steps...)
 		}
@@ -235,8 +235,11 @@ func (m *markdown) targets(ts []Target) {
 	m.p("\n")
 }
 
-func (m *markdown) steps(mode *ModeResult) {
-	if mode.Mode == "batched" {
+func (m *markdown) steps(mode *ModeResult, withoutHistory bool) {
+	if withoutHistory {
+		m.p("## Ingest steps: batched, history paused\n\n")
+		m.p("The batched steps again with history stopped (SIGSTOP): the live path's capacity when nothing writes to Cassandra.\n\n")
+	} else if mode.Mode == "batched" {
 		m.p("## Ingest steps: batched POST /v1/events (%d events each)\n\n", mode.BatchSize)
 	} else {
 		m.p("## Ingest steps: one event per POST /status\n\n")

@@ -20,13 +20,16 @@ type Results struct {
 	Config     map[string]string `json:"config"`
 	Processes  []ProcessInfo     `json:"processes"`
 
-	Batched *ModeResult    `json:"batched,omitempty"`
-	Single  *ModeResult    `json:"single,omitempty"`
-	Half    *StepResult    `json:"half,omitempty"`
-	History *HistoryCheck  `json:"history,omitempty"`
-	Scale   *ScaleResult   `json:"scale,omitempty"`
-	Rebuild *RebuildResult `json:"rebuild,omitempty"`
-	Limits  *LimitsResult  `json:"limits,omitempty"`
+	Batched *ModeResult `json:"batched,omitempty"`
+	// BatchedWithoutHistory is the batched steps again with history paused: the live
+	// path's capacity when Cassandra's writer takes nothing from the machine.
+	BatchedWithoutHistory *ModeResult    `json:"batchedWithoutHistory,omitempty"`
+	Single                *ModeResult    `json:"single,omitempty"`
+	Half                  *StepResult    `json:"half,omitempty"`
+	History               *HistoryCheck  `json:"history,omitempty"`
+	Scale                 *ScaleResult   `json:"scale,omitempty"`
+	Rebuild               *RebuildResult `json:"rebuild,omitempty"`
+	Limits                *LimitsResult  `json:"limits,omitempty"`
 	// ScaleOut is one aggregator against two on each topology.
 	ScaleOut *ScaleOutResult `json:"scaleOut,omitempty"`
 	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.

@@ -120,6 +120,11 @@ func (b *bench) phases(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s steps: %w", p.mode, err)
 		}
+		if p.phase == "batch" && b.cfg.withoutHistory {
+			if err := b.batchedWithoutHistory(ctx); err != nil {
+				return fmt.Errorf("batched steps without history: %w", err)
+			}
+		}
 	}
 	if b.cfg.phases["half"] {
 		idle("the half-max phase")
@@ -205,6 +210,46 @@ func (b *bench) noteOthers() {
 		b.note("other work shared the machine during the steps: on average %.2f cores went to processes bench does not watch and %.2f were stolen by the hypervisor (of %d); the rates and latencies understate Pulse on an otherwise idle machine",
 			sum/n, stolen/n, b.res.Machine.CPUs)
 	}
+}
+
+// batchedWithoutHistory runs the batched steps again with history paused (SIGSTOP),
+// so the live path's capacity with history can be compared with its capacity alone,
+// in the same run. History resumes afterwards, whatever happens, and the phases after
+// wait for it to catch up on what it missed.
+func (b *bench) batchedWithoutHistory(ctx context.Context) error {
+	fmt.Fprintf(b.out, "==> waiting up to %s for the aggregator to be idle\n", b.cfg.idleWait)
+	b.waitIdleAggregator(ctx)
+	if err := b.st.pause("history"); err != nil {
+		b.note("the batched steps without history did not run: %v", err)
+		return nil
+	}
+	b.historyPaused = true
+	defer func() {
+		if err := b.st.resume("history"); err != nil {
+			b.note("resuming history: %v", err)
+		}
+		b.historyPaused = false
+	}()
+	fmt.Fprintln(b.out, "==> batched ingest steps with history paused")
+	m, err := b.stepMode(ctx, "batched")
+	b.res.BatchedWithoutHistory = m
+	return err
+}
+
+// waitIdleAggregator waits, for at most -idle-wait, until the aggregator has no more
+// than a few windows of records to catch up on.
+func (b *bench) waitIdleAggregator(ctx context.Context) {
+	start := time.Now()
+	for time.Since(start) < b.cfg.idleWait && ctx.Err() == nil {
+		if s, err := b.lag.sample(ctx); err == nil && s.Aggregator <= lagGrowthFloor {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	b.note("the aggregator was still behind after %s", b.cfg.idleWait)
 }
 
 // waitIdle waits, for at most -idle-wait, until neither consumer group has more

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -214,6 +215,26 @@ func (s *stack) stopStarted() {
 	if err := s.script(context.Background(), append([]string{"stop-services"}, s.started...)...).Run(); err != nil {
 		fmt.Fprintf(s.log, "    stack.sh stop-services: %v\n", err)
 	}
+}
+
+// pause stops a service's process with SIGSTOP: it keeps its pid, its connections and
+// its memory, does nothing until resume, and its consumer group hands its partitions
+// on (or holds them, with no other member) once its session times out.
+func (s *stack) pause(name string) error {
+	p := s.procs[name]
+	if p.pid == 0 {
+		return fmt.Errorf("%s has no pid file to pause it by", name)
+	}
+	return syscall.Kill(p.pid, syscall.SIGSTOP)
+}
+
+// resume continues a service paused by pause.
+func (s *stack) resume(name string) error {
+	p := s.procs[name]
+	if p.pid == 0 {
+		return fmt.Errorf("%s has no pid file to resume it by", name)
+	}
+	return syscall.Kill(p.pid, syscall.SIGCONT)
 }
 
 // alive reports whether every service bench measures still runs, by stack.sh's pid

@@ -26,6 +26,8 @@ type bench struct {
 	rawDir string
 	out    io.Writer
 	res    *Results
+	// historyPaused: history is stopped (SIGSTOP) and is neither scraped nor judged.
+	historyPaused bool
 }
 
 func (b *bench) note(format string, a ...any) {
@@ -44,6 +46,9 @@ type snapshot struct {
 func (b *bench) snapshot(ctx context.Context) snapshot {
 	s := snapshot{at: time.Now(), cpu: b.st.cpu(b.ticks), metrics: map[string]metrics{}}
 	for _, name := range []string{"ingest", "aggregator", "history"} {
+		if name == "history" && b.historyPaused {
+			continue
+		}
 		if m, err := scrape(ctx, b.http, b.st.url(name)); err == nil {
 			s.metrics[name] = m
 		}

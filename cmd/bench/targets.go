@@ -36,7 +36,7 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 // evaluate judges every target of the issue on r; a target whose phase did not run
 // is listed as not measured.
 func evaluate(r *Results, scaleGoal int) []Target {
-	return slices.Concat(throughputTargets(r), halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
+	return slices.Concat(throughputTargets(r), []Target{historyCostTarget(r)}, halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
 		ratioTargets(limitRatios(r)))
 }
 
@@ -133,6 +133,21 @@ func historyTargets(h *HistoryCheck) []Target {
 		judged(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote),
 		judged(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote),
 	}
+}
+
+// historyCostTarget compares the batched capacity with history and with history
+// paused, measured in the same run: what history's writes take from the live path.
+func historyCostTarget(r *Results) Target {
+	t := Target{ID: "live-with-history", What: "batched capacity with history ÷ with history paused, same run", Op: ">=", Threshold: 0.8, Unit: "ratio"}
+	with, without := r.Batched, r.BatchedWithoutHistory
+	if with == nil || without == nil || without.MaxAcceptedEventsPerSec == 0 {
+		return judged(t, math.NaN(), "")
+	}
+	note := fmt.Sprintf("with history: %s; paused: %s", modeNote(with), modeNote(without))
+	if last := without.Steps[len(without.Steps)-1]; last.KeptUp {
+		note += " (the paused run's capacity is a floor, so the ratio is a ceiling)"
+	}
+	return judged(t, with.MaxAcceptedEventsPerSec/without.MaxAcceptedEventsPerSec, note)
 }
 
 func modeNote(m *ModeResult) string {
