@@ -30,6 +30,10 @@ type Config struct {
 	HistoryGroup string
 	// HistoryWait bounds that wait; past it the rebuild is tried again.
 	HistoryWait time.Duration
+	// HistoryStatusInterval is history's PULSE_HISTORY_STATUS_INTERVAL: history
+	// writes a user's last-seen up to that long after committing the event, so such a
+	// rebuild waits that much longer before it reads user_status.
+	HistoryStatusInterval time.Duration
 	// RedisPrefix starts every key of Pulse's state.
 	RedisPrefix string
 	// Group is the Kafka consumer group; every aggregator of a deployment shares it,
@@ -141,6 +145,8 @@ func (c *Config) vars() []*config.Var {
 			"history's consumer group, whose progress such a rebuild waits for"),
 		config.Duration(&c.HistoryWait, "PULSE_AGGREGATOR_REBUILD_HISTORY_WAIT", 2*time.Minute,
 			"longest such a rebuild waits for history to write the changes produced so far before it tries again", config.Positive),
+		config.Duration(&c.HistoryStatusInterval, "PULSE_HISTORY_STATUS_INTERVAL", 30*time.Second,
+			"history's setting: such a rebuild waits this much longer, until history has written the last-seen times of the events it committed", config.NotNegative),
 		config.Int(&c.CrashAfterWrite, "PULSE_AGGREGATOR_CRASH_AFTER_WRITE", 0,
 			"fault testing only: exit (code 3) right after the N-th window reached Redis, before its changes are produced and its offset committed; 0: never",
 			config.NotNegative),

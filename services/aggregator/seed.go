@@ -118,6 +118,13 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 	}); err != nil {
 		return 0, err
 	}
+	// History commits an event before it writes the user's last-seen time, which it
+	// holds for up to its status interval (docs/design.md, History).
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(w.cfg.HistoryStatusInterval):
+	}
 	inLog, err := w.logUsers(ctx, start, upTo)
 	if err != nil {
 		return 0, err

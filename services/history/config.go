@@ -60,9 +60,11 @@ type Config struct {
 	// nothing the changes, last_seen and last_active do not, so by default they cost no
 	// row.
 	EventRows string
-	// StatusInterval is how long a partition gathers user_status updates before writing
-	// them: a user's row is written at most once per interval whatever their events and
-	// changes (0: with every flush). Offsets are committed only once they are written.
+	// StatusInterval is how long an events partition gathers the user_status updates
+	// of its events (last seen, last active) before writing them: a user's row is
+	// written at most once per interval whatever their events (0: with every flush).
+	// Offsets are committed without waiting for them; after a crash the horizon re-read
+	// plans them again, which is why it is at most half of Horizon.
 	StatusInterval time.Duration
 	// RollupInterval is how long a changes partition folds changes before writing the
 	// rows they touched in the analysts' tables (sessions, days, minutes, hours,
@@ -127,7 +129,7 @@ func (c *Config) vars() []*config.Var {
 			"status: status and timeout events are user_activity rows, heartbeats and activity events only move user_status (last_seen, last_active); all: every event is a user_activity row, for audit",
 			config.OneOf(eventRowsStatus, eventRowsAll)),
 		config.Duration(&c.StatusInterval, "PULSE_HISTORY_STATUS_INTERVAL", 30*time.Second,
-			"how long a partition gathers user_status updates (last seen, last active, status) before writing them, so a user's row is written at most once per interval; offsets are committed only after, so a restart re-reads up to this much more log; 0: with every flush",
+			"how long an events partition gathers user_status updates (last seen, last active) before writing them, so a user's row is written at most once per interval; after a crash the horizon re-read plans them again; at most half of PULSE_HISTORY_HORIZON; 0: with every flush",
 			config.NotNegative),
 		config.Duration(&c.RollupInterval, "PULSE_HISTORY_ROLLUP_INTERVAL", 30*time.Second,
 			"how long a presence.changes partition folds changes before writing the analysts' rows they touched (sessions, days, minutes, hours, snapshots), so a user's rows are written at most once per interval; point-in-time answers become final this much later; 0: with every flush",
@@ -174,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShardChangesRetention < c.SnapshotRetention {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_SHARD_CHANGES_RETENTION=%v: must be at least PULSE_HISTORY_SNAPSHOT_RETENTION (%v), or the oldest snapshots could not be moved forward", c.ShardChangesRetention, c.SnapshotRetention))
+	}
+	if c.StatusInterval > c.Horizon/2 {
+		errs = append(errs, fmt.Errorf("PULSE_HISTORY_STATUS_INTERVAL=%v: must be at most half of PULSE_HISTORY_HORIZON (%v): after a crash the horizon re-read plans the user_status rows that were held", c.StatusInterval, c.Horizon))
 	}
 	if c.Horizon < 2*c.MaxSkew {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_HORIZON=%v: must be at least 2×PULSE_INGEST_MAX_SKEW (%v), or events made stale by an event received up to that long before would not be flagged", c.Horizon, 2*c.MaxSkew))

@@ -269,10 +269,24 @@ func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, off
 			presence.Micros(e.ReceivedAt),
 		}})
 	}
-	if stale || e.Source == presence.SourceTimeout {
+	if stale {
 		return
 	}
-	r := b.statusOf(e.UserID)
+	if b.status == nil {
+		b.status = &statusPlan{}
+	}
+	b.status.offerEvent(e)
+}
+
+// offerEvent plans what fresh event e writes to its user's user_status row: last_seen
+// and last_event_id, and for status and activity events last_active. A timeout is not
+// a sign of life: its change reaches user_status through presence.changes.
+func (s *statusPlan) offerEvent(e *presence.Event) {
+	if e.Source == presence.SourceTimeout {
+		return
+	}
+	t := e.Time()
+	r := s.of(e.UserID)
 	r.seen.offer(t, e.ID)
 	if e.Kind == presence.KindStatus || e.Kind == presence.KindActivity {
 		r.active.offer(t, e.ID)

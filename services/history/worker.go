@@ -70,14 +70,17 @@ type worker struct {
 	lastFlush time.Time
 
 	// status is the user_status rows gathered since they were last written (at
-	// lastStatus), kept across flushes: a user's row is written at most once every
-	// StatusInterval, however many events and changes it saw (docs/design.md, History).
+	// lastStatus, when statusFrom was the log time of the first record they held),
+	// kept across flushes: a user's row is written at most once every StatusInterval,
+	// however many events and changes it saw. Offsets are committed without waiting for
+	// them: after a crash, an events partition plans them again from the horizon it
+	// re-reads (docs/design.md, History). A changes partition writes its user_status
+	// rows with every flush.
 	status     *statusPlan
 	lastStatus time.Time
-	// covered is the last record whose rows, user_status aside, are written.
-	covered *kgo.Record
+	statusFrom time.Time
 
-	pending    *kgo.Record // written, user_status included, but not committed yet
+	pending    *kgo.Record // written but not committed yet
 	lastCommit time.Time
 
 	poisonLogged  time.Time
@@ -172,10 +175,10 @@ func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	if w.plan == nil && (w.status.len() > 0 || w.rollupHeld) {
+	if w.plan == nil && ((w.events && w.status.len() > 0) || w.rollupHeld) {
 		// Only user_status or rollup rows are held: they go on their own schedules.
 		wait := time.Duration(math.MaxInt64)
-		if w.status.len() > 0 {
+		if w.events && w.status.len() > 0 {
 			wait = cfg.StatusInterval - time.Since(w.lastStatus)
 		}
 		if w.rollupHeld {
@@ -214,6 +217,9 @@ func (w *worker) gather(batch []*kgo.Record) {
 	if w.plan == nil {
 		w.plan = &batchPlan{allEvents: w.h.cfg.EventRows == eventRowsAll, status: w.status, holdStatus: true}
 	}
+	if w.status.len() == 0 {
+		w.statusFrom = batch[0].Timestamp
+	}
 	for _, r := range batch {
 		if w.events {
 			w.planEvent(w.plan, r)
@@ -229,14 +235,12 @@ func (w *worker) gather(batch []*kgo.Record) {
 	}
 }
 
-// flush writes the gathered batches and the rows their changes made in the rollups,
-// and the held user_status rows when they are due (or final: the partition is being
-// revoked); it returns only when every write succeeded, or with ctx's error. The
-// commit moves only when nothing before it is held: a crash then re-reads every
-// record whose user_status update was not written.
+// flush writes the gathered batches, and the held user_status and rollup rows when they
+// are due (final: now, before a checkpoint or a revoke); it returns only when every
+// write succeeded, or with ctx's error.
 func (w *worker) flush(ctx context.Context, final bool) error {
 	cfg := w.h.cfg
-	statusDue := w.status.len() > 0 && (final || time.Since(w.lastStatus) >= cfg.StatusInterval)
+	statusDue := w.status.len() > 0 && (final || !w.events || w.statusOverdue())
 	rollupDue := w.rollupHeld && (final || time.Since(w.lastRollup) >= cfg.RollupInterval)
 	if w.plan == nil && !statusDue && !rollupDue {
 		return nil
@@ -273,7 +277,7 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 		}
 	}
 	if w.plan != nil {
-		w.plan, w.covered, w.lastFlush = nil, w.planned, time.Now()
+		w.plan, w.pending, w.lastFlush = nil, w.planned, time.Now()
 	}
 	if rollupDue {
 		w.rollupHeld, w.lastRollup = false, time.Now()
@@ -281,10 +285,19 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 	if statusDue {
 		w.status, w.lastStatus = &statusPlan{}, time.Now()
 	}
-	if w.status.len() == 0 && w.covered != nil {
-		w.pending, w.covered = w.covered, nil
-	}
 	return nil
+}
+
+// statusOverdue reports whether an events partition's held user_status rows are due:
+// StatusInterval has passed, or they span that much of the log. The second bounds what
+// the horizon re-read after a crash must cover when the partition reads a backlog
+// faster than it was written.
+func (w *worker) statusOverdue() bool {
+	interval := w.h.cfg.StatusInterval
+	if time.Since(w.lastStatus) >= interval {
+		return true
+	}
+	return w.planned != nil && w.planned.Timestamp.Sub(w.statusFrom) >= interval
 }
 
 // flushDead produces the undecodable changes gathered since the last flush to the
@@ -413,8 +426,11 @@ func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 		Retry:     retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.RebuildTimeout},
 		What:      "rebuilding the horizon",
 	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
-		if !win.Duplicate(e.ID, e.ReceivedAt) {
-			observe(win, e)
+		// The user_status rows of a crashed process may not have been written: the
+		// horizon's fresh events plan them again (they carry the log's timestamps, so
+		// rewriting what was written changes nothing).
+		if !win.Duplicate(e.ID, e.ReceivedAt) && !observe(win, e) {
+			w.status.offerEvent(e)
 		}
 	})
 	if err != nil {

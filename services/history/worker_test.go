@@ -309,9 +309,17 @@ func TestRebuildFromLog(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"seen:old", "seen:w"}
+		// The horizon's fresh events plan their user_status rows again (a crashed
+		// process may have held them unwritten): x and y, newer than or tied with the
+		// batch's events, which Cassandra would rank below them anyway.
+		want := []string{"active:x", "active:y"}
 		if got := rowIDs(hs.store.rows()); !reflect.DeepEqual(got, want) {
 			t.Fatalf("rows %v, want %v", got, want)
+		}
+		// x is a duplicate, z stale; old (its id out of the horizon) and w are fresh.
+		m := hs.h.m
+		if d, s := testutil.ToFloat64(m.skipped.WithLabelValues(skipDuplicate)), testutil.ToFloat64(m.stale); d != 1 || s != 1 {
+			t.Errorf("duplicates %v, stale %v; want 1 each", d, s)
 		}
 		if got := testutil.ToFloat64(hs.h.m.rebuilt); got != 2 {
 			t.Errorf("records replayed = %v, want 2 (offset 0 is before the horizon)", got)
@@ -524,6 +532,56 @@ func TestFlushStatements(t *testing.T) {
 		synctest.Wait()
 		if n := len(hs.store.rows()); n != 10 {
 			t.Fatalf("%d statements written, want 10 (5 rows, 5 user_status) without waiting for the interval", n)
+		}
+		close(recs)
+		<-done
+	})
+}
+
+// An events partition holds user_status rows for StatusInterval across flushes and
+// commits without waiting for them; a worker that takes the partition over after a
+// crash plans them again from the horizon it re-reads.
+func TestStatusHeldAcrossFlushes(t *testing.T) {
+	held := []*kgo.Record{
+		eventRecord(1, event("e1", "u1", "phone", presence.KindStatus, time.Time{}, sec(1))),
+		eventRecord(2, event("e2", "u1", "phone", presence.KindHeartbeat, time.Time{}, sec(2))),
+	}
+	mod := func(c *Config) {
+		c.FlushInterval, c.FlushStatements, c.StatusInterval = time.Second, 1000, 30*time.Second
+	}
+	synctest.Test(t, func(t *testing.T) {
+		hs := newHarness(t, mod)
+		recs, done := hs.start(t.Context(), "ev")
+		recs <- held
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got, want := rowIDs(hs.store.rows()), []string{"e:e1"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("rows after one flush %v, want %v: user_status is held", got, want)
+		}
+		if c, _ := hs.committed(); !reflect.DeepEqual(c, []int64{2}) {
+			t.Fatalf("commits %v, want [2]: the commit does not wait for held user_status rows", c)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if got, want := rowIDs(hs.store.rows()), []string{"active:e1", "e:e1", "seen:e2"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("rows after the status interval %v, want %v", got, want)
+		}
+		close(recs)
+		<-done
+	})
+	// The process died before the status interval: the next owner of the partition
+	// starts after the commit (offset 3) and re-reads the held records as its horizon.
+	synctest.Test(t, func(t *testing.T) {
+		hs := newHarness(t, mod)
+		hs.log = held
+		recs, done := hs.start(t.Context(), "ev")
+		recs <- []*kgo.Record{eventRecord(3, event("e3", "u2", "phone", presence.KindHeartbeat, time.Time{}, sec(3)))}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got, want := rowIDs(hs.store.rows()), []string{"active:e1", "seen:e2", "seen:e3"}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("rows %v, want %v: the horizon's user_status rows planned again", got, want)
 		}
 		close(recs)
 		<-done
