@@ -28,6 +28,11 @@ type Config struct {
 	ReadTimeout time.Duration
 	// MaxBatch bounds the user ids of one POST /statuses.
 	MaxBatch int
+	// ReadPipelines is how many shared Redis pipelines the single-user reads go
+	// through at once (0: each read its own round trip); ReadCoalesce bounds the reads
+	// of one pipeline (coalesce.go).
+	ReadPipelines int
+	ReadCoalesce  int
 	// MaxBody bounds request bodies.
 	MaxBody int64
 	// Auth is who may read (pkg/auth): keys with the read scope, operator keys for
@@ -100,6 +105,10 @@ func (c *Config) vars() []*config.Var {
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key; the aggregator's setting"),
 		config.Duration(&c.ReadTimeout, "PULSE_QUERY_READ_TIMEOUT", time.Second, "bounds a request's Redis work", config.Positive),
 		config.Int(&c.MaxBatch, "PULSE_QUERY_MAX_BATCH", 1000, "most user ids of one POST /statuses", config.Between(1, 100000)),
+		config.Int(&c.ReadPipelines, "PULSE_QUERY_READ_PIPELINES", 4,
+			"single-user reads (GET /status, GET /v1/users/{id}/status) waiting at once share this many Redis pipelines in flight; 0: each read makes its own round trip",
+			config.Between(0, 1024)),
+		config.Int(&c.ReadCoalesce, "PULSE_QUERY_READ_COALESCE", 64, "most single-user reads in one shared pipeline", config.Between(1, 10000)),
 		config.Int64(&c.MaxBody, "PULSE_QUERY_MAX_BODY", 1<<20, "largest request body in bytes", config.AtLeast[int64](1024)),
 		config.Duration(&c.Counts.Interval, "PULSE_QUERY_COUNTS_INTERVAL", 100*time.Millisecond,
 			"GET /v1/online/count answers from a read refreshed this often in the background; 0: a read per request",

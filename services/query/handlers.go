@@ -21,6 +21,8 @@ import (
 // api answers reads from the state the aggregator keeps in Redis.
 type api struct {
 	store *statestore.Store
+	// get reads one user's state: through the coalescer, or straight from the store.
+	get func(ctx context.Context, id string) (*presence.User, error)
 	// counts answers GET /v1/online/count (from memory unless its interval is 0).
 	counts *countcache.Cache
 	// timeout bounds each request's Redis work; past it the reader gets a 503.
@@ -112,7 +114,7 @@ func (a *api) loadUser(c echo.Context) (string, *presence.User, error) {
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
-	u, err := a.store.Get(ctx, id)
+	u, err := a.get(ctx, id)
 	if err != nil {
 		return "", nil, a.readErr(err)
 	}

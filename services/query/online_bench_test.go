@@ -96,7 +96,7 @@ func BenchmarkOnline(b *testing.B) {
 	b.Run("filter/10000ids/cached", filter(srv.Echo))
 	// Without the cache every request loads every involved shard's bitmaps.
 	uncached := echo.New()
-	h := &onlineHandlers{api: &api{store: store, timeout: 5 * time.Second, maxBody: 1 << 20, logger: slog.New(slog.DiscardHandler)},
+	h := &onlineHandlers{api: &api{store: store, get: store.Get, timeout: 5 * time.Second, maxBody: 1 << 20, logger: slog.New(slog.DiscardHandler)},
 		cache: online.NewBitmapCache(store, 0, time.Now), now: time.Now}
 	uncached.POST("/v1/online/filter", h.filter)
 	b.Run("filter/10000ids/uncached", filter(uncached))

@@ -53,7 +53,13 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 	installAuth(srv.Echo, newAuth(tb, cfg), reg)
 	// Counts read per request (interval 0): tests see every write at once.
 	counts := countcache.New(store.Counts, countcache.Config{Timeout: 5 * time.Second}, logger)
-	a := &api{store: store, counts: counts, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
+	// Single-user reads go through the coalescer, as run has them.
+	reads := newCoalescer(store, 5*time.Second, cfg.ReadPipelines, cfg.ReadCoalesce)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reads.Run(ctx) }()
+	tb.Cleanup(func() { stop(); <-done })
+	a := &api{store: store, get: reads.Get, counts: counts, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
 	a.routes(srv.Echo)
 	openapi.Register(srv.Echo)
 	return srv

@@ -76,9 +76,14 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return fmt.Errorf("change feed: %w", err)
 	}
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
-	a := &api{store: store, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
+	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed:    newWatcher(hub, cfg.Feed, logger),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention}
+	var reads *coalescer
+	if cfg.ReadPipelines > 0 {
+		reads = newCoalescer(store, cfg.ReadTimeout, cfg.ReadPipelines, cfg.ReadCoalesce)
+		a.get = reads.Get
+	}
 	reg.MustRegister(a.history.connectedGauge())
 	if a.pipeline, err = dashboard.NewPipeline(cfg.Dashboard, reg, stateWhole(store), logger); err != nil {
 		return fmt.Errorf("dashboard: %w", err)
@@ -99,9 +104,15 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	// routes, and is ready, whether or not Cassandra answers.
 	historyDone := make(chan error, 1)
 	go func() { historyDone <- a.history.Run(hctx) }()
+	readsDone := make(chan error, 1)
+	if reads != nil {
+		go func() { readsDone <- reads.Run(hctx) }()
+	} else {
+		readsDone <- nil
+	}
 	err = srv.Run(ctx)
 	stopHub()
-	return errors.Join(err, <-hubDone, <-countsDone, <-historyDone)
+	return errors.Join(err, <-hubDone, <-countsDone, <-historyDone, <-readsDone)
 }
 
 // stateWhole is nil while every shard's state is whole, statestore.ErrRebuilding
