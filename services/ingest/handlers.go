@@ -75,11 +75,6 @@ func (h *handler) register(e *echo.Echo) {
 	e.POST("/v1/heartbeat", h.counted(h.postHeartbeat))
 }
 
-type statusResponse struct {
-	Success bool   `json:"success"`
-	Message string `json:"message"`
-}
-
 type eventsResponse struct {
 	Accepted int      `json:"accepted"`
 	EventIDs []string `json:"eventIds"`
@@ -105,7 +100,7 @@ func (h *handler) postStatus(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, statusUpdated)
 }
 
-// statusUpdated is every successful POST /status's answer (a statusResponse), as
+// statusUpdated is every successful POST /status's answer, the seed API's shape, as
 // httpserver.JSON would encode it.
 var statusUpdated = []byte(`{"success":true,"message":"Status updated successfully."}` + "\n")
 
