@@ -2,8 +2,11 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 )
 
 // lockID is the single row of the lock table: one migrator per keyspace at a time.
@@ -34,10 +37,15 @@ func (m *Migrator) acquire(ctx context.Context) (*lock, error) {
 	deadline := time.Now().Add(m.opts.LockWait)
 	for {
 		held, err := m.tryLock(ctx)
-		if err != nil {
+		if err != nil && (!undecided(err) || time.Now().After(deadline) || ctx.Err() != nil) {
 			return nil, err
 		}
-		if held == nil {
+		if err != nil {
+			// The insert may or may not have been applied; trying again tells, since
+			// a row of our own counts as taken.
+			m.log.Info("taking migration lock timed out; trying again", "err", err)
+			held = &holder{owner: "(unknown: the last attempt timed out)"}
+		} else if held == nil {
 			m.log.Debug("took migration lock", "owner", m.owner)
 			return &lock{m: m}, nil
 		}
@@ -54,6 +62,17 @@ func (m *Migrator) acquire(ctx context.Context) (*lock, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// undecided reports whether a lightweight transaction timed out without saying whether
+// it was applied: Paxos on a busy or just restarted node (CAS write timeout, read
+// timeout of the Paxos read, or no answer at all).
+func undecided(err error) bool {
+	var wt *gocql.RequestErrWriteTimeout
+	var rt *gocql.RequestErrReadTimeout
+	var cu *gocql.RequestErrCASWriteUnknown
+	return errors.As(err, &wt) || errors.As(err, &rt) || errors.As(err, &cu) ||
+		errors.Is(err, gocql.ErrTimeoutNoResponse) || errors.Is(err, context.DeadlineExceeded)
 }
 
 type holder struct {
