@@ -260,7 +260,8 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // measure records each request's latency under its route template, not its raw path,
-// so user ids never become label values.
+// and its method as one of a fixed set, so neither user ids nor invented methods ever
+// become label values: the series are bounded by the routes (docs/design.md, Security).
 func measure(h *prometheus.HistogramVec) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -270,12 +271,30 @@ func measure(h *prometheus.HistogramVec) echo.MiddlewareFunc {
 			if err != nil {
 				status = toError(err).Status
 			}
-			route := c.Path()
-			if route == "" {
-				route = "unmatched"
-			}
-			h.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			h.WithLabelValues(routeLabel(c.Path()), MethodLabel(c.Request().Method), strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 			return err
 		}
 	}
+}
+
+// MethodLabel is method as a metric label: one of the methods Pulse's routes use,
+// else "other". Any token is a valid HTTP method, so a client could otherwise make a
+// new series with every request, without credentials.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "other"
+}
+
+// routeLabel is a request's route template as a metric label. Echo sets c.Path() to
+// the template of the route that matched ("/status/:userId"); a request no route
+// matched has Echo's own "" or "/*" and is counted as "unmatched".
+func routeLabel(path string) string {
+	if path == "" || path == "/*" {
+		return "unmatched"
+	}
+	return path
 }

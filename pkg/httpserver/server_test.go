@@ -127,3 +127,41 @@ func TestRunShutsDownOnCancel(t *testing.T) {
 		t.Fatal("server still answers after shutdown")
 	}
 }
+
+// Invented methods share the label "other", and paths no route matches the label
+// "unmatched": the series cannot grow with what clients send.
+func TestMetricLabelsAreBounded(t *testing.T) {
+	s := newTestServer(t)
+	s.Echo.GET("/status/:userId", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	for _, r := range []struct{ method, path string }{
+		{"PROBE1", "/status/alice"}, {"PROBE2", "/status/bob"}, {"BREW", "/nowhere/1"}, {"PROBE3", "/nowhere/2"},
+		{http.MethodGet, "/status/carol"}, {http.MethodGet, "/nowhere/3"},
+	} {
+		do(t, s, r.method, r.path)
+	}
+	_, metrics := do(t, s, http.MethodGet, "/metrics")
+	for _, want := range []string{
+		`pulse_http_request_duration_seconds_count{code="405",method="other",route="/status/:userId"} 2`,
+		`pulse_http_request_duration_seconds_count{code="404",method="other",route="unmatched"} 2`,
+		`pulse_http_request_duration_seconds_count{code="200",method="GET",route="/status/:userId"} 1`,
+		`pulse_http_request_duration_seconds_count{code="404",method="GET",route="unmatched"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, bad := range []string{"PROBE", "BREW", "alice", "nowhere"} {
+		if strings.Contains(metrics, bad) {
+			t.Errorf("metrics hold %q, which a client chose", bad)
+		}
+	}
+}
+
+func TestMethodLabel(t *testing.T) {
+	for in, want := range map[string]string{"GET": "GET", "HEAD": "HEAD", "POST": "POST", "PUT": "PUT", "PATCH": "PATCH",
+		"DELETE": "DELETE", "OPTIONS": "OPTIONS", "get": "other", "PROBE1": "other", "CONNECT": "other", "TRACE": "other", "": "other"} {
+		if got := MethodLabel(in); got != want {
+			t.Errorf("MethodLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
