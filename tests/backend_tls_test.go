@@ -196,18 +196,24 @@ func noSecretInOutput(t *testing.T, secrets []string, svcs ...*service) {
 	}
 }
 
-// readyzFails waits until s's /readyz answers 503 with the check name failing with
-// an error that contains want.
+// readyzFails waits until s's /readyz answers 503 with the check name failing as
+// "<name> unavailable" (the network learns no more) and s's log gives the reason, an
+// error that contains want.
 func readyzFails(t *testing.T, s *service, name, want string) {
 	t.Helper()
 	eventually(t, 30*time.Second, func() string {
 		code, rep := readyz(t, s)
 		for _, c := range rep.Checks {
-			if c.Name == name && !c.OK && strings.Contains(c.Error, want) && code == http.StatusServiceUnavailable {
-				return ""
+			if c.Name == name && !c.OK && c.Error == name+" unavailable" && code == http.StatusServiceUnavailable {
+				for _, l := range strings.Split(s.out.String(), "\n") {
+					if strings.Contains(l, "readiness check failed") && strings.Contains(l, "check="+name) && strings.Contains(l, want) {
+						return ""
+					}
+				}
+				return fmt.Sprintf("%s's log has no readiness check failed line for %s with %q", s.name, name, want)
 			}
 		}
-		return fmt.Sprintf("%s /readyz = %d %+v, want 503 with %s failing on %q", s.name, code, rep, name, want)
+		return fmt.Sprintf("%s /readyz = %d %+v, want 503 with %s unavailable", s.name, code, rep, name)
 	})
 }
 

@@ -70,6 +70,10 @@ func ConfigFromEnv(e *config.Env, defAddr string) Config {
 	return c
 }
 
+// readyInterval is how old the probe /readyz answers from may be: however many
+// requests come, the dependencies see at most one probe per interval.
+const readyInterval = time.Second
+
 // Server is a service's HTTP server. Register routes on Echo before calling Run.
 type Server struct {
 	Echo *echo.Echo
@@ -77,7 +81,7 @@ type Server struct {
 	cfg      Config
 	logger   *slog.Logger
 	failures *failureLog
-	checks   []health.Check
+	ready    *health.Prober
 	srv      *http.Server
 	ln       net.Listener
 	draining atomic.Bool
@@ -95,7 +99,7 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 		cfg:      cfg,
 		logger:   logger,
 		failures: newFailureLog(logger),
-		checks:   checks,
+		ready:    health.NewProber(checks, cfg.CheckTimeout, readyInterval, logger),
 		depUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pulse_dependency_up",
 			Help: "1 when the dependency answered the last readiness check, else 0.",
@@ -216,7 +220,7 @@ func (s *Server) readyz(c echo.Context) error {
 	if s.draining.Load() {
 		return JSON(c, http.StatusServiceUnavailable, health.Report{Ready: false, Checks: []health.Result{}})
 	}
-	rep := health.Run(c.Request().Context(), s.cfg.CheckTimeout, s.checks)
+	rep := s.ready.Report(c.Request().Context())
 	for _, r := range rep.Checks {
 		up := 0.0
 		if r.OK {
