@@ -122,7 +122,7 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 	}
 
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.recoverPanics, measure(latency))
+	e.Use(s.securityHeaders, s.recoverPanics, measure(latency))
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
@@ -245,6 +245,24 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if werr := writeError(c, apiErr); werr != nil {
 		s.logger.Warn("writing error response", "err", werr)
+	}
+}
+
+// hstsValue is the Strict-Transport-Security of a TLS port: a year, this host only
+// (which other hosts of a domain speak TLS is not Pulse's to say).
+const hstsValue = "max-age=31536000"
+
+// securityHeaders marks every answer nosniff, so a browser never reads a JSON body
+// (which may echo what a client sent) as HTML or script; and, on a port that speaks
+// only TLS, tells browsers to keep to https (docs/design.md, Security).
+func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		if s.certs != nil {
+			h.Set("Strict-Transport-Security", hstsValue)
+		}
+		return next(c)
 	}
 }
 

@@ -183,3 +183,19 @@ func TestMethodLabel(t *testing.T) {
 		}
 	}
 }
+
+// Every answer, errors and unmatched paths included, is nosniff; plain HTTP carries no
+// Strict-Transport-Security (it would be ignored, and the port does not speak TLS).
+func TestAnswersAreNosniff(t *testing.T) {
+	s := newTestServer(t)
+	s.Echo.GET("/boom", func(echo.Context) error { return errors.New("boom") })
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/nowhere", "/boom"} {
+		res, _ := do(t, s, http.MethodGet, path)
+		if got := res.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s (%d): X-Content-Type-Options %q, want nosniff", path, res.StatusCode, got)
+		}
+		if got := res.Header.Get("Strict-Transport-Security"); got != "" {
+			t.Errorf("%s over plain HTTP: Strict-Transport-Security %q, want none", path, got)
+		}
+	}
+}

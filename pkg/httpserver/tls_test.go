@@ -313,6 +313,12 @@ func TestServerSpeaksOnlyTLS(t *testing.T) {
 	if res.TLS == nil || res.TLS.Version < tls.VersionTLS12 {
 		t.Fatalf("https /healthz connection state %+v, want TLS 1.2 or later", res.TLS)
 	}
+	if got := res.Header.Get("Strict-Transport-Security"); got != hstsValue {
+		t.Errorf("https /healthz Strict-Transport-Security = %q, want %q", got, hstsValue)
+	}
+	if got := res.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("https /healthz X-Content-Type-Options = %q, want nosniff", got)
+	}
 
 	// Plain HTTP on the TLS port: net/http's 400, and nothing of the API.
 	res, err = (&http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}).Get("http://" + addr + "/healthz")
