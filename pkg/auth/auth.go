@@ -206,7 +206,8 @@ type Authenticator struct {
 	jwt  *verifier
 
 	keysFile      string
-	keysSum       [32]byte // SHA-256 of the keys file as last loaded
+	keysSum       [32]byte // SHA-256 of the keys file as last loaded; zero while it is unreadable
+	keysFileBad   atomic.Bool
 	operatorToken string
 }
 
@@ -296,33 +297,64 @@ func (a *Authenticator) WarnWhileOff(ctx context.Context, logger *slog.Logger, i
 	}
 }
 
+// ErrKeysFileUnreadable is ReloadKeys's error, after a first load, for a keys file
+// that cannot be read (removed, renamed, no longer permitted).
+var ErrKeysFileUnreadable = errors.New("API keys file unreadable")
+
 // ReloadKeys reads the keys file again and, when its content changed, serves the
 // keys it now lists (the deprecated operator token included). A file that cannot be
-// read or parsed leaves the keys as they were and is reported.
+// parsed leaves the keys as they were and is reported. A file that cannot be read
+// fails closed: at start it is New's error; later no key of the file is valid any
+// more (only PULSE_OPERATOR_TOKEN, which is not in it, stays) until it can be read
+// again, and the error wraps ErrKeysFileUnreadable, with changed true the first time.
+// A key removed by removing the file must not outlive it (docs/design.md, Security).
 func (a *Authenticator) ReloadKeys() (changed bool, err error) {
 	k := &Keys{byDigest: map[[32]byte]Principal{}, names: map[string]bool{}}
 	var sum [32]byte
 	if a.keysFile != "" {
 		raw, err := os.ReadFile(a.keysFile)
 		if err != nil {
-			return false, fmt.Errorf("%s: %w", KeysFileEnv, err)
+			err = fmt.Errorf("%w: %s: %w", ErrKeysFileUnreadable, KeysFileEnv, err)
+			if a.keys.Load() == nil {
+				return false, err
+			}
+			a.keysFileBad.Store(true)
+			if a.keysSum == ([32]byte{}) {
+				return false, err // already failed closed
+			}
+			if err := a.addOperatorToken(k); err != nil {
+				return false, err
+			}
+			a.keysSum = [32]byte{}
+			a.keys.Store(k)
+			return true, err
 		}
 		sum = sha256.Sum256(raw)
 		if a.keys.Load() != nil && sum == a.keysSum {
 			return false, nil
 		}
 		if k, err = ParseKeys(bytes.NewReader(raw), a.keysFile); err != nil {
+			a.keysFileBad.Store(true)
 			return false, err
 		}
 	}
-	if a.operatorToken != "" {
-		if err := k.add(Principal{Name: "operator-token", Scopes: ScopeOperator}, Digest(a.operatorToken)); err != nil {
-			return false, fmt.Errorf("%s: %w", OperatorTokenEnv, err)
-		}
+	if err := a.addOperatorToken(k); err != nil {
+		return false, err
 	}
 	a.keysSum = sum
 	a.keys.Store(k)
+	a.keysFileBad.Store(false)
 	return true, nil
+}
+
+func (a *Authenticator) addOperatorToken(k *Keys) error {
+	if a.operatorToken == "" {
+		return nil
+	}
+	if err := k.add(Principal{Name: "operator-token", Scopes: ScopeOperator}, Digest(a.operatorToken)); err != nil {
+		return fmt.Errorf("%s: %w", OperatorTokenEnv, err)
+	}
+	return nil
 }
 
 // WatchKeys reloads the keys file every interval until ctx ends, logging each change
@@ -345,6 +377,10 @@ func (a *Authenticator) WatchKeys(ctx context.Context, logger *slog.Logger, inte
 		if a.keysFile != "" {
 			changed, err := a.ReloadKeys()
 			switch {
+			case errors.Is(err, ErrKeysFileUnreadable):
+				if changed {
+					logger.Error("API keys file unreadable; no key is valid until it can be read again", "file", a.keysFile, "err", err)
+				}
 			case err != nil:
 				logger.Warn("API keys file refused; keeping the previous keys", "err", err)
 			case changed:

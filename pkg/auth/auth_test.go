@@ -369,8 +369,26 @@ func TestReloadKeys(t *testing.T) {
 		t.Fatalf("after the old key's removal: %v, %v", changed, err)
 	}
 	write("r read sha256:nothex")
-	if changed, err := a.ReloadKeys(); changed || err == nil || !strings.Contains(err.Error(), "line 1") || !known(readKey) {
-		t.Fatalf("a broken file: %v, %v; want an error naming line 1 and the previous keys kept", changed, err)
+	if changed, err := a.ReloadKeys(); changed || err == nil || !strings.Contains(err.Error(), "line 1") || !known(readKey) || !a.keysFileBad.Load() {
+		t.Fatalf("a broken file: %v, %v; want an error naming line 1, the previous keys kept, the file marked bad", changed, err)
+	}
+
+	// A file that disappears fails closed: no key of it is valid until it is back.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := a.ReloadKeys(); !changed || !errors.Is(err, ErrKeysFileUnreadable) || known(readKey) || a.keys.Load().Len() != 1 || !a.keysFileBad.Load() {
+		t.Fatalf("the file removed: %v, %v; want changed, ErrKeysFileUnreadable, no key of the file valid", changed, err)
+	}
+	if !known("operator-token-0123") {
+		t.Fatal("the operator token, which is not in the file, was dropped with it")
+	}
+	if changed, err := a.ReloadKeys(); changed || !errors.Is(err, ErrKeysFileUnreadable) || known(readKey) {
+		t.Fatalf("the file still gone: %v, %v; want unchanged, ErrKeysFileUnreadable", changed, err)
+	}
+	write(Line("r", ScopeRead, readKey))
+	if changed, err := a.ReloadKeys(); !changed || err != nil || !known(readKey) || a.keysFileBad.Load() {
+		t.Fatalf("the file back: %v, %v; want its keys served again", changed, err)
 	}
 }
 

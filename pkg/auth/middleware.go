@@ -49,7 +49,21 @@ func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes
 	for _, r := range userRoutes {
 		g.userRoutes[r] = true
 	}
-	reg.MustRegister(g.refused)
+	reg.MustRegister(g.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pulse_auth_keys_loaded",
+			Help: "API keys accepted now (the keys file's, plus PULSE_OPERATOR_TOKEN when set); 0 with the file unreadable: no key is valid.",
+		}, func() float64 { return float64(a.keys.Load().Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pulse_auth_keys_file_ok",
+			Help: "1 when the last read of PULSE_API_KEYS_FILE loaded it (or none is configured); 0 when it was unreadable (no key valid) or refused (the previous keys kept).",
+		}, func() float64 {
+			if a.keysFileBad.Load() {
+				return 0
+			}
+			return 1
+		}),
+	)
 	return g
 }
 
