@@ -14,8 +14,13 @@ import (
 )
 
 // Rates is a token bucket per key: perSecond events a second on average, up to
-// burst at once. The least recently used bucket is forgotten past maxKeys, which
-// gives that key a full bucket again: a bound on memory, at worst a burst's leniency.
+// burst at once. Past maxKeys the least recently used full bucket is forgotten, which
+// costs nothing: a forgotten key starts again from a full bucket. A bucket in debt
+// (below its burst) is never forgotten, since forgetting it would refill it: a client
+// could otherwise reset its own debt by posting for enough other keys. Memory then
+// exceeds maxKeys only by the buckets in debt at once, which the admitted rate
+// bounds: a bucket is in debt for its taken events / perSecond seconds, so the keys
+// admitting R events a second hold about R / perSecond buckets in debt.
 type Rates struct {
 	limit rate.Limit
 	burst int
@@ -50,21 +55,37 @@ func (r *Rates) Len() int {
 	return len(r.buckets)
 }
 
-func (r *Rates) limiter(key string) *rate.Limiter {
+func (r *Rates) limiter(key string, now time.Time) *rate.Limiter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if el, ok := r.buckets[key]; ok {
 		r.lru.MoveToFront(el)
 		return el.Value.(*entry).lim
 	}
-	if len(r.buckets) >= r.max {
-		oldest := r.lru.Back()
-		r.lru.Remove(oldest)
-		delete(r.buckets, oldest.Value.(*entry).key)
-	}
+	r.evict(now)
 	lim := rate.NewLimiter(r.limit, r.burst)
 	r.buckets[key] = r.lru.PushFront(&entry{key: key, lim: lim})
 	return lim
+}
+
+// evictTries bounds the buckets one new key looks at to make room, so making room
+// costs O(1) however many buckets are in debt.
+const evictTries = 8
+
+// evict makes room for one more bucket within max: it forgets least recently used
+// buckets that are full, and moves one in debt to the front instead (kept; it is
+// looked at again once the others have been).
+func (r *Rates) evict(now time.Time) {
+	for tries := 0; len(r.buckets) >= r.max && tries < evictTries; tries++ {
+		oldest := r.lru.Back()
+		e := oldest.Value.(*entry)
+		if e.lim.TokensAt(now) < float64(r.burst) {
+			r.lru.MoveToFront(oldest)
+			continue
+		}
+		r.lru.Remove(oldest)
+		delete(r.buckets, e.key)
+	}
 }
 
 // Grant is n events taken from a key's bucket at a time, which a later refusal of
@@ -95,7 +116,7 @@ func (r *Rates) Reserve(key string, n int, now time.Time) (Grant, time.Duration,
 	if n > r.burst {
 		return Grant{}, 0, ErrTooMany
 	}
-	res := r.limiter(key).ReserveN(now, n)
+	res := r.limiter(key, now).ReserveN(now, n)
 	if !res.OK() {
 		return Grant{}, 0, ErrTooMany
 	}

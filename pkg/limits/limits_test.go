@@ -2,6 +2,7 @@ package limits
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -54,17 +55,62 @@ func TestRatesUnlimited(t *testing.T) {
 func TestRatesForgetTheLeastRecentlyUsed(t *testing.T) {
 	r := NewRates(1, 1, 2)
 	now := time.Unix(1000, 0)
-	for _, k := range []string{"a", "b", "a", "c"} { // c evicts b, the least recent
-		_, _, _ = r.Reserve(k, 1, now)
-	}
+	_, _, _ = r.Reserve("a", 1, now)
+	_, _, _ = r.Reserve("b", 1, now)
+	// A second later both are full again; a takes its token, c evicts b, the least
+	// recently used.
+	later := now.Add(time.Second)
+	_, _, _ = r.Reserve("a", 1, later)
+	_, _, _ = r.Reserve("c", 1, later)
 	if r.Len() != 2 {
 		t.Fatalf("Len = %d, want 2", r.Len())
 	}
-	if _, wait, _ := r.Reserve("a", 1, now); wait == 0 {
+	if _, wait, _ := r.Reserve("a", 1, later); wait == 0 {
 		t.Fatal("a was forgotten; b should have been")
 	}
-	if _, wait, _ := r.Reserve("b", 1, now); wait != 0 {
+	if _, wait, _ := r.Reserve("b", 1, later); wait != 0 {
 		t.Fatal("b was remembered; it was the least recently used")
+	}
+}
+
+// A bucket in debt is never forgotten, however many other keys come: forgetting it
+// would give it a full burst again. Full buckets make room as before.
+func TestRatesKeepBucketsInDebt(t *testing.T) {
+	r := NewRates(1, 5, 2)
+	now := time.Unix(1000, 0)
+	if _, wait, err := r.Reserve("debtor", 5, now); wait != 0 || err != nil {
+		t.Fatalf("the debtor's burst: wait %v, %v", wait, err)
+	}
+	for i := range 20 {
+		_, _, _ = r.Reserve(fmt.Sprintf("other-%d", i), 1, now.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	at := now.Add(2 * time.Second) // the debtor has 2 of its 5 tokens back
+	if _, wait, _ := r.Reserve("debtor", 5, at); wait != 3*time.Second {
+		t.Fatalf("the debtor after 20 other keys: wait %v, want 3s (its debt kept)", wait)
+	}
+	// Every bucket but the debtor's refilled within a second of its use: they are
+	// forgotten again, and the buckets are back within max once the debt is paid.
+	paid := now.Add(10 * time.Second)
+	for i := range 20 {
+		_, _, _ = r.Reserve(fmt.Sprintf("late-%d", i), 1, paid.Add(time.Duration(i)*2*time.Second))
+	}
+	if r.Len() > 2 {
+		t.Fatalf("Len = %d after the debts were paid, want at most 2", r.Len())
+	}
+}
+
+// While every remembered bucket is in debt the memory grows past max, by the buckets
+// in debt only.
+func TestRatesGrowOnlyByDebt(t *testing.T) {
+	r := NewRates(1000, 1000, 10)
+	now := time.Unix(1000, 0)
+	// One event a millisecond, each for a new key: a bucket is in debt for 1ms, so
+	// about one is at any time.
+	for i := range 10_000 {
+		_, _, _ = r.Reserve(fmt.Sprintf("k%d", i), 1, now.Add(time.Duration(i)*time.Millisecond))
+	}
+	if r.Len() > 11 {
+		t.Fatalf("Len = %d, want at most max+1", r.Len())
 	}
 }
 

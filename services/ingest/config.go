@@ -37,6 +37,9 @@ type Config struct {
 	// KeyRate bounds the events per second one key (or user token) may post, on
 	// average; 0: no bound. Its burst is a second's worth, at least a full batch.
 	KeyRate int
+	// RateUsers bounds the user ids whose buckets ingest remembers, but for those in
+	// debt (pkg/limits).
+	RateUsers int
 	// UserRate bounds the events per second posted for one user id, whichever key
 	// posts them, up to UserBurst at once; 0: no bound.
 	UserRate  int
@@ -46,9 +49,11 @@ type Config struct {
 	GCPercent int
 }
 
-// rateUsers bounds the user ids whose event rates ingest remembers (an LRU): about
-// 200 bytes each. A user forgotten while still posting gets a full burst again.
-const rateUsers = 100_000
+// DefaultKeyRate is PULSE_INGEST_KEY_RATE's default: a key that leaks, or a client
+// that loops, cannot take a whole instance by default. It is 1.6 times the most
+// `make bench` and loadgen offer (125,000 events/s batched, 25,000 single posts/s,
+// both from one producer key), so they are never throttled by it.
+const DefaultKeyRate = 200_000
 
 // minBody is the smallest body limit that still fits a full single event.
 const minBody = 1024
@@ -71,14 +76,17 @@ func (c *Config) vars() []*config.Var {
 		config.Int64(&c.MaxBody, "PULSE_INGEST_MAX_BODY", 1<<20, "largest request body in bytes; larger gets a 413",
 			config.AtLeast[int64](minBody).Want(fmt.Sprintf("must be at least %d bytes", minBody))),
 		config.Int(&c.MaxBatch, "PULSE_INGEST_MAX_BATCH", 1000, "most events one POST /v1/events may carry", config.Positive),
-		config.Int(&c.KeyRate, "PULSE_INGEST_KEY_RATE", 0,
-			"events per second one API key or user token may post on average (burst: a second's worth, at least PULSE_INGEST_MAX_BATCH); above it a 429 with Retry-After; 0: unlimited",
+		config.Int(&c.KeyRate, "PULSE_INGEST_KEY_RATE", DefaultKeyRate,
+			"events per second one API key or user token may post on average, per instance (burst: a second's worth, at least PULSE_INGEST_MAX_BATCH); above it a 429 with Retry-After; 0: unlimited",
 			config.NotNegative),
 		config.Int(&c.UserRate, "PULSE_INGEST_USER_RATE", 100,
 			"events per second posted for one user id on average, whatever the key; above it a 429 with Retry-After; 0: unlimited",
 			config.NotNegative),
 		config.Int(&c.UserBurst, "PULSE_INGEST_USER_BURST", 1000,
 			"events for one user id accepted at once before PULSE_INGEST_USER_RATE applies; also the most one request may carry for one user",
+			config.Positive),
+		config.Int(&c.RateUsers, "PULSE_INGEST_RATE_USERS", 100_000,
+			"user ids whose PULSE_INGEST_USER_RATE buckets are remembered (about 200 bytes each); past it the least recently used full bucket is forgotten, one still refilling never (that would refill it), so a user cannot escape its rate by posting for others",
 			config.Positive),
 		config.Int(&c.GCPercent, "PULSE_INGEST_GOGC", 200,
 			"Go garbage collector target, as GOGC: heap growth in percent between collections (ingest's live heap is small, so Go's 100 collects more often than its memory needs); overrides GOGC; 0: as GOGC says",

@@ -52,7 +52,7 @@ func newHandler(cfg Config, p *producer, reg prometheus.Registerer) *handler {
 		maxSkew:   cfg.MaxSkew,
 		now:       time.Now,
 		keyRates:  limits.NewRates(cfg.KeyRate, max(cfg.KeyRate, cfg.MaxBatch), rateKeys),
-		userRates: limits.NewRates(cfg.UserRate, cfg.UserBurst, rateUsers),
+		userRates: limits.NewRates(cfg.UserRate, cfg.UserBurst, cfg.RateUsers),
 		keyRate:   cfg.KeyRate,
 		userRate:  cfg.UserRate,
 		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
