@@ -378,6 +378,7 @@ func (s *scaleShard) window(shard int, users []int, fraction float64, now time.T
 		online := scaleOnline(i, fraction)
 		seen := scaleSeen(i, online, now)
 		u := &presence.User{Index: s.next, Status: presence.Offline, Offset: s.offset, LastSeen: seen, LastUpdated: seen, LastActive: seen}
+		u.ResetPublic()
 		if online {
 			u.Status = presence.Online
 			s.online.Add(s.next)

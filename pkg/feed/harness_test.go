@@ -206,7 +206,9 @@ func (f *fakeState) GetMany(_ context.Context, ids []string) ([]*presence.User, 
 func (f *fakeState) set(id string, st presence.Status, offset int64, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.users[id] = &presence.User{Status: st, Offset: offset, LastUpdated: at}
+	u := &presence.User{Status: st, Offset: offset, LastUpdated: at}
+	u.ResetPublic()
+	f.users[id] = u
 }
 
 // wire is a message as a client decodes it.

@@ -478,9 +478,12 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 			st := Status{UserID: id, Status: presence.Offline.String()}
 			if u := states[i]; u != nil {
 				st.Status = viewStatus(u.Status, s.operator)
-				if !u.LastUpdated.IsZero() {
-					t := u.LastUpdated
-					st.LastUpdated = &t
+				updated := u.Public.LastUpdated
+				if s.operator {
+					updated = u.LastUpdated
+				}
+				if !updated.IsZero() {
+					st.LastUpdated = &updated
 				}
 				if f, ok := s.floors[id]; !ok || u.Offset > f {
 					s.floors[id] = u.Offset

@@ -40,6 +40,9 @@ type Query struct {
 	// ActiveSince, when set, keeps only users active since then: their states are read
 	// for it, at most MaxScan candidates per page.
 	ActiveSince time.Time
+	// Public judges ActiveSince by the users' public last-active (presence.Public), as
+	// for readers who are not operators.
+	Public bool
 }
 
 // User is a user a page lists.
@@ -244,7 +247,7 @@ func (w *walk) resolve(ctx context.Context, cands []candidate, room int) ([]User
 			if states != nil {
 				u := states[k][j]
 				// The state may be a moment newer than the bitmaps; it decides.
-				if u == nil || u.LastActive.Before(w.q.ActiveSince) || !w.listed(u.Status) {
+				if u == nil || w.lastActive(u).Before(w.q.ActiveSince) || !w.listed(u.Status) {
 					continue
 				}
 				st = u.Status
@@ -281,4 +284,12 @@ func groupByShard[T any](xs []T, shardOf func(T) int) []span {
 		}
 	}
 	return out
+}
+
+// lastActive is u's last-active as the walk's reader may know it.
+func (w *walk) lastActive(u *presence.User) time.Time {
+	if w.q.Public {
+		return u.Public.LastActive
+	}
+	return u.LastActive
 }

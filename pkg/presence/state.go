@@ -28,6 +28,11 @@ type Device struct {
 	Status Status // Online, Idle or Offline
 	// LastSeen is the time of the newest event applied for the device.
 	LastSeen time.Time
+	// PublicLastSeen is LastSeen as readers who are not operators know it (see Public).
+	PublicLastSeen time.Time
+	// Hidden: the device was seen only while the user was invisible, and was offline
+	// when the user became visible again, so no such reader knows of it.
+	Hidden bool
 }
 
 // User is a user's current state: what the aggregator keeps and readers see.
@@ -48,6 +53,23 @@ type User struct {
 	Devices []Device
 	// Offset is the presence.events offset of the last event folded in (-1: none).
 	Offset int64
+	// Public is what readers who are not operators know of the user's times.
+	Public Public
+}
+
+// Public is the part of a user's state that readers who are not operators may know
+// (docs/design.md, "Invisible looks offline"). It moves only on what such a reader can
+// observe, so that a period spent invisible leaves in it exactly what going offline
+// at its start and reconnecting every live device at its end would have left:
+//   - becoming invisible from online or idle at t reads as every live device
+//     disconnecting at t;
+//   - nothing applied while the user stays invisible, or goes offline from invisible,
+//     moves it; devices first seen then are Hidden;
+//   - becoming visible again at t reads as every live device connecting at t.
+//
+// Outside those periods it follows the user's own times.
+type Public struct {
+	LastUpdated, LastActive, LastSeen time.Time
 }
 
 // NewUser is the state of a user Pulse has never seen: offline, no devices.
@@ -69,6 +91,13 @@ type Outcome struct {
 	DevicesDropped int
 }
 
+// Heard is when the device was last heard from, what its offline timeout counts from:
+// its last event, or the moment its user became visible again if that is later. A
+// reader who is not an operator learns of a live device at that moment, and a device
+// that timed out sooner would tell them it had been silent while the user was
+// invisible.
+func (d Device) Heard() time.Time { return later(d.LastSeen, d.PublicLastSeen) }
+
 func (u *User) device(id string) (int, bool) {
 	return slices.BinarySearchFunc(u.Devices, id, func(d Device, id string) int {
 		switch {
@@ -86,7 +115,11 @@ func (u *User) device(id string) (int, bool) {
 // event once.
 func (u *User) Apply(e *Event) Outcome {
 	if e.Source == SourceTimeout {
-		return u.applyTimeout(e)
+		out := u.applyTimeout(e)
+		if !out.Stale {
+			u.publish(out, e.DeviceID, time.Time{}, false, Offline, false)
+		}
+		return out
 	}
 	t := e.Time()
 	i, found := u.device(e.DeviceID)
@@ -96,6 +129,14 @@ func (u *User) Apply(e *Event) Outcome {
 	if !found {
 		u.Devices = slices.Insert(u.Devices, i, Device{ID: e.DeviceID, Status: Offline})
 	}
+	before := u.Devices[i].Status
+	out := u.apply(e, i, t)
+	u.publish(out, e.DeviceID, t, e.Kind != KindHeartbeat, before, !found)
+	return out
+}
+
+// apply folds a fresh event of time t for the device at index i.
+func (u *User) apply(e *Event, i int, t time.Time) Outcome {
 	d := &u.Devices[i]
 	d.LastSeen = t
 
@@ -140,7 +181,7 @@ func (u *User) applyTimeout(e *Event) Outcome {
 	switch {
 	case e.Kind == KindStatus && e.Status == Offline:
 		i, found := u.device(e.DeviceID)
-		if !found || u.Devices[i].Status == Offline || u.Devices[i].LastSeen.After(e.LastSeen) {
+		if !found || u.Devices[i].Status == Offline || u.Devices[i].Heard().After(e.LastSeen) {
 			return noChange
 		}
 		u.Devices[i].Status = Offline
@@ -157,6 +198,98 @@ func (u *User) applyTimeout(e *Event) Outcome {
 		return noChange
 	}
 	return u.settle(e.Time())
+}
+
+// publish moves the Public times after an applied event of the device (t zero for a
+// timeout, which moves no last-seen; active for status and activity events; before the
+// device's status before the event; added when the event made the device known), as
+// the comment on Public says.
+func (u *User) publish(out Outcome, device string, t time.Time, active bool, before Status, added bool) {
+	p := &u.Public
+	switch {
+	case (out.Previous == Online || out.Previous == Idle) && out.Current == Invisible:
+		// An invisible status from online or idle: every device that was live
+		// disconnects now. The device that sent it, if it was not live, shows nothing
+		// new (and stays unknown if it is new).
+		for i := range u.Devices {
+			d := &u.Devices[i]
+			switch {
+			case d.ID != device && d.Status != Offline && !d.Hidden, d.ID == device && before != Offline:
+				d.PublicLastSeen = later(d.PublicLastSeen, t)
+			case d.ID == device && added:
+				d.Hidden = true
+			}
+		}
+		p.LastSeen, p.LastActive = later(p.LastSeen, t), later(p.LastActive, t)
+		p.LastUpdated = publicChange(p.LastUpdated, out.At)
+	case out.Current == Invisible || out.Previous == Invisible && out.Current == Offline:
+		// Invisible, or offline from invisible: offline throughout to such a reader,
+		// who does not learn of a device first seen now.
+		if added {
+			if i, ok := u.device(device); ok {
+				u.Devices[i].Hidden = true
+			}
+		}
+	case out.Previous == Invisible:
+		// Visible again (an online or idle status): every live device connects now.
+		for i := range u.Devices {
+			if d := &u.Devices[i]; d.Status != Offline {
+				d.PublicLastSeen, d.Hidden = later(d.PublicLastSeen, t), false
+			}
+		}
+		p.LastSeen, p.LastActive = later(p.LastSeen, t), later(p.LastActive, t)
+		p.LastUpdated = publicChange(p.LastUpdated, out.At)
+	default:
+		if !t.IsZero() {
+			if i, ok := u.device(device); ok {
+				d := &u.Devices[i]
+				d.PublicLastSeen, d.Hidden = later(d.PublicLastSeen, t), false
+			}
+			p.LastSeen = later(p.LastSeen, t)
+			if active {
+				p.LastActive = later(p.LastActive, t)
+			}
+		}
+		if out.Changed && out.Previous.Public() != out.Current.Public() {
+			p.LastUpdated = publicChange(p.LastUpdated, out.At)
+		}
+	}
+}
+
+// publicChange is the public last-updated after a change at at: like LastUpdated it
+// grows, by a microsecond when at does not.
+func publicChange(last, at time.Time) time.Time {
+	if !at.After(last) {
+		return last.Add(time.Microsecond)
+	}
+	return at
+}
+
+// ResetPublic makes the public times the user's own, for a state made from times no
+// reader was kept from (an older stored form, a rebuild from history's last known
+// state).
+func (u *User) ResetPublic() {
+	u.Public = Public{LastUpdated: u.LastUpdated, LastActive: u.LastActive, LastSeen: u.LastSeen}
+	for i := range u.Devices {
+		u.Devices[i].PublicLastSeen, u.Devices[i].Hidden = u.Devices[i].LastSeen, false
+	}
+}
+
+// PublicDevices are the devices readers who are not operators know of, each with its
+// public last-seen in LastSeen; all offline while the user is invisible.
+func (u *User) PublicDevices() []Device {
+	out := make([]Device, 0, len(u.Devices))
+	for _, d := range u.Devices {
+		if d.Hidden {
+			continue
+		}
+		st := d.Status
+		if u.Status == Invisible {
+			st = Offline
+		}
+		out = append(out, Device{ID: d.ID, Status: st, LastSeen: d.PublicLastSeen})
+	}
+	return out
 }
 
 // settle recomputes the effective status after an event of time t.
@@ -259,5 +392,6 @@ func UserFromPB(p *pulsev1.UserState) *User {
 	if u.Status == StatusUnknown {
 		u.Status = Offline
 	}
+	u.ResetPublic()
 	return u
 }

@@ -53,19 +53,19 @@ func TestApply(t *testing.T) {
 			name:  "online",
 			steps: []step{{statusEv("default", Online, at(1)), changed(Offline, Online, at(1))}},
 			want: User{Status: Online, LastUpdated: at(1), LastActive: at(1), LastSeen: at(1),
-				Devices: []Device{{"default", Online, at(1)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(1)}}},
 		},
 		{
 			name:  "idle",
 			steps: []step{{statusEv("default", Idle, at(1)), changed(Offline, Idle, at(1))}},
 			want: User{Status: Idle, LastUpdated: at(1), LastActive: at(1), LastSeen: at(1),
-				Devices: []Device{{"default", Idle, at(1)}}},
+				Devices: []Device{{ID: "default", Status: Idle, LastSeen: at(1)}}},
 		},
 		{
 			name:  "offline on a new user changes nothing but the times",
 			steps: []step{{statusEv("default", Offline, at(1)), same(Offline)}},
 			want: User{Status: Offline, LastActive: at(1), LastSeen: at(1),
-				Devices: []Device{{"default", Offline, at(1)}}},
+				Devices: []Device{{ID: "default", Status: Offline, LastSeen: at(1)}}},
 		},
 		{
 			name: "offline after online",
@@ -74,13 +74,13 @@ func TestApply(t *testing.T) {
 				{statusEv("default", Offline, at(2)), changed(Online, Offline, at(2))},
 			},
 			want: User{Status: Offline, LastUpdated: at(2), LastActive: at(2), LastSeen: at(2),
-				Devices: []Device{{"default", Offline, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Offline, LastSeen: at(2)}}},
 		},
 		{
 			name:  "invisible",
 			steps: []step{{statusEv("default", Invisible, at(1)), changed(Offline, Invisible, at(1))}},
 			want: User{Status: Invisible, Invisible: true, LastUpdated: at(1), LastActive: at(1), LastSeen: at(1),
-				Devices: []Device{{"default", Online, at(1)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(1)}}},
 		},
 		{
 			name: "online ends invisible",
@@ -89,7 +89,7 @@ func TestApply(t *testing.T) {
 				{statusEv("default", Online, at(2)), changed(Invisible, Online, at(2))},
 			},
 			want: User{Status: Online, LastUpdated: at(2), LastActive: at(2), LastSeen: at(2),
-				Devices: []Device{{"default", Online, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(2)}}},
 		},
 		{
 			name: "heartbeat revives an offline device",
@@ -99,13 +99,13 @@ func TestApply(t *testing.T) {
 			},
 			// A heartbeat is no activity: LastActive stays at the status event.
 			want: User{Status: Online, LastUpdated: at(2), LastActive: at(1), LastSeen: at(2),
-				Devices: []Device{{"default", Online, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(2)}}},
 		},
 		{
 			name:  "heartbeat of an unknown device brings it online",
 			steps: []step{{heartbeatEv("phone", at(1)), changed(Offline, Online, at(1))}},
 			want: User{Status: Online, LastUpdated: at(1), LastSeen: at(1),
-				Devices: []Device{{"phone", Online, at(1)}}},
+				Devices: []Device{{ID: "phone", Status: Online, LastSeen: at(1)}}},
 		},
 		{
 			name: "heartbeat keeps idle idle",
@@ -114,7 +114,7 @@ func TestApply(t *testing.T) {
 				{heartbeatEv("default", at(2)), same(Idle)},
 			},
 			want: User{Status: Idle, LastUpdated: at(1), LastActive: at(1), LastSeen: at(2),
-				Devices: []Device{{"default", Idle, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Idle, LastSeen: at(2)}}},
 		},
 		{
 			name: "activity makes an idle device online",
@@ -123,7 +123,7 @@ func TestApply(t *testing.T) {
 				{activityEv("default", at(2)), changed(Idle, Online, at(2))},
 			},
 			want: User{Status: Online, LastUpdated: at(2), LastActive: at(2), LastSeen: at(2),
-				Devices: []Device{{"default", Online, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(2)}}},
 		},
 		{
 			name: "activity keeps invisible",
@@ -132,7 +132,7 @@ func TestApply(t *testing.T) {
 				{activityEv("default", at(2)), same(Invisible)},
 			},
 			want: User{Status: Invisible, Invisible: true, LastUpdated: at(1), LastActive: at(2), LastSeen: at(2),
-				Devices: []Device{{"default", Online, at(2)}}},
+				Devices: []Device{{ID: "default", Status: Online, LastSeen: at(2)}}},
 		},
 		{
 			name: "an older event of a device is stale",
@@ -142,7 +142,7 @@ func TestApply(t *testing.T) {
 				{heartbeatEv("phone", at(3)), stale(Online)},
 			},
 			want: User{Status: Online, LastUpdated: at(5), LastActive: at(5), LastSeen: at(5),
-				Devices: []Device{{"phone", Online, at(5)}}},
+				Devices: []Device{{ID: "phone", Status: Online, LastSeen: at(5)}}},
 		},
 		{
 			name: "an event as old as the newest is applied",
@@ -152,7 +152,7 @@ func TestApply(t *testing.T) {
 				{statusEv("phone", Offline, at(5)), changed(Online, Offline, at(5).Add(us))},
 			},
 			want: User{Status: Offline, LastUpdated: at(5).Add(us), LastActive: at(5), LastSeen: at(5),
-				Devices: []Device{{"phone", Offline, at(5)}}},
+				Devices: []Device{{ID: "phone", Status: Offline, LastSeen: at(5)}}},
 		},
 		{
 			name: "staleness is per device",
@@ -161,7 +161,7 @@ func TestApply(t *testing.T) {
 				{statusEv("laptop", Idle, at(2)), same(Online)},
 			},
 			want: User{Status: Online, LastUpdated: at(5), LastActive: at(5), LastSeen: at(5),
-				Devices: []Device{{"laptop", Idle, at(2)}, {"phone", Online, at(5)}}},
+				Devices: []Device{{ID: "laptop", Status: Idle, LastSeen: at(2)}, {ID: "phone", Status: Online, LastSeen: at(5)}}},
 		},
 		{
 			name: "the effective status is the highest of the devices",
@@ -174,7 +174,7 @@ func TestApply(t *testing.T) {
 				{statusEv("laptop", Offline, at(6)), changed(Idle, Offline, at(6))},
 			},
 			want: User{Status: Offline, LastUpdated: at(6), LastActive: at(6), LastSeen: at(6),
-				Devices: []Device{{"laptop", Offline, at(6)}, {"phone", Offline, at(5)}, {"tablet", Offline, at(3)}}},
+				Devices: []Device{{ID: "laptop", Status: Offline, LastSeen: at(6)}, {ID: "phone", Status: Offline, LastSeen: at(5)}, {ID: "tablet", Status: Offline, LastSeen: at(3)}}},
 		},
 		{
 			name: "offline from one device leaves the others",
@@ -184,7 +184,7 @@ func TestApply(t *testing.T) {
 				{statusEv("laptop", Offline, at(3)), same(Online)},
 			},
 			want: User{Status: Online, LastUpdated: at(1), LastActive: at(3), LastSeen: at(3),
-				Devices: []Device{{"laptop", Offline, at(3)}, {"phone", Online, at(1)}}},
+				Devices: []Device{{ID: "laptop", Status: Offline, LastSeen: at(3)}, {ID: "phone", Status: Online, LastSeen: at(1)}}},
 		},
 		{
 			name: "invisible while a device is alive, else offline",
@@ -195,7 +195,7 @@ func TestApply(t *testing.T) {
 				{statusEv("laptop", Offline, at(4)), changed(Invisible, Offline, at(4))},
 			},
 			want: User{Status: Offline, Invisible: true, LastUpdated: at(4), LastActive: at(4), LastSeen: at(4),
-				Devices: []Device{{"laptop", Offline, at(4)}, {"phone", Offline, at(3)}}},
+				Devices: []Device{{ID: "laptop", Status: Offline, LastSeen: at(4)}, {ID: "phone", Status: Offline, LastSeen: at(3)}}},
 		},
 		{
 			name: "invisible survives a device going offline and coming back by heartbeat",
@@ -205,7 +205,7 @@ func TestApply(t *testing.T) {
 				{heartbeatEv("phone", at(3)), changed(Offline, Invisible, at(3))},
 			},
 			want: User{Status: Invisible, Invisible: true, LastUpdated: at(3), LastActive: at(2), LastSeen: at(3),
-				Devices: []Device{{"phone", Online, at(3)}}},
+				Devices: []Device{{ID: "phone", Status: Online, LastSeen: at(3)}}},
 		},
 		{
 			name: "invisible from one device hides the others",
@@ -215,7 +215,7 @@ func TestApply(t *testing.T) {
 				{statusEv("phone", Offline, at(3)), same(Invisible)},
 			},
 			want: User{Status: Invisible, Invisible: true, LastUpdated: at(2), LastActive: at(3), LastSeen: at(3),
-				Devices: []Device{{"laptop", Online, at(1)}, {"phone", Offline, at(3)}}},
+				Devices: []Device{{ID: "laptop", Status: Online, LastSeen: at(1)}, {ID: "phone", Status: Offline, LastSeen: at(3)}}},
 		},
 		{
 			name: "change times grow when client clocks go backwards across devices",
@@ -228,7 +228,7 @@ func TestApply(t *testing.T) {
 				{statusEv("phone", Idle, at(11)), same(Online)},
 			},
 			want: User{Status: Online, LastUpdated: at(10).Add(2 * us), LastActive: at(11), LastSeen: at(11),
-				Devices: []Device{{"laptop", Online, at(5)}, {"phone", Idle, at(11)}, {"tablet", Offline, at(7)}}},
+				Devices: []Device{{ID: "laptop", Status: Online, LastSeen: at(5)}, {ID: "phone", Status: Idle, LastSeen: at(11)}, {ID: "tablet", Status: Offline, LastSeen: at(7)}}},
 		},
 		{
 			name: "received-at stands in for a missing occurred-at",
@@ -238,7 +238,7 @@ func TestApply(t *testing.T) {
 				{statusEv("d", Offline, at(7)), stale(Online)},
 			},
 			want: User{Status: Online, LastUpdated: at(8), LastActive: at(8), LastSeen: at(8),
-				Devices: []Device{{"d", Online, at(8)}}},
+				Devices: []Device{{ID: "d", Status: Online, LastSeen: at(8)}}},
 		},
 	}
 	for _, tt := range tests {
@@ -383,7 +383,7 @@ func TestApplyTimeoutLosesToNewerHeartbeat(t *testing.T) {
 		t.Errorf("timeout decided on an old last-seen: outcome = %+v, want stale", out)
 	}
 	checkUser(t, u, &User{Status: Online, LastUpdated: at(0), LastSeen: at(59), Offset: -1,
-		Devices: []Device{{"phone", Online, at(59)}}})
+		Devices: []Device{{ID: "phone", Status: Online, LastSeen: at(59)}}})
 }
 
 func TestUserPBRoundTrip(t *testing.T) {
@@ -395,7 +395,7 @@ func TestUserPBRoundTrip(t *testing.T) {
 		LastUpdated: at(10).Add(3 * us),
 		LastActive:  at(9),
 		LastSeen:    at(11),
-		Devices:     []Device{{"laptop", Offline, at(4)}, {"phone", Online, at(11)}, {"tablet", Idle, at(7)}},
+		Devices:     []Device{{ID: "laptop", Status: Offline, LastSeen: at(4)}, {ID: "phone", Status: Online, LastSeen: at(11)}, {ID: "tablet", Status: Idle, LastSeen: at(7)}},
 		Offset:      98765,
 	}
 	p := u.ToPB()

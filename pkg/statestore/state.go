@@ -29,9 +29,27 @@ import (
 //	  byte     status
 //	  varint   user's last seen - the device's last seen
 //
+// Format 2 is format 1 for a user whose public times (presence.Public) differ from
+// their own, which only a period of invisibility does; every device also has
+//
+//	byte     1 if hidden, else 0
+//	varint   user's last seen - the device's public last seen
+//
+// and after the devices come
+//
+//	varint   last seen - public last updated
+//	varint   last seen - public last active
+//	varint   last seen - public last seen
+//
+// A user who was never invisible pays nothing for it. Format 1 reads with public times
+// equal to the user's own.
+//
 // The format lives in the first byte's high bits so that a later one can be read beside
 // it while a deployment rewrites its states.
-const stateFormat = 1
+const (
+	stateFormat       = 1
+	stateFormatPublic = 2
+)
 
 // maxStatus is the largest status value the format holds (3 bits) and that exists.
 const maxStatus = presence.Invisible
@@ -43,7 +61,11 @@ func encodeState(dst []byte, u *presence.User) ([]byte, error) {
 	if u.Status > maxStatus {
 		return nil, fmt.Errorf("status %d cannot be stored", u.Status)
 	}
-	h := byte(stateFormat<<4) | byte(u.Status)
+	format := byte(stateFormat)
+	if !publicIsOwn(u) {
+		format = stateFormatPublic
+	}
+	h := format<<4 | byte(u.Status)
 	if u.Invisible {
 		h |= 1 << 3
 	}
@@ -63,8 +85,36 @@ func encodeState(dst []byte, u *presence.User) ([]byte, error) {
 		dst = append(dst, d.ID...)
 		dst = append(dst, byte(d.Status))
 		dst = binary.AppendVarint(dst, seen-presence.Micros(d.LastSeen))
+		if format == stateFormatPublic {
+			hidden := byte(0)
+			if d.Hidden {
+				hidden = 1
+			}
+			dst = append(dst, hidden)
+			dst = binary.AppendVarint(dst, seen-presence.Micros(d.PublicLastSeen))
+		}
+	}
+	if format == stateFormatPublic {
+		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastUpdated))
+		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastActive))
+		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastSeen))
 	}
 	return dst, nil
+}
+
+// publicIsOwn tells whether u's public times are its own, as for every user who was
+// never invisible.
+func publicIsOwn(u *presence.User) bool {
+	p := u.Public
+	if !p.LastUpdated.Equal(u.LastUpdated) || !p.LastActive.Equal(u.LastActive) || !p.LastSeen.Equal(u.LastSeen) {
+		return false
+	}
+	for _, d := range u.Devices {
+		if d.Hidden || !d.PublicLastSeen.Equal(d.LastSeen) {
+			return false
+		}
+	}
+	return true
 }
 
 // stateReader reads a state's fields in order, remembering the first error.
@@ -116,10 +166,11 @@ func (r *stateReader) fail(err error) {
 }
 
 // header reads the first byte and the index, all that Locate needs.
-func (r *stateReader) header() (status presence.Status, invisible bool, index uint32) {
+func (r *stateReader) header() (format byte, status presence.Status, invisible bool, index uint32) {
 	h := r.byte()
-	if r.err == nil && h>>4 != stateFormat {
-		r.fail(fmt.Errorf("unknown state format %d", h>>4))
+	format = h >> 4
+	if r.err == nil && format != stateFormat && format != stateFormatPublic {
+		r.fail(fmt.Errorf("unknown state format %d", format))
 	}
 	status, invisible = presence.Status(h&7), h&(1<<3) != 0
 	if status > maxStatus {
@@ -129,13 +180,13 @@ func (r *stateReader) header() (status presence.Status, invisible bool, index ui
 	if x > 1<<32-1 {
 		r.fail(fmt.Errorf("index %d out of range", x))
 	}
-	return status, invisible, uint32(x)
+	return format, status, invisible, uint32(x)
 }
 
 // decodeState is the inverse of encodeState.
 func decodeState(b string) (*presence.User, error) {
 	r := stateReader{b: []byte(b)}
-	st, inv, idx := r.header()
+	format, st, inv, idx := r.header()
 	u := &presence.User{Index: idx, Status: st, Invisible: inv}
 	u.Offset = int64(r.uvarint()) - 1
 	seen := r.varint()
@@ -164,6 +215,23 @@ func decodeState(b string) (*presence.User, error) {
 			r.fail(fmt.Errorf("device %q: unknown status %d", d.ID, d.Status))
 		}
 		d.LastSeen = presence.FromMicros(seen - r.varint())
+		if format == stateFormatPublic {
+			switch r.byte() {
+			case 0:
+			case 1:
+				d.Hidden = true
+			default:
+				r.fail(fmt.Errorf("device %q: bad hidden flag", d.ID))
+			}
+			d.PublicLastSeen = presence.FromMicros(seen - r.varint())
+		}
+	}
+	if format == stateFormat {
+		u.ResetPublic()
+	} else {
+		u.Public.LastUpdated = presence.FromMicros(seen - r.varint())
+		u.Public.LastActive = presence.FromMicros(seen - r.varint())
+		u.Public.LastSeen = presence.FromMicros(seen - r.varint())
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(fmt.Errorf("%d bytes after the state", len(r.b)))
@@ -182,7 +250,7 @@ func decodeState(b string) (*presence.User, error) {
 func stateIndex(b string) (uint32, error) {
 	// The first byte and at most ten of a uvarint: no need to copy the rest.
 	r := stateReader{b: []byte(b[:min(len(b), 1+binary.MaxVarintLen64)])}
-	_, _, idx := r.header()
+	_, _, _, idx := r.header()
 	if r.err != nil {
 		return 0, fmt.Errorf("decoding state: %w", r.err)
 	}

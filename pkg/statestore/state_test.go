@@ -24,12 +24,14 @@ func at(s string) time.Time {
 // little before, status changed minutes before, at a realistic log offset.
 func oneDevice() *presence.User {
 	seen := at("2026-11-22T07:00:00.123456Z")
-	return &presence.User{
+	u := &presence.User{
 		Index: 412_345, Status: presence.Online,
 		LastUpdated: seen.Add(-7 * time.Minute), LastActive: seen.Add(-2 * time.Second), LastSeen: seen,
 		Devices: []presence.Device{{ID: "default", Status: presence.Online, LastSeen: seen}},
 		Offset:  123_456_789,
 	}
+	u.ResetPublic()
+	return u
 }
 
 func TestStateRoundTrip(t *testing.T) {
@@ -49,6 +51,16 @@ func TestStateRoundTrip(t *testing.T) {
 				{ID: "web", Status: presence.Offline, LastSeen: at("2025-01-01T00:00:00Z")},
 			},
 			Offset: 1<<62 + 5,
+		}},
+		{"back from invisible: a hidden device and public times of its own", &presence.User{
+			Index: 17, Status: presence.Online, LastUpdated: seen, LastActive: seen, LastSeen: seen,
+			Devices: []presence.Device{
+				{ID: "laptop", Status: presence.Online, LastSeen: seen.Add(-30 * time.Second), PublicLastSeen: seen},
+				{ID: "phone", Status: presence.Offline, LastSeen: seen.Add(-time.Minute), PublicLastSeen: seen.Add(-2 * time.Minute)},
+				{ID: "tablet", Status: presence.Offline, LastSeen: seen.Add(-40 * time.Second), Hidden: true},
+			},
+			Offset: 99,
+			Public: presence.Public{LastUpdated: seen.Add(-time.Microsecond), LastActive: seen, LastSeen: seen},
 		}},
 		{"seen but never active or changed", &presence.User{
 			Index: 3, Status: presence.Offline, LastSeen: seen, Offset: 0,
@@ -123,6 +135,7 @@ func TestStateSize(t *testing.T) {
 	// The bench's minimal state (cmd/bench loadPulse): no device, the three times equal.
 	seen := at("2026-11-22T07:00:00.123456Z")
 	minimal := &presence.User{Index: 40_000, Status: presence.Online, LastSeen: seen, LastActive: seen, LastUpdated: seen, Offset: 17}
+	minimal.ResetPublic()
 	if b, _ := encodeState(nil, minimal); len(b) != 16 {
 		t.Errorf("minimal state = %d bytes, want 16", len(b))
 	}
@@ -133,6 +146,7 @@ func TestStateSize(t *testing.T) {
 		{ID: "0f8fad5b-d9cb-469f-a165-70867728950e", Status: presence.Online, LastSeen: seen},
 		{ID: "7c9e6679-7425-40de-944b-e07fc1f90ae7", Status: presence.Offline, LastSeen: seen.Add(-time.Hour)},
 	}
+	two.ResetPublic()
 	if b, _ := encodeState(nil, two); len(b) != 108 {
 		t.Errorf("two-UUID-device state = %d bytes, want 108", len(b))
 	}
@@ -148,7 +162,7 @@ func TestStateDecodeRejectsCorruption(t *testing.T) {
 	}{
 		{"empty", "", "truncated"},
 		{"protobuf of the old layout", "\x08\x01\x10\x03", "unknown state format 0"},
-		{"next format", "\x20\x00", "unknown state format 2"},
+		{"next format", "\x30\x00", "unknown state format 3"},
 		{"status past invisible", "\x17\x00", "unknown status 7"},
 		{"index past 32 bits", "\x13\x80\x80\x80\x80\x10", "out of range"},
 		{"cut inside", string(good[:len(good)-5]), "truncated"},

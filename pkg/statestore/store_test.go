@@ -108,7 +108,15 @@ func (w *writer) want(id string) *presence.User {
 	if !ok {
 		return nil
 	}
-	return presence.UserFromPB(u.ToPB())
+	// pulse.v1.UserState has no public times: they are the writer's, made whole
+	// microseconds in UTC.
+	want := presence.UserFromPB(u.ToPB())
+	us := func(t time.Time) time.Time { return presence.FromMicros(presence.Micros(t)) }
+	want.Public = presence.Public{LastUpdated: us(u.Public.LastUpdated), LastActive: us(u.Public.LastActive), LastSeen: us(u.Public.LastSeen)}
+	for i, d := range u.Devices {
+		want.Devices[i].PublicLastSeen, want.Devices[i].Hidden = us(d.PublicLastSeen), d.Hidden
+	}
+	return want
 }
 
 // events makes n users' events: devices d0..d2, every status, some users with two

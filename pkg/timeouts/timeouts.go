@@ -69,7 +69,8 @@ func (t *Tracker) Update(userID string, u *presence.User) {
 			delete(t.live, k)
 			continue
 		}
-		t.set(k, d.LastSeen, d.LastSeen.Add(t.offlineAfter))
+		basis := d.Heard()
+		t.set(k, basis, basis.Add(t.offlineAfter))
 	}
 	k := key{userID, presence.AllDevices, UserIdle}
 	if u.Status != presence.Online {

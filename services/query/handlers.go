@@ -63,16 +63,18 @@ type seedStatus struct {
 }
 
 // toSeedView is a user's seed status in the reader's view: operators see invisible
-// users as invisible, everyone else as offline.
+// users as invisible and every time as it is, everyone else an offline user and the
+// public times (presence.Public).
 func toSeedView(id string, u *presence.User, operator bool) seedStatus {
 	s := seedStatus{UserID: id, Status: presence.Offline.String()}
 	if u == nil {
 		return s
 	}
 	s.Status = viewStatus(u.Status, operator)
-	if !u.LastUpdated.IsZero() {
-		t := u.LastUpdated
-		s.LastUpdated = &t
+	if operator {
+		s.LastUpdated = timePtr(u.LastUpdated)
+	} else {
+		s.LastUpdated = timePtr(u.Public.LastUpdated)
 	}
 	return s
 }
@@ -210,20 +212,23 @@ func (a *api) getUserStatus(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	operator := auth.OperatorView(c)
 	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
-	if u != nil && u.Status == presence.Invisible && !operator {
-		// Invisible reads as a user who is offline and shows no device, so nothing
-		// tells a reader they are connected.
-		v.LastUpdated = timePtr(u.LastUpdated)
+	if u == nil {
 		return httpserver.JSON(c, http.StatusOK, v)
 	}
-	if u != nil {
-		v.Status = viewStatus(u.Status, operator)
+	v.Status = viewStatus(u.Status, auth.OperatorView(c))
+	devices := u.Devices
+	if auth.OperatorView(c) {
 		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(u.LastUpdated), timePtr(u.LastActive), timePtr(u.LastSeen)
-		for _, d := range u.Devices {
-			v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
-		}
+	} else {
+		// An invisible user reads as an offline one, with the devices and times such a
+		// reader knew before (docs/design.md, "Invisible looks offline").
+		p := u.Public
+		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(p.LastUpdated), timePtr(p.LastActive), timePtr(p.LastSeen)
+		devices = u.PublicDevices()
+	}
+	for _, d := range devices {
+		v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
 	}
 	return httpserver.JSON(c, http.StatusOK, v)
 }

@@ -168,7 +168,7 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	if err != nil {
 		return h.readErr(err)
 	}
-	oq := online.Query{Statuses: q.statuses, Limit: q.limit}
+	oq := online.Query{Statuses: q.statuses, Limit: q.limit, Public: !auth.OperatorView(c)}
 	if q.activeWithin > 0 {
 		oq.ActiveSince = h.now().Add(-q.activeWithin)
 	}

@@ -316,6 +316,13 @@ func (f *fixture) set(users []testUser, chunk int) {
 				u.Status, u.LastActive, u.LastSeen, u.LastUpdated = tu.status, tu.lastActive, tu.lastActive, tu.lastActive
 				u.Invisible = tu.status == presence.Invisible
 				u.Devices = []presence.Device{{ID: "default", Status: deviceStatus(tu.status), LastSeen: tu.lastActive}}
+				if tu.status == presence.Invisible {
+					// Invisible since the device connected: readers who are not
+					// operators know what they knew before, and not the device.
+					u.Devices[0].Hidden = true
+				} else {
+					u.ResetPublic()
+				}
 				if p := statestore.TrackedPos(tu.status); p >= 0 {
 					f.bitmaps[sh][p].Add(u.Index)
 				}
@@ -606,11 +613,11 @@ func TestOperatorViewOfStatuses(t *testing.T) {
 		code     int
 		want     string
 	}{
-		{"/status/ghost", false, 200, `{"userId":"ghost","status":"offline","lastUpdated":"2026-11-22T07:00:00Z"}`},
+		{"/status/ghost", false, 200, `{"userId":"ghost","status":"offline","lastUpdated":null}`},
 		{"/status/ghost?view=operator", true, 200, `{"userId":"ghost","status":"invisible","lastUpdated":"2026-11-22T07:00:00Z"}`},
 		{"/status/ghost?view=operator", false, 403, `"code":"forbidden"`},
 		{"/status/ghost", true, 200, `"status":"offline"`},
-		{"/v1/users/ghost/status", false, 200, `{"userId":"ghost","status":"offline","lastUpdated":"2026-11-22T07:00:00Z","lastActive":null,"lastSeen":null,"devices":[]}`},
+		{"/v1/users/ghost/status", false, 200, `{"userId":"ghost","status":"offline","lastUpdated":null,"lastActive":null,"lastSeen":null,"devices":[]}`},
 		{"/v1/users/ghost/status?view=operator", true, 200, `{"userId":"ghost","status":"invisible","lastUpdated":"2026-11-22T07:00:00Z","lastActive":"2026-11-22T07:00:00Z","lastSeen":"2026-11-22T07:00:00Z","devices":[{"deviceId":"default","status":"online","lastSeen":"2026-11-22T07:00:00Z"}]}`},
 		{"/v1/users/ghost/status?view=operator", false, 403, `"code":"forbidden"`},
 		{"/v1/users/alice/status?view=operator", true, 200, `"status":"online"`},
