@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // doc is the document as generic JSON.
@@ -355,8 +357,12 @@ func validate(t *testing.T, root map[string]any, rs any, v any, at string) error
 			}
 		}
 	case "string":
-		if _, ok := v.(string); !ok {
+		str, ok := v.(string)
+		if !ok {
 			return fmt.Errorf("%s: %v is not a string", at, v)
+		}
+		if p, ok := s["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(str) {
+			return fmt.Errorf("%s: %q does not match the schema's pattern", at, str)
 		}
 	case "integer":
 		n, ok := v.(json.Number)
@@ -483,4 +489,41 @@ func TestOperationsDeclareSecurity(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every id of a request states presence.ValidateID's rule on characters as its
+// pattern, and the pattern accepts exactly the characters the validator accepts.
+func TestIDPatternsAreTheValidatorsRule(t *testing.T) {
+	root := doc(t)
+	schemas := root["components"].(map[string]any)["schemas"].(map[string]any)
+	ids := map[string]map[string]any{"UserId": schemas["UserId"].(map[string]any)}
+	for _, name := range []string{"Event", "Heartbeat"} {
+		props := schemas[name].(map[string]any)["properties"].(map[string]any)
+		for _, f := range []string{"eventId", "deviceId"} {
+			ids[name+"."+f] = props[f].(map[string]any)
+		}
+	}
+	want := presence.IDPattern()
+	for name, s := range ids {
+		if s["pattern"] != want {
+			t.Errorf("%s: pattern %q, want presence.IDPattern() %q", name, s["pattern"], want)
+		}
+	}
+	re := regexp.MustCompile(want)
+	check := func(r rune) {
+		id := "a" + string(r) + "b"
+		if valid, matches := presence.ValidateID(id, presence.MaxUserIDLen) == nil, re.MatchString(id); valid != matches {
+			t.Errorf("%U: ValidateID accepts %v, the pattern %v", r, valid, matches)
+		}
+	}
+	for r := rune(0); r < 0x30000; r++ {
+		if r < 0xd800 || r > 0xdfff { // surrogates are not characters of UTF-8
+			check(r)
+		}
+	}
+	for r := rune(0xe0000); r <= 0x10ffff; r += 7 {
+		check(r)
+	}
+	check(0xe0001)
+	check(0xe007f)
 }

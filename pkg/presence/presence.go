@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
@@ -113,8 +114,13 @@ const (
 	DefaultDevice = "default"
 )
 
-// ValidateID checks an identifier: 1..max bytes of UTF-8 without control characters
-// (they break logs, keys and CSV exports, and no real id contains them).
+// ValidateID checks an identifier: 1..max bytes of UTF-8 without a character of
+// Unicode category Cc (C0 and C1 controls) or Cf (format characters: bidi overrides
+// and isolates, zero-width spaces and joiners, the byte order mark, tags). Controls
+// break logs, keys and CSV exports; format characters are invisible or reorder text,
+// so two ids that look alike could name different users in a log, a dashboard or an
+// operator's terminal. No real id contains either (docs/design.md, Security). The
+// OpenAPI document states the same rule as IDPattern.
 func ValidateID(id string, max int) error {
 	switch {
 	case id == "":
@@ -123,13 +129,59 @@ func ValidateID(id string, max int) error {
 		return fmt.Errorf("must be at most %d bytes, got %d", max, len(id))
 	case !utf8.ValidString(id):
 		return fmt.Errorf("must be valid UTF-8")
-	case strings.IndexFunc(id, isControl) >= 0:
-		return fmt.Errorf("must not contain control characters")
+	}
+	if i := strings.IndexFunc(id, refusedInID); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(id[i:])
+		return fmt.Errorf("must not contain control or format characters (Unicode categories Cc and Cf), got %U at byte %d", r, i)
 	}
 	return nil
 }
 
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+// refusedInID reports whether r is of category Cc or Cf. ASCII, nearly every id,
+// needs no table: its only such characters are the C0 controls and DEL.
+func refusedInID(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r < 0x20 || r == 0x7f
+	}
+	return unicode.In(r, refusedCategories...)
+}
+
+var refusedCategories = []*unicode.RangeTable{unicode.Cc, unicode.Cf}
+
+// IDPattern is ValidateID's rule on characters as a regular expression (ECMA-262, as
+// JSON Schema's pattern wants): one or more characters outside a class of every Cc
+// and Cf range of the Unicode tables this binary was built with, written as the
+// characters themselves rather than escapes, since engines differ on escapes of
+// astral characters. The byte limit is not in it (JSON Schema counts characters,
+// ValidateID bytes). pkg/openapi's tests hold the document to it.
+func IDPattern() string {
+	var b strings.Builder
+	b.WriteString("^[^")
+	for _, t := range refusedCategories {
+		for _, r := range t.R16 {
+			writeRange(&b, rune(r.Lo), rune(r.Hi), rune(r.Stride))
+		}
+		for _, r := range t.R32 {
+			writeRange(&b, rune(r.Lo), rune(r.Hi), rune(r.Stride))
+		}
+	}
+	b.WriteString("]+$")
+	return b.String()
+}
+
+func writeRange(b *strings.Builder, lo, hi, stride rune) {
+	if stride != 1 {
+		for r := lo; r <= hi; r += stride {
+			b.WriteRune(r)
+		}
+		return
+	}
+	b.WriteRune(lo)
+	if hi > lo {
+		b.WriteByte('-')
+		b.WriteRune(hi)
+	}
+}
 
 // Event is one status report, as carried by presence.events.
 type Event struct {
