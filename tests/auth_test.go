@@ -60,7 +60,7 @@ func authDo(t *testing.T, method, target, cred, body string) (int, http.Header, 
 // testKeys.hs256 unless testing a bad signature), expiring at exp.
 func userToken(t *testing.T, sub string, exp time.Time, secret string) string {
 	t.Helper()
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": exp.Unix()}).SignedString([]byte(secret))
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": exp.Unix(), "iat": time.Now().Unix()}).SignedString([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,6 +524,7 @@ func TestAuthUserTokenWatch(t *testing.T) {
 	alice, bob, carol := p.run+"-alice", p.run+"-bob", p.run+"-carol"
 	exp := time.Now().Add(time.Hour).Unix()
 	sign := func(claims jwt.MapClaims) string {
+		claims["iat"] = time.Now().Unix()
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testKeys.hs256))
 		if err != nil {
 			t.Fatal(err)

@@ -36,6 +36,7 @@ func commands() []command {
 		{"dlq", "list dead letters, or replay them to their topic (dlq list|replay)", runDLQ},
 		{"rebuild", "have the aggregators rebuild the state in Redis from the log, with progress (rebuild [-shard N])", runRebuild},
 		{"keys", "make a new API key and its line for PULSE_API_KEYS_FILE (keys new -scope write)", runKeys},
+		{"token", "mint a user token for the configured HS256 verifier (token -user ID [-watch a,b] [-ttl 1h])", runToken},
 	}
 }
 

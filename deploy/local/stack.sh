@@ -462,6 +462,26 @@ dev_keys() {
 	PULSE_OPERATOR_KEY=$(<"$dir/operator.key")
 	export PULSE_API_KEYS_FILE
 	DEV_KEYS=1
+	dev_verifier "$dir"
+}
+
+# dev_verifier makes the development user-token verifier once: an HS256 secret in
+# $1/jwt.secret, issuer pulse-dev and audience pulse, which pulsectl token signs for
+# (docs/design.md, Security). A caller's own verifier (any PULSE_JWT_* key setting)
+# wins: then nothing is made.
+dev_verifier() {
+	if [[ -n ${PULSE_JWT_HS256_SECRET:-}${PULSE_JWT_PUBLIC_KEY_FILE:-}${PULSE_JWT_JWKS_FILE:-} ]]; then
+		DEV_JWT=
+		return
+	fi
+	if [[ ! -s $1/jwt.secret ]]; then
+		(umask 077 && head -c 48 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$1/jwt.secret")
+	fi
+	PULSE_JWT_HS256_SECRET=$(<"$1/jwt.secret")
+	PULSE_JWT_ISSUER=${PULSE_JWT_ISSUER:-pulse-dev}
+	PULSE_JWT_AUDIENCE=${PULSE_JWT_AUDIENCE:-pulse}
+	export PULSE_JWT_HS256_SECRET PULSE_JWT_ISSUER PULSE_JWT_AUDIENCE
+	DEV_JWT=$1/jwt.secret
 }
 
 cmd_run() {
@@ -488,6 +508,17 @@ cmd_run() {
     go run ./cmd/loadgen -duration 10s -single-rate 100 -read-rate 100   # reads PULSE_PRODUCER_KEY, PULSE_READER_KEY
 EOF
 		)
+		if [[ -n $DEV_JWT ]]; then
+			keys+=$(
+				cat <<EOF
+
+  User tokens (JWTs whose sub is the user) are verified with a development secret, issuer
+  $PULSE_JWT_ISSUER and audience $PULSE_JWT_AUDIENCE; mint one with:
+    PULSE_JWT_HS256_SECRET=\$(cat $DEV_JWT) PULSE_JWT_ISSUER=$PULSE_JWT_ISSUER PULSE_JWT_AUDIENCE=$PULSE_JWT_AUDIENCE \\
+      go run ./cmd/pulsectl token -user alice -watch bob -ttl 1h
+EOF
+			)
+		fi
 	else
 		keys="  Keys: the services read PULSE_API_KEYS_FILE=$PULSE_API_KEYS_FILE (yours; no development keys made)."
 	fi

@@ -143,7 +143,14 @@ type JWTConfig struct {
 	JWKSFile string
 	Issuer   string
 	Audience string
-	Leeway   time.Duration
+	// AudienceWaived lets a JWK Set verify tokens without Audience. A JWK Set is most
+	// often an identity provider's, whose tokens for every other application of the
+	// platform it also signs; without an audience any of them would pass here.
+	AudienceWaived bool
+	Leeway         time.Duration
+	// MaxAge bounds how long after its iat a user token is accepted, whatever its
+	// exp says: a token minted with a far exp stays a bounded risk.
+	MaxAge time.Duration
 }
 
 // Environment variables of the settings, for messages that name them.
@@ -184,9 +191,15 @@ func Vars(c *Config) []*config.Var {
 		config.String(&c.JWT.JWKSFile, "PULSE_JWT_JWKS_FILE", "",
 			"JWK Set file (JSON) of public keys verifying user tokens by their kid (RS256/384/512, PS256, ES256/384, EdDSA); read again every PULSE_API_KEYS_RELOAD, so keys rotate without a restart; empty: none"),
 		config.String(&c.JWT.Issuer, "PULSE_JWT_ISSUER", "", "iss every user token must carry; empty: not checked"),
-		config.String(&c.JWT.Audience, "PULSE_JWT_AUDIENCE", "", "an aud every user token must carry; empty: not checked"),
+		config.String(&c.JWT.Audience, "PULSE_JWT_AUDIENCE", "",
+			"an aud every user token must carry; empty: not checked, which a JWK Set allows only with PULSE_JWT_AUDIENCE_WAIVED"),
+		config.Bool(&c.JWT.AudienceWaived, "PULSE_JWT_AUDIENCE_WAIVED", false,
+			"true lets PULSE_JWT_JWKS_FILE verify tokens without PULSE_JWT_AUDIENCE (an identity provider's keys also sign other applications' tokens)"),
 		config.Duration(&c.JWT.Leeway, "PULSE_JWT_LEEWAY", 30*time.Second,
 			"clock skew allowed on a user token's exp, nbf and iat", config.Between(0, 5*time.Minute)),
+		config.Duration(&c.JWT.MaxAge, "PULSE_JWT_MAX_AGE", 24*time.Hour,
+			"longest a user token is accepted after its iat (which every token must carry), whatever its exp",
+			config.Between(time.Minute, 90*24*time.Hour)),
 	)
 }
 

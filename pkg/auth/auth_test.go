@@ -123,8 +123,11 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
+// hsToken signs claims with secret, adding iat (now) unless claims name it; a nil
+// iat leaves it out.
 func hsToken(t *testing.T, secret string, claims jwt.MapClaims) string {
 	t.Helper()
+	withIAT(claims)
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +154,7 @@ func TestUserTokens(t *testing.T) {
 	}
 	future := time.Now().Add(time.Hour).Unix()
 	claims := func(extra jwt.MapClaims) jwt.MapClaims {
-		c := jwt.MapClaims{"sub": "alice", "exp": future, "iss": "platform", "aud": "pulse"}
+		c := jwt.MapClaims{"sub": "alice", "exp": future, "iat": time.Now().Unix(), "iss": "platform", "aud": "pulse"}
 		for k, v := range extra {
 			if v == nil {
 				delete(c, k)
@@ -169,10 +172,18 @@ func TestUserTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noIAT, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims(jwt.MapClaims{"iat": nil})).SignedString([]byte(hsSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name, token, wantErr string
 	}{
 		{"hs256", hsToken(t, hsSecret, claims(nil)), ""},
+		{"no iat", noIAT, "iat is required"},
+		{"older than the max age", hsToken(t, hsSecret, claims(jwt.MapClaims{"iat": time.Now().Add(-25 * time.Hour).Unix()})),
+			"ago, longer than PULSE_JWT_MAX_AGE (24h0m0s) allows"},
+		{"issued in the future", hsToken(t, hsSecret, claims(jwt.MapClaims{"iat": time.Now().Add(time.Hour).Unix()})), "token used before issued"},
 		{"eddsa", ed, ""},
 		{"expired", hsToken(t, hsSecret, claims(jwt.MapClaims{"exp": time.Now().Add(-time.Hour).Unix()})), "token is expired"},
 		{"no exp", hsToken(t, hsSecret, claims(jwt.MapClaims{"exp": nil})), "exp claim is required"},
@@ -419,5 +430,14 @@ func TestUserTokenWatchClaim(t *testing.T) {
 	if _, err := a.Authenticate(hsToken(t, hsSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "pulse_watch": []string{"ok", ""}})); err == nil ||
 		!strings.Contains(err.Error(), "pulse_watch[1]") {
 		t.Fatalf("an empty id in pulse_watch: %v", err)
+	}
+}
+
+// withIAT gives claims an iat of now unless they name one; a nil one is removed.
+func withIAT(claims jwt.MapClaims) {
+	if v, ok := claims["iat"]; !ok {
+		claims["iat"] = time.Now().Unix()
+	} else if v == nil {
+		delete(claims, "iat")
 	}
 }

@@ -17,7 +17,7 @@ func FuzzAuthenticate(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	good, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(secret))
+	good, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}).SignedString([]byte(secret))
 	if err != nil {
 		f.Fatal(err)
 	}

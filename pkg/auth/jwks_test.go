@@ -42,6 +42,7 @@ func writeJWKS(t *testing.T, path string, keys ...map[string]string) {
 
 func signed(t *testing.T, m jwt.SigningMethod, kid string, key any, claims jwt.MapClaims) string {
 	t.Helper()
+	withIAT(claims)
 	tok := jwt.NewWithClaims(m, claims)
 	if kid != "" {
 		tok.Header["kid"] = kid
@@ -72,7 +73,7 @@ func TestUserTokensFromAJWKSet(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "jwks.json")
 	writeJWKS(t, path, rsaJWK("r1", &rsaKey.PublicKey), edJWK("e1", edPub))
-	a, err := New(Config{JWT: JWTConfig{JWKSFile: path}})
+	a, err := New(Config{JWT: JWTConfig{JWKSFile: path, AudienceWaived: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +124,27 @@ func TestUserTokensFromAJWKSet(t *testing.T) {
 	if _, err := a.Authenticate(signed(t, jwt.SigningMethodRS256, "r2", otherRSA, claims)); err != nil {
 		t.Fatalf("after a broken file the previous keys must stay: %v", err)
 	}
-	if _, err := New(Config{JWT: JWTConfig{JWKSFile: filepath.Join(t.TempDir(), "missing.json")}}); err == nil ||
+	if _, err := New(Config{JWT: JWTConfig{JWKSFile: filepath.Join(t.TempDir(), "missing.json"), AudienceWaived: true}}); err == nil ||
 		!strings.Contains(err.Error(), "PULSE_JWT_JWKS_FILE") {
 		t.Fatalf("a missing JWK Set file: %v, want an error naming PULSE_JWT_JWKS_FILE", err)
+	}
+}
+
+// A JWK Set without an audience to check is refused at start, unless waived: an
+// identity provider's keys also sign other applications' tokens.
+func TestJWKSetNeedsAnAudience(t *testing.T) {
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	writeJWKS(t, path, edJWK("e1", edPub))
+	if _, err := New(Config{JWT: JWTConfig{JWKSFile: path}}); err == nil || !strings.Contains(err.Error(), "PULSE_JWT_JWKS_FILE needs PULSE_JWT_AUDIENCE") {
+		t.Fatalf("a JWK Set without an audience: %v, want an error naming PULSE_JWT_AUDIENCE", err)
+	}
+	for _, c := range []JWTConfig{{JWKSFile: path, Audience: "pulse"}, {JWKSFile: path, AudienceWaived: true}} {
+		if _, err := New(Config{JWT: c}); err != nil {
+			t.Fatalf("New(%+v) = %v", c, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
@@ -16,8 +17,8 @@ import (
 )
 
 // verifier checks user tokens with golang-jwt: only the algorithms of the configured
-// keys are accepted (never "none", never HS256 signed with a public key), exp is
-// required, and iss and aud when configured.
+// keys are accepted (never "none", never HS256 signed with a public key), exp and iat
+// are required, iat no older than MaxAge, and iss and aud when configured.
 type verifier struct {
 	hmac    []byte
 	pub     crypto.PublicKey
@@ -28,6 +29,9 @@ type verifier struct {
 	// jwks is the set as last read.
 	jwksFile string
 	jwks     atomic.Pointer[jwkSet]
+	// maxAge and leeway bound a token's age from its iat; now is the clock.
+	maxAge, leeway time.Duration
+	now            func() time.Time
 }
 
 // jwkSet is a JWK Set file as read, with its digest to tell a changed file.
@@ -49,7 +53,15 @@ func newVerifier(c JWTConfig) (*verifier, error) {
 	if c.HS256Secret == "" && c.PublicKeyFile == "" && c.JWKSFile == "" {
 		return nil, nil
 	}
-	v := &verifier{jwksFile: c.JWKSFile}
+	if c.JWKSFile != "" && c.Audience == "" && !c.AudienceWaived {
+		return nil, errors.New("PULSE_JWT_JWKS_FILE needs PULSE_JWT_AUDIENCE: an identity provider's keys also sign " +
+			"tokens for other applications, which would pass here; set PULSE_JWT_AUDIENCE_WAIVED=true if the keys are Pulse's alone")
+	}
+	maxAge := c.MaxAge
+	if maxAge <= 0 {
+		maxAge = DefaultJWTMaxAge
+	}
+	v := &verifier{jwksFile: c.JWKSFile, maxAge: maxAge, leeway: c.Leeway, now: time.Now}
 	if c.HS256Secret != "" {
 		v.hmac = []byte(c.HS256Secret)
 		v.methods = append(v.methods, jwt.SigningMethodHS256.Alg())
@@ -78,7 +90,7 @@ func newVerifier(c JWTConfig) (*verifier, error) {
 			}
 		}
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(v.methods), jwt.WithExpirationRequired(), jwt.WithLeeway(c.Leeway)}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(v.methods), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(c.Leeway)}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
 	}
@@ -88,6 +100,10 @@ func newVerifier(c JWTConfig) (*verifier, error) {
 	v.parser = jwt.NewParser(opts...)
 	return v, nil
 }
+
+// DefaultJWTMaxAge is PULSE_JWT_MAX_AGE's default, and the bound of a JWTConfig made in
+// code without one.
+const DefaultJWTMaxAge = 24 * time.Hour
 
 // WatchClaim names the claim listing, besides the subject, the users a user token
 // may watch on the change feed (a friends list, say).
@@ -108,6 +124,12 @@ func (v *verifier) verify(raw string) (string, []string, error) {
 	var claims userClaims
 	if _, err := v.parser.ParseWithClaims(raw, &claims, v.key); err != nil {
 		return "", nil, fmt.Errorf("invalid user token: %w", err)
+	}
+	if claims.IssuedAt == nil {
+		return "", nil, errors.New("invalid user token: iat is required")
+	}
+	if age := v.now().Sub(claims.IssuedAt.Time); age > v.maxAge+v.leeway {
+		return "", nil, fmt.Errorf("invalid user token: issued %s ago, longer than PULSE_JWT_MAX_AGE (%s) allows", age.Round(time.Second), v.maxAge)
 	}
 	if err := presence.ValidateID(claims.Subject, presence.MaxUserIDLen); err != nil {
 		return "", nil, fmt.Errorf("invalid user token: sub must be a user id: %w", err)

@@ -276,6 +276,14 @@ Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls).
 - name: PULSE_JWT_AUDIENCE
   value: {{ . | quote }}
 {{- end }}
+{{- if $v.auth.jwt.audienceWaived }}
+- name: PULSE_JWT_AUDIENCE_WAIVED
+  value: "true"
+{{- end }}
+{{- with $v.auth.jwt.maxAge }}
+- name: PULSE_JWT_MAX_AGE
+  value: {{ . | quote }}
+{{- end }}
 {{- if $v.tls.existingSecret }}
 - name: PULSE_TLS_CERT_FILE
   value: {{ printf "/etc/pulse/tls/server/%s" $v.tls.certKey | quote }}
