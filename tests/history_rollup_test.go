@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/pointintime"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -691,7 +691,7 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 		t.Fatal(err)
 	}
 	defer session.Close()
-	r := pointintime.New(session, 0)
+	r := historystore.New(session)
 	var first, last int64
 	var all []*rollupTimeline
 	var changeTimes []int64
@@ -735,9 +735,9 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 		}
 		got := map[string]presence.Status{}
 		var gotCount [5]int
-		states := map[int32]*pointintime.State{}
+		states := map[int32]*historystore.ShardState{}
 		for shard := range int32(shards) {
-			st, err := r.Shard(ctx, shard, at)
+			st, err := r.StateAt(ctx, shard, at)
 			if err != nil {
 				t.Fatalf("at %s: %v", at.Format(time.RFC3339Nano), err)
 			}
@@ -746,7 +746,7 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 			gotCount[presence.Idle] += int(st.Idle.GetCardinality())
 			gotCount[presence.Invisible] += int(st.Invisible.GetCardinality())
 			for status, bm := range map[presence.Status]*roaring.Bitmap{presence.Online: st.Online, presence.Idle: st.Idle, presence.Invisible: st.Invisible} {
-				names, err := r.Users(ctx, shard, bm.ToArray())
+				names, err := r.UserNames(ctx, shard, bm.ToArray())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,8 +14,8 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/migrate"
-	"github.com/pulse-presence/pulse/pkg/pointintime"
 )
 
 // pitBench is a keyspace holding one minute of point-in-time rows for 16 shards with
@@ -23,7 +23,7 @@ import (
 // changes per shard in the minute, and the names of the first 4,096 indexes of each
 // shard, written as history writes them.
 type pitBench struct {
-	reader *pointintime.Reader
+	reader *historystore.Store
 	at     time.Time // 30 s after the snapshot: half the minute's changes apply
 	bytes  int       // serialized bitmaps of one snapshot of all shards
 }
@@ -69,7 +69,7 @@ func newPITBench(b *testing.B) *pitBench {
 	b.Cleanup(s.Close)
 
 	snap := time.Date(2026, 11, 20, 20, 13, 0, 0, time.UTC)
-	pb := &pitBench{reader: pointintime.New(s, 0), at: snap.Add(30 * time.Second)}
+	pb := &pitBench{reader: historystore.New(s), at: snap.Add(30 * time.Second)}
 	exec := func(q string, args ...any) {
 		if err := s.Query(q, args...).ExecContext(ctx); err != nil {
 			b.Fatalf("%s: %v", q[:40], err)
@@ -111,7 +111,7 @@ func newPITBench(b *testing.B) *pitBench {
 			}
 		}
 		batch = s.Batch(gocql.UnloggedBatch)
-		for i := range pointintime.Block {
+		for i := range historystore.ShardUsersBlock {
 			batch.Query(`INSERT INTO shard_users (shard, block, user_index, user_id) VALUES (?, 0, ?, ?)`,
 				shard, i, fmt.Sprintf("user-%02d-%06d", shard, i))
 			if len(batch.Entries) == 100 {
@@ -137,7 +137,7 @@ func BenchmarkPointInTimeCount(b *testing.B) {
 	ctx := context.Background()
 	var online uint64
 	for b.Loop() {
-		states, err := pb.reader.Shards(ctx, pitShards, pb.at)
+		states, err := pb.reader.StatesAt(ctx, pitShards, pb.at)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func BenchmarkPointInTimePage(b *testing.B) {
 	pb := newPITBench(b)
 	ctx := context.Background()
 	for b.Loop() {
-		st, err := pb.reader.Shard(ctx, 3, pb.at)
+		st, err := pb.reader.StateAt(ctx, 3, pb.at)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func BenchmarkPointInTimePage(b *testing.B) {
 		for it.HasNext() && len(page) < 100 {
 			page = append(page, it.Next())
 		}
-		names, err := pb.reader.Users(ctx, 3, page)
+		names, err := pb.reader.UserNames(ctx, 3, page)
 		if err != nil {
 			b.Fatal(err)
 		}

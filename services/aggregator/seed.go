@@ -8,12 +8,11 @@ import (
 	"sync"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/lastknown"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
 )
@@ -26,7 +25,7 @@ const HistoryDevice = "pulse-history"
 // history is where a rebuild finds the users the log no longer reaches back to.
 type history interface {
 	// Shard is the last known state of every user of shard but those skip names.
-	Shard(ctx context.Context, shard int32, skip func(userID string) bool) (map[string]lastknown.State, error)
+	Shard(ctx context.Context, shard int32, skip func(userID string) bool) (map[string]historystore.LastKnown, error)
 }
 
 // logStart is the first offset the partition's log still holds: above 0 once
@@ -129,10 +128,10 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 	if err != nil {
 		return 0, err
 	}
-	var states map[string]lastknown.State
+	var states map[string]historystore.LastKnown
 	err = w.retry(ctx, "reading the shard's users from history", func(ctx context.Context) (err error) {
 		states, err = w.history.Shard(ctx, w.st.partition, func(id string) bool { _, ok := inLog[id]; return ok })
-		if errors.Is(err, lastknown.ErrNoHistory) {
+		if errors.Is(err, historystore.ErrNoHistory) {
 			// Nothing to restore is a fact, not a failure: the shard had nobody
 			// history saw (or history never ran), and the log is all there is.
 			states, err = nil, nil
@@ -170,7 +169,7 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 // seedWindow is the window that registers ids, users new to the shard, with their
 // last known states, at offset last. It has no changes: restoring a user changes
 // nothing anyone saw.
-func seedWindow(st *shardState, last int64, ids []string, states map[string]lastknown.State) *statestore.Window {
+func seedWindow(st *shardState, last int64, ids []string, states map[string]historystore.LastKnown) *statestore.Window {
 	w := &statestore.Window{
 		Shard:      int(st.partition),
 		LastOffset: last,
@@ -203,37 +202,36 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]last
 	return w
 }
 
-// cassandraHistory reads history's tables through a session opened at the first
+// cassandraHistory reads history's tables through a store opened at the first
 // rebuild that needs it: an aggregator never needs Cassandra until its log has been
 // trimmed and Redis lost a shard, so it neither waits for Cassandra at start nor
 // fails when Cassandra is down.
 type cassandraHistory struct {
-	cfg     cassx.Config
-	mu      sync.Mutex
-	session *gocql.Session
-	reader  *lastknown.Reader
+	cfg   cassx.Config
+	mu    sync.Mutex
+	store *historystore.Store
 }
 
-func (h *cassandraHistory) Shard(ctx context.Context, shard int32, skip func(string) bool) (map[string]lastknown.State, error) {
+func (h *cassandraHistory) Shard(ctx context.Context, shard int32, skip func(string) bool) (map[string]historystore.LastKnown, error) {
 	h.mu.Lock()
-	if h.reader == nil {
-		s, err := cassx.NewSession(h.cfg)
+	if h.store == nil {
+		s, err := historystore.Open(h.cfg)
 		if err != nil {
 			h.mu.Unlock()
 			return nil, err
 		}
-		h.session, h.reader = s, lastknown.New(s)
+		h.store = s
 	}
-	r := h.reader
+	s := h.store
 	h.mu.Unlock()
-	return r.Shard(ctx, shard, skip)
+	return s.LastKnownOfShard(ctx, shard, skip)
 }
 
-// Close closes the session, if one was opened.
+// Close closes the store, if one was opened.
 func (h *cassandraHistory) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.session != nil {
-		h.session.Close()
+	if h.store != nil {
+		h.store.Close()
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/lastknown"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -17,7 +17,7 @@ func TestSeedWindow(t *testing.T) {
 	st.next = 7
 	st.bitmaps[trackedIndex(presence.Online)].Add(2)
 	seen := base.Add(-time.Hour)
-	states := map[string]lastknown.State{
+	states := map[string]historystore.LastKnown{
 		"ann": {Status: presence.Online, LastSeen: seen, LastActive: seen, LastUpdated: seen.Add(-time.Minute)},
 		"bea": {Status: presence.Idle, LastSeen: seen},
 		"cat": {Status: presence.Offline, LastSeen: seen},

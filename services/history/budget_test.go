@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
@@ -28,16 +29,16 @@ type countingStore struct {
 	keys     int // partition keys: each is one mutation in Cassandra
 }
 
-func (s *countingStore) exec(_ context.Context, g *group) error {
+func (s *countingStore) Write(_ context.Context, b *historystore.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byTable == nil {
 		s.byTable = map[string]int{}
 	}
 	s.requests++
-	s.keys += g.keys
-	for _, st := range g.stmts {
-		s.byTable[st.table]++
+	s.keys += b.Keys
+	for _, w := range b.Writes {
+		s.byTable[w.Table()]++
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package main
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pulse-presence/pulse/pkg/historystore"
+)
 
 // metrics are pulse-history's own; the consumer and the Kafka client add theirs.
 type metrics struct {
@@ -131,8 +135,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{skipDuplicate, skipUndecodable} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, t := range []string{tableActivity, tableStatus, tableSessions, tableUserDaily, tableDailyUsers,
-		tableConcurrency, tableUniques, tableCheckpoints} {
+	for _, t := range []string{historystore.TableActivity, historystore.TableStatus, historystore.TableSessions,
+		historystore.TableUserDaily, historystore.TableDailyUsers, historystore.TableConcurrency, historystore.TableUniques,
+		historystore.TableCheckpoints} {
 		m.rows.WithLabelValues(t)
 	}
 	return m

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
@@ -62,20 +63,22 @@ func finalRollup(hs *harness) map[string]string {
 	hs.store.mu.Lock()
 	defer hs.store.mu.Unlock()
 	for _, st := range hs.store.stmts {
-		if st.table == tableCheckpoints || st.table == tableActivity || st.table == tableStatus {
+		switch st.Table() {
+		case historystore.TableCheckpoints, historystore.TableActivity, historystore.TableStatus:
 			continue
 		}
 		d := describe(st)
 		f := strings.Fields(d)
 		n := 4 // table and primary key
-		switch st.table {
-		case tableSessions:
+		switch st.Table() {
+		case historystore.TableSessions:
 			n = 5 // user_sessions: session_start and start_us
-		case tableProgress:
+		case historystore.TableProgress:
 			n = 2 // shard_progress: the shard
 		}
 		key := strings.Join(f[:n], " ")
-		ts := st.args[len(st.args)-1].(int64)
+		v := st.Values()
+		ts := v[len(v)-1].(int64)
 		if k, ok := rows[key]; ok && ts == k.ts && d != k.row {
 			hs.t.Errorf("%s written twice at timestamp %d:\n%s\n%s", key, ts, k.row, d)
 		}
@@ -116,14 +119,14 @@ func TestRollupRowsAndCheckpoint(t *testing.T) {
 		// u1's session crosses midnight: one session row, a row for each day.
 		var sessions, days int
 		for k, v := range want {
-			if strings.HasPrefix(k, tableSessions) && strings.Contains(k, " u1 ") {
+			if strings.HasPrefix(k, historystore.TableSessions) && strings.Contains(k, " u1 ") {
 				sessions++
 				start := time.Date(2026, 3, 1, 23, 58, 30, 0, time.UTC)
 				if !strings.Contains(v, fmt.Sprintf(" 2026-03-01T23:58:30.000 %d 2026-03-02T00:03:00.000 false 110000000 160000000 0 ", start.UnixMicro())) {
 					t.Errorf("u1's session = %s", v)
 				}
 			}
-			if strings.HasPrefix(k, tableUserDaily) && strings.Contains(k, " u1 ") {
+			if strings.HasPrefix(k, historystore.TableUserDaily) && strings.Contains(k, " u1 ") {
 				days++
 			}
 		}
@@ -141,8 +144,8 @@ func TestRollupRowsAndCheckpoint(t *testing.T) {
 		first.store = store
 		first.h.writer.store, first.h.checkpoints = store, store
 		runChanges(t, first, log[:2], log[2:4])
-		cp, ok, err := store.loadCheckpoint(t.Context(), "", 3)
-		if err != nil || !ok || cp.offset != 3 || cp.generation != 1 {
+		cp, ok, err := store.LoadCheckpoint(t.Context(), "", 3)
+		if err != nil || !ok || cp.Offset != 3 || cp.Generation != 1 {
 			t.Fatalf("checkpoint %+v ok=%v err=%v, want generation 1 at offset 3", cp, ok, err)
 		}
 		// The group hands the next worker offset 5 on: offset 4 comes from the log.
@@ -157,7 +160,7 @@ func TestRollupRowsAndCheckpoint(t *testing.T) {
 		if len(second.reads) != 1 {
 			t.Errorf("log reads %v, want one", second.reads)
 		}
-		if cp, _, _ := store.loadCheckpoint(t.Context(), "", 3); cp.offset != 6 || cp.generation != 2 {
+		if cp, _, _ := store.LoadCheckpoint(t.Context(), "", 3); cp.Offset != 6 || cp.Generation != 2 {
 			t.Errorf("checkpoint after the second worker %+v, want generation 2 at offset 6", cp)
 		}
 	})
@@ -195,7 +198,7 @@ func TestRollupLateChangeWins(t *testing.T) {
 		)
 		got := map[string]string{}
 		for k, v := range finalRollup(hs) {
-			if strings.HasPrefix(k, tableSessions+" u1") || strings.HasPrefix(k, tableConcurrency) {
+			if strings.HasPrefix(k, historystore.TableSessions+" u1") || strings.HasPrefix(k, historystore.TableConcurrency) {
 				got[k] = v
 			}
 		}

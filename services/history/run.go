@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/health"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -30,21 +30,21 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	reg := app.NewRegistry()
 	// The session is opened at start: history cannot do anything without Cassandra,
 	// and failing fast with the driver's reason beats a service that is never ready.
-	session, err := cassx.NewSession(cfg.Cassandra)
+	store, err := historystore.Open(cfg.Cassandra)
 	if err != nil {
 		return fmt.Errorf("connecting to cassandra: %w", err)
 	}
-	defer session.Close()
+	defer store.Close()
 
 	m := newMetrics(reg)
 	var cons *consume.Consumer
 	h := &history{
 		cfg:    cfg,
-		writer: newWriter(cassStore{session}, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
+		writer: newWriter(store, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
 		// Workers start only once cons.Run runs, so cons is set by then.
 		commit:      func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
 		readRange:   horizon.FromKafka(cfg.Kafka, logger),
-		checkpoints: cassStore{session},
+		checkpoints: store,
 		produce: func(ctx context.Context, recs ...*kgo.Record) error {
 			return cons.Client().ProduceSync(ctx, recs...).FirstErr()
 		},
@@ -66,7 +66,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		health.Check{Name: "kafka", Func: func(ctx context.Context) error {
 			return kafkax.Ping(ctx, cons.Client(), cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic)
 		}},
-		health.Check{Name: "cassandra", Func: func(ctx context.Context) error { return cassx.Ping(ctx, session) }},
+		health.Check{Name: "cassandra", Func: store.Ping},
 	)
 
 	// Either loop ending ends both. On SIGTERM the consumer stops polling, lets every

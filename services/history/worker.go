@@ -10,6 +10,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/deadletter"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/recent"
@@ -256,23 +257,22 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 	if rollupDue {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
-		plan.addRollup(&rows, w.partition, st.flushTimestamp(), retention{
-			snapshots: int(cfg.SnapshotRetention / time.Second), changes: int(cfg.ShardChangesRetention / time.Second)})
+		plan.addRollup(&rows, w.partition, st.flushTimestamp(), historystore.Retention{
+			Snapshots: cfg.SnapshotRetention, Changes: cfg.ShardChangesRetention})
 		w.reportRollup()
 	}
 	keys := plan.keys()
 	if statusDue {
 		keys = append(keys, w.status.keys()...)
 	}
-	if err := w.h.writer.write(ctx, pack(keys, w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
+	if err := w.h.writer.write(ctx, historystore.Pack(keys, w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
 	if rollupDue && !st.fold.Frontier().IsZero() {
 		// Only once the flush's rows are written: readers trust every change dated
 		// before it to be there.
-		progress := &group{keys: 1, stmts: []stmt{{tableProgress, upsertProgressCQL,
-			[]any{int(w.partition), st.fold.Frontier(), st.flushTimestamp()}}}}
-		if err := w.h.writer.write(ctx, []*group{progress}); err != nil {
+		progress := historystore.Single(historystore.ProgressRow(w.partition, st.fold.Frontier(), st.flushTimestamp()))
+		if err := w.h.writer.write(ctx, []*historystore.Batch{progress}); err != nil {
 			return err
 		}
 	}

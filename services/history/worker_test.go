@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -26,15 +28,15 @@ import (
 // fakeStore records successful writes and fails the ones fail picks.
 type fakeStore struct {
 	mu       sync.Mutex
-	fail     func(g *group) error
+	fail     func(b *historystore.Batch) error
 	delay    time.Duration
 	written  []string
-	stmts    []stmt
+	stmts    []historystore.Write
 	inFlight int
 	maxIn    int
 }
 
-func (s *fakeStore) exec(ctx context.Context, g *group) error {
+func (s *fakeStore) Write(ctx context.Context, b *historystore.Batch) error {
 	s.mu.Lock()
 	s.inFlight++
 	s.maxIn = max(s.maxIn, s.inFlight)
@@ -53,22 +55,23 @@ func (s *fakeStore) exec(ctx context.Context, g *group) error {
 		}
 	}
 	if fail != nil {
-		if err := fail(g); err != nil {
+		if err := fail(b); err != nil {
 			return err
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, st := range g.stmts {
+	for _, st := range b.Writes {
 		s.written = append(s.written, describe(st))
 		s.stmts = append(s.stmts, st)
 	}
 	return nil
 }
 
-// loadCheckpoint reads back the checkpoint statements written, as Cassandra would
-// keep them: the last write of each chunk.
-func (s *fakeStore) loadCheckpoint(_ context.Context, grp string, partition int32) (checkpoint, bool, error) {
+// LoadCheckpoint reads back the checkpoint statements written, as Cassandra would
+// keep them: the last write of each chunk. The header's chunks are those of its
+// generation, in chunk order.
+func (s *fakeStore) LoadCheckpoint(_ context.Context, grp string, partition int32) (historystore.Checkpoint, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type chunk struct {
@@ -76,28 +79,32 @@ func (s *fakeStore) loadCheckpoint(_ context.Context, grp string, partition int3
 		data []byte
 	}
 	chunks := map[int32]chunk{}
-	var header *checkpoint
+	var header *historystore.Checkpoint
 	var count int32
 	for _, st := range s.stmts {
-		if st.table != tableCheckpoints || st.args[0] != grp || st.args[1] != partition {
+		v := st.Values()
+		if st.Table() != historystore.TableCheckpoints || v[0] != grp || v[1] != partition {
 			continue
 		}
-		if st.cql == insertCheckpointHeaderCQL {
-			header = &checkpoint{generation: st.args[2].(int64), offset: st.args[3].(int64)}
-			count = st.args[4].(int32)
+		if st.Statement() == historystore.InsertCheckpointHeader {
+			header = &historystore.Checkpoint{Generation: v[2].(int64), Offset: v[3].(int64)}
+			count = v[4].(int32)
 			continue
 		}
-		chunks[st.args[2].(int32)] = chunk{st.args[3].(int64), st.args[4].([]byte)}
+		chunks[v[2].(int32)] = chunk{v[3].(int64), v[4].([]byte)}
 	}
 	if header == nil {
-		return checkpoint{}, false, nil
+		return historystore.Checkpoint{}, false, nil
 	}
-	for i := range count {
-		c := chunks[chunkBase(header.generation)+i]
-		if c.gen != header.generation {
-			return checkpoint{}, false, fmt.Errorf("chunk %d of generation %d missing", i, header.generation)
+	var found int32
+	for _, n := range slices.Sorted(maps.Keys(chunks)) {
+		if c := chunks[n]; c.gen == header.Generation && found < count {
+			header.Data = append(header.Data, c.data...)
+			found++
 		}
-		header.data = append(header.data, c.data...)
+	}
+	if found != count {
+		return historystore.Checkpoint{}, false, fmt.Errorf("%d chunks of generation %d missing", count-found, header.Generation)
 	}
 	return *header, true, nil
 }
@@ -259,7 +266,7 @@ func TestEventsWorker(t *testing.T) {
 		if d, u, s := testutil.ToFloat64(m.skipped.WithLabelValues(skipDuplicate)), testutil.ToFloat64(m.skipped.WithLabelValues(skipUndecodable)), testutil.ToFloat64(m.stale); d != 1 || u != 1 || s != 1 {
 			t.Errorf("skipped duplicate=%v undecodable=%v stale=%v, want 1 each", d, u, s)
 		}
-		if rows := testutil.ToFloat64(m.rows.WithLabelValues(tableActivity)); rows != 3 {
+		if rows := testutil.ToFloat64(m.rows.WithLabelValues(historystore.TableActivity)); rows != 3 {
 			t.Errorf("activity rows metric = %v, want 3", rows)
 		}
 
@@ -334,8 +341,8 @@ func TestRetryUntilWritten(t *testing.T) {
 		hs := newHarness(t, nil)
 		failures := 0
 		var succeeded time.Time
-		hs.store.fail = func(g *group) error {
-			if g.stmts[0].table == tableStatus {
+		hs.store.fail = func(b *historystore.Batch) error {
+			if b.Writes[0].Table() == historystore.TableStatus {
 				if failures < 4 {
 					failures++
 					return errors.New("timeout")
@@ -374,7 +381,7 @@ func TestRetryUntilWritten(t *testing.T) {
 func TestLostWhileRetrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		hs := newHarness(t, nil)
-		hs.store.fail = func(*group) error { return errors.New("unavailable") }
+		hs.store.fail = func(*historystore.Batch) error { return errors.New("unavailable") }
 		ctx, cancel := context.WithCancel(t.Context())
 		recs, done := hs.start(ctx, "ev")
 		recs <- []*kgo.Record{eventRecord(7, event("e1", "u1", "phone", presence.KindStatus, sec(1), sec(1)))}

@@ -11,14 +11,14 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/online"
-	"github.com/pulse-presence/pulse/pkg/pointintime"
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // Point in time (Q5): at=T on the count, the listing and the statuses answers from
-// history's snapshots and changes (pkg/pointintime) instead of Redis, for the instant T:
+// history's snapshots and changes (pkg/historystore) instead of Redis, for the instant T:
 // the status of a user at T is the one set by their latest change at or before T. The
 // views are the present's: invisible users read as offline except to operators.
 
@@ -52,15 +52,14 @@ func (a *api) or(err error, past func() error) error {
 	return past()
 }
 
-// atReader is a reader of the point-in-time tables with the request's deadline, once
-// the instant is known to be final for every shard; otherwise the error to answer.
-func (a *api) atReader(c echo.Context, at time.Time, shards int) (*pointintime.Reader, context.Context, context.CancelFunc, error) {
-	s := a.history.get()
-	if s == nil {
+// atReader is the history store with the request's deadline, once the instant is
+// known to be final for every shard; otherwise the error to answer.
+func (a *api) atReader(c echo.Context, at time.Time, shards int) (*historystore.Store, context.Context, context.CancelFunc, error) {
+	r := a.history.get()
+	if r == nil {
 		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), a.historyTimeout)
-	r := pointintime.New(s, 0)
 	final, err := r.FinalThrough(ctx, int32(shards))
 	if err != nil {
 		cancel()
@@ -81,7 +80,7 @@ func (a *api) atReader(c echo.Context, at time.Time, shards int) (*pointintime.R
 
 // atErr turns a failed point-in-time read into its answer.
 func (a *api) atErr(err error) error {
-	if errors.Is(err, pointintime.ErrNoSnapshot) {
+	if errors.Is(err, historystore.ErrNoSnapshot) {
 		return &httpserver.Error{Status: http.StatusNotFound, Code: "not_found",
 			Message: "history holds no state of that instant: it is from before history began, or history was stopped then"}
 	}
@@ -105,7 +104,7 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 		return err
 	}
 	defer cancel()
-	states, err := r.Shards(ctx, int32(n), at)
+	states, err := r.StatesAt(ctx, int32(n), at)
 	if err != nil {
 		return a.atErr(err)
 	}
@@ -156,7 +155,7 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	}
 	defer cancel()
 	operator := auth.OperatorView(c)
-	states := map[int32]*pointintime.State{}
+	states := map[int32]*historystore.ShardState{}
 	out := make([]pastStatusView, len(ids))
 	for i, id := range ids {
 		out[i] = pastStatusView{UserID: id, Status: presence.Offline.String(), At: at}
@@ -169,7 +168,7 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 		}
 		st := states[shard]
 		if st == nil {
-			if st, err = r.Shard(ctx, shard, at); err != nil {
+			if st, err = r.StateAt(ctx, shard, at); err != nil {
 				return nil, a.atErr(err)
 			}
 			states[shard] = st
@@ -222,7 +221,7 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 	defer cancel()
 	res := onlineList{Users: []onlineUser{}, At: &at}
 	for pos.Shard < n && len(res.Users) < q.limit {
-		st, err := r.Shard(ctx, int32(pos.Shard), at)
+		st, err := r.StateAt(ctx, int32(pos.Shard), at)
 		if err != nil {
 			return h.atErr(err)
 		}
@@ -243,7 +242,7 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		for it.HasNext() && len(res.Users)+len(page) < q.limit {
 			page = append(page, it.Next())
 		}
-		names, err := r.Users(ctx, int32(pos.Shard), page)
+		names, err := r.UserNames(ctx, int32(pos.Shard), page)
 		if err != nil {
 			return h.atErr(err)
 		}

@@ -8,20 +8,21 @@ import (
 	"sync"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/historyapi"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 )
 
 // The analysts' read API (docs/analytics.md): a user's timeline, sessions and daily
 // totals, and the service's concurrency, unique users and every user's totals of a
-// day, read from the history tables of migrations/0003 and 0005. Each request reads a
-// bounded number of partitions, one after the other, under one deadline
-// (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot answer the routes are a 503
-// with Retry-After, and nothing else query serves is affected.
+// day, read from the history tables of migrations/0003 and 0005 through
+// pkg/historystore. Each request reads a bounded number of partitions, one after the
+// other, under one deadline (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot
+// answer the routes are a 503 with Retry-After, and nothing else query serves is
+// affected.
 
 // historyRetryAfter is what a reader is told to wait when Cassandra cannot answer.
 const historyRetryAfter = 5 * time.Second
@@ -68,8 +69,8 @@ func operatorOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// session is the Cassandra session and the request's deadline, or the 503 to answer.
-func (h *historyHandlers) session(c echo.Context) (*gocql.Session, context.Context, context.CancelFunc, error) {
+// historyStore is the history store and the request's deadline, or the 503 to answer.
+func (h *historyHandlers) historyStore(c echo.Context) (*historystore.Store, context.Context, context.CancelFunc, error) {
 	s := h.db.get()
 	if s == nil {
 		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
@@ -134,7 +135,7 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		}
 		cur = &tc
 	}
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
@@ -152,37 +153,23 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 	page := timelinePage{UserID: id, From: from, To: to, Entries: []timelineEntry{}}
 	var more bool
 	for b := dayOf(upper); !b.Before(dayOf(from)) && !more; b = b.AddDate(0, 0, -1) {
-		stmt := `SELECT occurred_at, entry_id, entry_type, kind, status, previous_status, device_id, source, cause,
-			received_at, stale, log_partition, log_offset FROM user_activity
-			WHERE user_id = ? AND bucket = ? AND occurred_at >= ? AND occurred_at < ?`
 		hi := to
 		if cur != nil {
 			hi = cur.At.Add(time.Millisecond) // the cursor's millisecond is read, then skipped up to the cursor
 		}
-		it := s.Query(stmt, id, b, from, hi).PageSize(limit + 1).IterContext(ctx)
-		var e timelineEntry
-		var received time.Time
-		for it.Scan(&e.OccurredAt, &e.EntryID, &e.EntryType, &e.Kind, &e.Status, &e.PreviousStatus, &e.DeviceID,
-			&e.Source, &e.Cause, &received, &e.Stale, &e.LogPartition, &e.LogOffset) {
-			if cur != nil && e.OccurredAt.Equal(cur.At) && e.EntryID >= cur.EntryID {
-				continue
+		err := s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
+			if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
+				return true
 			}
 			if len(page.Entries) == limit {
 				more = true
-				break
+				return false
 			}
-			e.OccurredAt = e.OccurredAt.UTC()
-			e.ReceivedAt = nil
-			if !received.IsZero() {
-				r := received.UTC()
-				e.ReceivedAt = &r
-			}
-			page.Entries = append(page.Entries, e)
-			e = timelineEntry{}
-			received = time.Time{}
-		}
-		if err := it.Close(); err != nil {
-			return h.cassErr(fmt.Errorf("timeline of %s on %s: %w", id, b.Format(time.DateOnly), err))
+			page.Entries = append(page.Entries, timelineEntryOf(&a))
+			return true
+		})
+		if err != nil {
+			return h.cassErr(err)
 		}
 	}
 	if more {
@@ -191,6 +178,15 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		page.NextCursor = &next
 	}
 	return httpserver.JSON(c, http.StatusOK, page)
+}
+
+// timelineEntryOf is a user_activity row as the timeline answers it.
+func timelineEntryOf(a *historystore.Activity) timelineEntry {
+	return timelineEntry{
+		OccurredAt: a.OccurredAt.UTC(), EntryID: a.EntryID, EntryType: a.EntryType, Kind: a.Kind, Status: a.Status,
+		PreviousStatus: a.PreviousStatus, DeviceID: a.DeviceID, Source: a.Source, Cause: a.Cause,
+		ReceivedAt: timePtr(a.ReceivedAt.UTC()), Stale: a.Stale, LogPartition: a.LogPartition, LogOffset: a.LogOffset,
+	}
 }
 
 // Q2: a user's sessions.
@@ -208,37 +204,27 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	ans := sessionsAnswer{UserID: id, From: from, To: to, Sessions: []sessionView{}}
 	for m := monthOf(to.Add(-time.Microsecond)); !m.Before(monthOf(from)) && !ans.Truncated; m = m.AddDate(0, -1, 0) {
-		it := s.Query(`SELECT session_start, session_end, open, online_us, idle_us, invisible_us, through, status
-			FROM user_sessions WHERE user_id = ? AND month = ? AND session_start >= ? AND session_start < ?`,
-			id, m, from, to).PageSize(1000).IterContext(ctx)
-		var (
-			v                  sessionView
-			end                time.Time
-			online, idle, invi int64
-		)
-		for it.Scan(&v.Start, &end, &v.Open, &online, &idle, &invi, &v.Through, &v.Status) {
+		err := s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
 			if len(ans.Sessions) == maxSessions {
 				ans.Truncated = true
-				break
+				return false
 			}
-			v.Start, v.Through = v.Start.UTC(), v.Through.UTC()
-			if !end.IsZero() {
-				e := end.UTC()
-				v.End = &e
-			}
-			v.OnlineSeconds, v.IdleSeconds, v.InvisibleSeconds = seconds(online), seconds(idle), seconds(invi)
-			ans.Sessions = append(ans.Sessions, v)
-			v, end = sessionView{}, time.Time{}
-		}
-		if err := it.Close(); err != nil {
-			return h.cassErr(fmt.Errorf("sessions of %s in %s: %w", id, m.Format("2006-01"), err))
+			ans.Sessions = append(ans.Sessions, sessionView{
+				Start: r.Start.UTC(), End: timePtr(r.End.UTC()), Open: r.Open,
+				OnlineSeconds: seconds(r.OnlineMicros), IdleSeconds: seconds(r.IdleMicros), InvisibleSeconds: seconds(r.InvisibleMicros),
+				Through: r.Through.UTC(), Status: r.Status,
+			})
+			return true
+		})
+		if err != nil {
+			return h.cassErr(err)
 		}
 	}
 	return httpserver.JSON(c, http.StatusOK, ans)
@@ -246,27 +232,14 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 
 // Q3: a user's totals per day, and every user's totals of a day.
 
-// dayScan holds one row's columns as Cassandra returns them.
-type dayScan struct {
-	online, idle, invisible int64
-	sessions                int
-	first, last, through    time.Time
-	status                  string
-}
-
-func (d *dayScan) dest() []any {
-	return []any{&d.online, &d.idle, &d.invisible, &d.sessions, &d.first, &d.last, &d.through, &d.status}
-}
-
-func (d *dayScan) totals() dayTotals {
+// totalsOf is a user's row of a day as the answers give it.
+func totalsOf(d *historystore.DayTotals) dayTotals {
 	return dayTotals{
-		OnlineSeconds: seconds(d.online), IdleSeconds: seconds(d.idle), InvisibleSeconds: seconds(d.invisible),
-		Sessions: d.sessions, FirstSeen: timePtr(d.first.UTC()), LastSeen: timePtr(d.last.UTC()),
-		Through: d.through.UTC(), Status: d.status,
+		OnlineSeconds: seconds(d.OnlineMicros), IdleSeconds: seconds(d.IdleMicros), InvisibleSeconds: seconds(d.InvisibleMicros),
+		Sessions: d.Sessions, FirstSeen: timePtr(d.FirstSeen.UTC()), LastSeen: timePtr(d.LastSeen.UTC()),
+		Through: d.Through.UTC(), Status: d.Status,
 	}
 }
-
-const dayColumns = `online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status`
 
 func (h *historyHandlers) daily(c echo.Context) error {
 	id, err := userIDParam(c)
@@ -281,23 +254,19 @@ func (h *historyHandlers) daily(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	ans := userDaysAnswer{UserID: id, From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: []userDay{}}
 	for y := to.Year(); y >= from.Year(); y-- {
-		it := s.Query(`SELECT day, `+dayColumns+` FROM user_daily WHERE user_id = ? AND year = ? AND day >= ? AND day <= ?`,
-			id, y, from, to).PageSize(400).IterContext(ctx)
-		var d time.Time
-		var row dayScan
-		for it.Scan(append([]any{&d}, row.dest()...)...) {
-			ans.Days = append(ans.Days, userDay{Day: d.UTC().Format(time.DateOnly), DayTotals: row.totals()})
-			row = dayScan{}
-		}
-		if err := it.Close(); err != nil {
-			return h.cassErr(fmt.Errorf("daily totals of %s in %d: %w", id, y, err))
+		err := s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
+			ans.Days = append(ans.Days, userDay{Day: r.Day.UTC().Format(time.DateOnly), DayTotals: totalsOf(&r.DayTotals)})
+			return true
+		})
+		if err != nil {
+			return h.cassErr(err)
 		}
 	}
 	return httpserver.JSON(c, http.StatusOK, ans)
@@ -331,7 +300,7 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		}
 		cur = &dc
 	}
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
@@ -354,22 +323,18 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		if want == 0 {
 			break
 		}
-		it := s.Query(`SELECT user_id, `+dayColumns+` FROM daily_users WHERE day = ? AND bucket = ? AND user_id > ? LIMIT ?`,
-			d, pos.Bucket, pos.After, want+1).PageSize(want + 1).IterContext(ctx)
-		var u dayUser
-		var row dayScan
+		// One more than wanted tells whether the bucket holds more.
 		got := 0
-		for it.Scan(append([]any{&u.UserID}, row.dest()...)...) {
+		err := s.DayUsers(ctx, d, pos.Bucket, pos.After, want+1, func(r historystore.DayUser) bool {
 			if got++; got > want {
-				break
+				return false
 			}
-			u.DayTotals = row.totals()
-			page.Users = append(page.Users, u)
-			pos.After = u.UserID
-			row = dayScan{}
-		}
-		if err := it.Close(); err != nil {
-			return h.cassErr(fmt.Errorf("daily totals of %s, bucket %d: %w", page.Day, pos.Bucket, err))
+			page.Users = append(page.Users, dayUser{UserID: r.UserID, DayTotals: totalsOf(&r.DayTotals)})
+			pos.After = r.UserID
+			return true
+		})
+		if err != nil {
+			return h.cassErr(err)
 		}
 		if got > want {
 			break // the bucket holds more: the cursor resumes in it
@@ -397,7 +362,7 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
@@ -421,15 +386,11 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			fold := concurrencyFold{step: st}
-			it := s.Query(`SELECT minute, shard, online, close_online, close_idle, close_invisible FROM concurrency
-				WHERE day = ? AND minute >= ? AND minute < ?`, d, from, to).PageSize(2000).IterContext(ctx)
-			var r minuteRow
-			for it.Scan(&r.Minute, &r.Shard, &r.Online, &r.CloseOnline, &r.CloseIdle, &r.CloseInvisible) {
+			if err := s.Concurrency(ctx, d, from, to, func(r historystore.MinuteCounts) bool {
 				fold.add(r)
-				r = minuteRow{}
-			}
-			if err := it.Close(); err != nil {
-				errs[i] = fmt.Errorf("concurrency of %s: %w", d.Format(time.DateOnly), err)
+				return true
+			}); err != nil {
+				errs[i] = err
 				stop()
 				return
 			}
@@ -466,25 +427,23 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 	// holding to's last instant.
 	start, _ := period.Bounds(from)
 	_, end := period.Bounds(to.Add(-time.Microsecond))
-	s, ctx, cancel, err := h.session(c)
+	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
 	defer cancel()
 	fold := uniquesFold{period: period}
 	for d := dayOf(start); d.Before(end); d = d.AddDate(0, 0, 1) {
-		it := s.Query(`SELECT hour, shard, users FROM uniques WHERE day = ? AND hour >= ? AND hour < ?`,
-			d, start, end).PageSize(500).IterContext(ctx)
-		var r hourRow
-		for it.Scan(&r.Hour, &r.Shard, &r.Users) {
-			if err := fold.add(r); err != nil {
-				_ = it.Close()
-				return fmt.Errorf("reading unique users: %w", err)
-			}
-			r = hourRow{}
+		var foldErr error
+		err := s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
+			foldErr = fold.add(r)
+			return foldErr == nil
+		})
+		if foldErr != nil {
+			return fmt.Errorf("reading unique users: %w", foldErr)
 		}
-		if err := it.Close(); err != nil {
-			return h.cassErr(fmt.Errorf("uniques of %s: %w", d.Format(time.DateOnly), err))
+		if err != nil {
+			return h.cassErr(err)
 		}
 	}
 	return httpserver.JSON(c, http.StatusOK, uniquesAnswer{From: start, To: end, Period: name, Points: fold.finish()})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/cursor"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/rollup"
 )
@@ -123,7 +124,7 @@ func TestConcurrencyFoldSumsShardsPerSecond(t *testing.T) {
 		s[peakAt] = peak
 		return s
 	}
-	rows := []minuteRow{
+	rows := []historystore.MinuteCounts{
 		{Minute: m0, Shard: 0, Online: series(10, 5, 50), CloseOnline: 10, CloseIdle: 1, CloseInvisible: 2},
 		{Minute: m0, Shard: 1, Online: series(20, 30, 40), CloseOnline: 20, CloseIdle: 3, CloseInvisible: 0},
 		{Minute: m0.Add(time.Minute), Shard: 0, Online: series(7, 0, 7), CloseOnline: 7, CloseIdle: 2},
@@ -180,7 +181,7 @@ func bitmapBytes(t *testing.T, ids ...uint32) []byte {
 // are summed (the same index in two shards is two users).
 func TestUniquesFoldUnionsHoursAndSumsShards(t *testing.T) {
 	h0 := time.Date(2026, 11, 22, 22, 0, 0, 0, time.UTC)
-	rows := []hourRow{
+	rows := []historystore.HourUsers{
 		{Hour: h0, Shard: 0, Users: bitmapBytes(t, 1, 2, 3)},
 		{Hour: h0, Shard: 1, Users: bitmapBytes(t, 1, 2)},
 		{Hour: h0.Add(time.Hour), Shard: 0, Users: bitmapBytes(t, 3, 4)},
@@ -220,7 +221,7 @@ func TestUniquesFoldUnionsHoursAndSumsShards(t *testing.T) {
 	check("month", fold(rollup.PeriodMonth), []ucount{{time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), 7, 2}})
 
 	f := uniquesFold{period: rollup.PeriodDay}
-	if err := f.add(hourRow{Hour: h0, Users: []byte("not a bitmap")}); err == nil {
+	if err := f.add(historystore.HourUsers{Hour: h0, Users: []byte("not a bitmap")}); err == nil {
 		t.Error("a corrupt bitmap was accepted")
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 )
 
 // historyDB is query's connection to the history tables in Cassandra. Nothing on the
@@ -18,9 +18,9 @@ import (
 // every other route, and /readyz, carry on. Once connected, the driver reconnects to
 // nodes by itself; a read that fails meanwhile is a 503 as well.
 type historyDB struct {
-	cfg     cassx.Config
-	logger  *slog.Logger
-	session atomic.Pointer[gocql.Session]
+	cfg    cassx.Config
+	logger *slog.Logger
+	store  atomic.Pointer[historystore.Store]
 	// retry bounds the wait between two connection attempts.
 	retry time.Duration
 }
@@ -29,16 +29,16 @@ func newHistoryDB(cfg cassx.Config, logger *slog.Logger) *historyDB {
 	return &historyDB{cfg: cfg, logger: logger, retry: 30 * time.Second}
 }
 
-// get is the session, nil while not connected (or for a nil historyDB).
-func (d *historyDB) get() *gocql.Session {
+// get is the store, nil while not connected (or for a nil historyDB).
+func (d *historyDB) get() *historystore.Store {
 	if d == nil {
 		return nil
 	}
-	return d.session.Load()
+	return d.store.Load()
 }
 
 // Run connects, retrying with a doubling wait (1s up to d.retry), then holds the
-// session until ctx ends and closes it.
+// store's session until ctx ends and closes it.
 func (d *historyDB) Run(ctx context.Context) error {
 	wait := time.Second
 	for {
@@ -47,10 +47,10 @@ func (d *historyDB) Run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
-			d.session.Store(s)
+			d.store.Store(s)
 			d.logger.Info("history store connected", "cassandra", d.cfg.String())
 			<-ctx.Done()
-			d.session.Store(nil)
+			d.store.Store(nil)
 			s.Close()
 			return nil
 		}
@@ -67,14 +67,14 @@ func (d *historyDB) Run(ctx context.Context) error {
 // connect opens a session, or gives up waiting when ctx ends: the driver's connect
 // takes no context, and on a busy machine its dials and handshakes add up to far
 // longer than a shutdown may wait. A session that arrives after ctx ended is closed.
-func (d *historyDB) connect(ctx context.Context) (*gocql.Session, error) {
+func (d *historyDB) connect(ctx context.Context) (*historystore.Store, error) {
 	type result struct {
-		s   *gocql.Session
+		s   *historystore.Store
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := cassx.NewSession(d.cfg)
+		s, err := historystore.Open(d.cfg)
 		done <- result{s, err}
 	}()
 	select {

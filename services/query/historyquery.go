@@ -11,6 +11,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/pulse-presence/pulse/pkg/cursor"
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/rollup"
 )
@@ -261,14 +262,6 @@ func (s step) start(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Minute)
 }
 
-// minuteRow is one shard's row of the concurrency table.
-type minuteRow struct {
-	Minute                                 time.Time
-	Shard                                  int
-	Online                                 []int
-	CloseOnline, CloseIdle, CloseInvisible int
-}
-
 // concurrencyFold sums shards per second, minute by minute, and folds the minutes
 // into points of its step. Rows must come in minute order (the table's clustering
 // order, day partitions read in order); the shards of a minute in any order.
@@ -282,7 +275,7 @@ type concurrencyFold struct {
 	pending bool
 }
 
-func (f *concurrencyFold) add(r minuteRow) {
+func (f *concurrencyFold) add(r historystore.MinuteCounts) {
 	if f.pending && !r.Minute.Equal(f.minute) {
 		f.endMinute()
 	}
@@ -340,13 +333,6 @@ func parsePeriod(s string) (rollup.Period, string, error) {
 	return 0, "", httpserver.BadRequest("period", fmt.Sprintf("must be hour, day, week or month, got %q", s))
 }
 
-// hourRow is one shard's row of the uniques table.
-type hourRow struct {
-	Hour  time.Time
-	Shard int
-	Users []byte // portable roaring format
-}
-
 // uniquesFold unions each shard's hours per period. Rows must come in hour order.
 type uniquesFold struct {
 	period rollup.Period
@@ -355,7 +341,7 @@ type uniquesFold struct {
 	shards map[int]*roaring.Bitmap
 }
 
-func (f *uniquesFold) add(r hourRow) error {
+func (f *uniquesFold) add(r historystore.HourUsers) error {
 	start, end := f.period.Bounds(r.Hour)
 	if f.shards != nil && !start.Equal(f.start) {
 		f.endPeriod()

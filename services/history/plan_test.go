@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/records"
@@ -143,9 +144,15 @@ func TestDecodeChange(t *testing.T) {
 	}
 }
 
+// rollupTables are the tables of the rows a rollup fold hands out, and of its
+// checkpoints.
+var rollupTables = []string{historystore.TableSessions, historystore.TableUserDaily, historystore.TableDailyUsers,
+	historystore.TableConcurrency, historystore.TableUniques, historystore.TableCheckpoints, historystore.TableSnapshots,
+	historystore.TableShardChanges, historystore.TableShardUsers, historystore.TableUserIndexes, historystore.TableProgress}
+
 // describe renders a statement compactly for comparisons.
-func describe(s stmt) string {
-	a := s.args
+func describe(w historystore.Write) string {
+	a := w.Values()
 	val := func(v any) string {
 		if v == gocql.UnsetValue {
 			return "unset"
@@ -155,21 +162,21 @@ func describe(s stmt) string {
 		}
 		return fmt.Sprint(v)
 	}
-	switch s.cql {
-	case insertEventCQL:
+	switch w.Statement() {
+	case historystore.InsertEvent:
 		return fmt.Sprintf("event user=%v bucket=%v at=%v id=%v kind=%v status=%v device=%v source=%v received=%v stale=%v pos=%v/%v ts=%v",
 			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), a[6], a[7], val(a[8]), a[9], a[10], a[11], a[12])
-	case insertChangeCQL:
+	case historystore.InsertChange:
 		return fmt.Sprintf("change user=%v bucket=%v at=%v id=%v status=%v previous=%v cause=%v device=%v pos=%v/%v ts=%v",
 			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), val(a[6]), val(a[7]), a[8], a[9], a[10])
-	case updateSeenCQL:
+	case historystore.UpdateSeen:
 		return fmt.Sprintf("seen user=%v ts=%v last_seen=%v event=%v", a[3], a[0], val(a[1]), a[2])
-	case updateActiveCQL:
+	case historystore.UpdateActive:
 		return fmt.Sprintf("active user=%v ts=%v last_seen=%v last_active=%v event=%v", a[4], a[0], val(a[1]), val(a[2]), a[3])
-	case updateStatusCQL:
+	case historystore.UpdateStatus:
 		return fmt.Sprintf("status user=%v ts=%v status=%v last_updated=%v", a[3], a[0], a[1], val(a[2]))
 	}
-	if slices.Contains(rollupTables, s.table) {
+	if slices.Contains(rollupTables, w.Table()) {
 		vals := make([]string, len(a))
 		for i, v := range a {
 			if b, ok := v.([]byte); ok {
@@ -178,16 +185,16 @@ func describe(s stmt) string {
 			}
 			vals[i] = val(v)
 		}
-		return s.table + " " + strings.Join(vals, " ")
+		return w.Table() + " " + strings.Join(vals, " ")
 	}
-	return "unknown statement " + s.cql
+	return fmt.Sprintf("unknown statement %d", w.Statement())
 }
 
-func describeKeys(ks []*keyStmts) []string {
+func describeKeys(ps []*historystore.Partition) []string {
 	var out []string
-	for _, k := range ks {
-		for _, s := range k.stmts {
-			out = append(out, strings.ReplaceAll(k.key, "\x00", "|")+": "+describe(s))
+	for _, p := range ps {
+		for _, w := range p.Writes {
+			out = append(out, strings.ReplaceAll(p.Key, "\x00", "|")+": "+describe(w))
 		}
 	}
 	return out
@@ -279,44 +286,6 @@ func TestPlanCoalescesUserStatus(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("user_status writes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-func TestPlanRequests(t *testing.T) {
-	var p batchPlan
-	for i := range 7 {
-		p.add("a", stmt{cql: fmt.Sprint("a", i)})
-	}
-	p.add("b", stmt{cql: "b0"})
-	p.add("c", stmt{cql: "c0"})
-	p.add("c", stmt{cql: "c1"})
-	p.add("d", stmt{cql: "d0"})
-	render := func(gs []*group) []string {
-		var out []string
-		for _, g := range gs {
-			var s []string
-			for _, st := range g.stmts {
-				s = append(s, st.cql)
-			}
-			out = append(out, fmt.Sprintf("%d:%s", g.keys, strings.Join(s, ",")))
-		}
-		return out
-	}
-	for _, tt := range []struct {
-		maxStmts, maxKeys int
-		want              []string
-	}{
-		// One key per request: a key longer than maxStmts is split, nothing is merged.
-		{3, 1, []string{"1:a0,a1,a2", "1:a3,a4,a5", "1:a6", "1:b0", "1:c0,c1", "1:d0"}},
-		// Keys are packed while both limits allow; a key's statements are never split
-		// over two requests unless they alone exceed maxStmts.
-		{3, 2, []string{"1:a0,a1,a2", "1:a3,a4,a5", "2:a6,b0", "2:c0,c1,d0"}},
-		{4, 10, []string{"1:a0,a1,a2,a3", "2:a4,a5,a6,b0", "2:c0,c1,d0"}},
-		{100, 100, []string{"4:a0,a1,a2,a3,a4,a5,a6,b0,c0,c1,d0"}},
-	} {
-		if got := render(p.requests(tt.maxStmts, tt.maxKeys)); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("requests(%d, %d) = %v, want %v", tt.maxStmts, tt.maxKeys, got, tt.want)
-		}
 	}
 }
 

@@ -6,56 +6,15 @@ import (
 	"slices"
 	"time"
 
-	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/pkg/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/records"
+	"github.com/pulse-presence/pulse/pkg/rollup"
 )
-
-// The statements history writes. Every one carries USING TIMESTAMP from the log, so
-// Cassandra's last-write-wins orders cells by the log, not by when a write arrived: a
-// replay rewrites identical cells, and an old event never overwrites a newer one.
-const (
-	// An event as received; micros of received-at as its write time (rewritten alike).
-	insertEventCQL = `INSERT INTO user_activity (user_id, bucket, occurred_at, entry_id, entry_type,
- kind, status, device_id, source, received_at, stale, log_partition, log_offset)
- VALUES (?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
-	// An effective change; micros of changed-at as its write time.
-	insertChangeCQL = `INSERT INTO user_activity (user_id, bucket, occurred_at, entry_id, entry_type,
- status, previous_status, cause, device_id, log_partition, log_offset)
- VALUES (?, ?, ?, ?, 'change', ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
-	// A fresh event's time as the user's last-seen (and last-active for status and
-	// activity events); micros of the event's time as write time: the newest event wins.
-	updateSeenCQL   = `UPDATE user_status USING TIMESTAMP ? SET last_seen = ?, last_event_id = ? WHERE user_id = ?`
-	updateActiveCQL = `UPDATE user_status USING TIMESTAMP ? SET last_seen = ?, last_active = ?, last_event_id = ? WHERE user_id = ?`
-	// A change as the user's status; changed-at grows per user, so the newest wins.
-	updateStatusCQL = `UPDATE user_status USING TIMESTAMP ? SET status = ?, last_updated = ? WHERE user_id = ?`
-)
-
-// Table names, as metric labels.
-const (
-	tableActivity = "user_activity"
-	tableStatus   = "user_status"
-)
-
-// stmt is one CQL statement and its bound values.
-type stmt struct {
-	table string
-	cql   string
-	args  []any
-}
-
-// group is the statements written in one request, as one unlogged batch. A group of
-// one partition key is applied by Cassandra as a single mutation, atomically; a group of
-// several keys (see batchPlan.requests) is still atomic per key and costs one round trip
-// and one request's overhead on the server instead of one per key.
-type group struct {
-	keys  int // partition keys in the group
-	stmts []stmt
-}
 
 // batchPlan collects the statements of one batch of records: user_activity rows by
 // partition key, in first-seen key order, and user_status updates coalesced per user.
@@ -64,7 +23,7 @@ type batchPlan struct {
 	// otherwise heartbeats and activity events get none.
 	allEvents bool
 
-	activity []*keyStmts
+	activity []*historystore.Partition
 	index    map[string]int
 	// status takes the user_status updates. A worker hands every plan the one it keeps
 	// across flushes and writes it on its own schedule (holdStatus); a plan without one
@@ -100,35 +59,31 @@ func (s *statusPlan) of(user string) *statusRow {
 	return r
 }
 
-// keys returns one user_status key per user with the coalesced updates.
-func (s *statusPlan) keys() []*keyStmts {
+// keys returns one user_status partition per user with the coalesced updates.
+func (s *statusPlan) keys() []*historystore.Partition {
 	if s == nil {
 		return nil
 	}
-	out := make([]*keyStmts, 0, len(s.users))
+	out := make([]*historystore.Partition, 0, len(s.users))
 	for _, user := range s.users {
 		r := s.rows[user]
-		ks := &keyStmts{key: statusKey(user)}
+		var ws []historystore.Write
 		// An active write sets last_seen too; a separate seen write is needed only when a
 		// newer event than the newest active one came (a heartbeat after it).
 		if r.active.set {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateActiveCQL, []any{r.active.us, r.active.at, r.active.at, r.active.tie, user}})
+			ws = append(ws, historystore.ActiveUpdate(user, r.active.at, r.active.tie))
 		}
 		if r.seen.set && (r.seen.us != r.active.us || r.seen.tie != r.active.tie) {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateSeenCQL, []any{r.seen.us, r.seen.at, r.seen.tie, user}})
+			ws = append(ws, historystore.SeenUpdate(user, r.seen.at, r.seen.tie))
 		}
 		if r.status.set {
-			ks.stmts = append(ks.stmts, stmt{tableStatus, updateStatusCQL, []any{r.status.us, r.status.tie, r.status.at, user}})
+			ws = append(ws, historystore.StatusUpdate(user, r.status.tie, r.status.at))
 		}
-		out = append(out, ks)
+		if len(ws) > 0 {
+			out = append(out, &historystore.Partition{Key: ws[0].Key(), Writes: ws})
+		}
 	}
 	return out
-}
-
-// keyStmts are the statements of one partition key.
-type keyStmts struct {
-	key   string
-	stmts []stmt
 }
 
 // cellWrite is the newest write planned for a set of user_status cells: its write
@@ -158,17 +113,19 @@ type statusRow struct {
 	status cellWrite // status, last_updated: newest change
 }
 
-func (b *batchPlan) add(key string, s stmt) {
+// add plans w after the writes of its partition key planned before.
+func (b *batchPlan) add(w historystore.Write) {
 	if b.index == nil {
 		b.index = make(map[string]int)
 	}
+	key := w.Key()
 	i, ok := b.index[key]
 	if !ok {
 		i = len(b.activity)
 		b.index[key] = i
-		b.activity = append(b.activity, &keyStmts{key: key})
+		b.activity = append(b.activity, &historystore.Partition{Key: key})
 	}
-	b.activity[i].stmts = append(b.activity[i].stmts, s)
+	b.activity[i].Writes = append(b.activity[i].Writes, w)
 	b.stmts++
 }
 
@@ -190,63 +147,18 @@ func (b *batchPlan) statusOf(user string) *statusRow {
 
 // keys returns every partition key's statements: user_activity and rollup keys first,
 // then, unless the worker holds them, one user_status key per user.
-func (b *batchPlan) keys() []*keyStmts {
+func (b *batchPlan) keys() []*historystore.Partition {
 	if b.holdStatus {
 		return b.activity
 	}
 	return append(slices.Clip(b.activity), b.status.keys()...)
 }
 
-// requests packs the plan into requests of at most maxStmts statements and maxKeys
-// partition keys each (see pack).
-func (b *batchPlan) requests(maxStmts, maxKeys int) []*group {
-	return pack(b.keys(), maxStmts, maxKeys)
-}
-
-// pack packs keys into requests of at most maxStmts statements and maxKeys partition
-// keys each. A key's statements stay together unless they alone exceed maxStmts; with
-// maxKeys 1 every request is a single-partition batch.
-func pack(keys []*keyStmts, maxStmts, maxKeys int) []*group {
-	var out []*group
-	var cur *group
-	for _, ks := range keys {
-		stmts := ks.stmts
-		for len(stmts) > maxStmts {
-			out = append(out, &group{keys: 1, stmts: stmts[:maxStmts:maxStmts]})
-			stmts = stmts[maxStmts:]
-		}
-		if len(stmts) == 0 {
-			continue
-		}
-		if cur == nil || cur.keys >= maxKeys || len(cur.stmts)+len(stmts) > maxStmts {
-			cur = &group{}
-			out = append(out, cur)
-		}
-		cur.keys++
-		cur.stmts = append(cur.stmts, stmts...)
+// addRollup plans the rows a rollup fold of shard flushed, each written at ts.
+func (b *batchPlan) addRollup(rows *rollup.Rows, shard int32, ts int64, ttl historystore.Retention) {
+	for _, w := range historystore.RollupRows(rows, shard, ts, ttl) {
+		b.add(w)
 	}
-	return out
-}
-
-func activityKey(user string, bucket time.Time) string {
-	return tableActivity + "\x00" + user + "\x00" + bucket.Format(time.DateOnly)
-}
-
-func statusKey(user string) string { return tableStatus + "\x00" + user }
-
-// bucketOf is the UTC day of t, user_activity's bucket.
-func bucketOf(t time.Time) time.Time {
-	y, m, d := t.UTC().Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-}
-
-// orUnset binds an empty value as "unset", so the column is not written at all
-// (null would write a tombstone).
-func orUnset(s string) any {
-	if s == "" {
-		return gocql.UnsetValue
-	}
-	return s
 }
 
 // addEvent plans the writes of event e found at partition/offset. A stale event is
@@ -256,18 +168,8 @@ func orUnset(s string) any {
 // only when the plan keeps every event: they say nothing that the changes, last_seen
 // and last_active do not (docs/design.md, History).
 func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, offset int64) {
-	t := e.Time()
 	if e.Kind == presence.KindStatus || e.Source == presence.SourceTimeout || b.allEvents {
-		bucket := bucketOf(t)
-		status := ""
-		if e.Kind == presence.KindStatus {
-			status = e.Status.String()
-		}
-		b.add(activityKey(e.UserID, bucket), stmt{tableActivity, insertEventCQL, []any{
-			e.UserID, bucket, t, "e:" + e.ID,
-			e.Kind.String(), orUnset(status), e.DeviceID, e.Source.String(), e.ReceivedAt, stale, partition, offset,
-			presence.Micros(e.ReceivedAt),
-		}})
+		b.add(historystore.EventRow(e, stale, partition, offset))
 	}
 	if stale {
 		return
@@ -295,17 +197,10 @@ func (s *statusPlan) offerEvent(e *presence.Event) {
 
 // addChange plans the writes of change c.
 func (b *batchPlan) addChange(c *change) {
-	bucket := bucketOf(c.At)
-	us := presence.Micros(c.At)
-	prev := ""
-	if c.Previous != presence.StatusUnknown {
-		prev = c.Previous.String()
-	}
-	b.add(activityKey(c.UserID, bucket), stmt{tableActivity, insertChangeCQL, []any{
-		c.UserID, bucket, c.At, "c:" + c.EventID,
-		c.Current.String(), orUnset(prev), orUnset(c.Cause), orUnset(c.DeviceID), c.SourcePartition, c.SourceOffset,
-		us,
-	}})
+	b.add(historystore.ChangeRow(&historystore.Change{
+		UserID: c.UserID, EventID: c.EventID, Previous: c.Previous, Current: c.Current, At: c.At,
+		Cause: c.Cause, DeviceID: c.DeviceID, SourcePartition: c.SourcePartition, SourceOffset: c.SourceOffset,
+	}))
 	b.statusOf(c.UserID).status.offer(c.At, c.Current.String())
 }
 

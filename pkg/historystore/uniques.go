@@ -1,0 +1,35 @@
+package historystore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// HourUsers is one shard's uniques row of an hour (Q6).
+type HourUsers struct {
+	Hour  time.Time
+	Shard int
+	// Users are the dense indexes (docs/design.md guarantee 8) of the shard's users
+	// present in the hour, a roaring bitmap in its portable format.
+	Users []byte
+}
+
+const uniquesCQL = `SELECT hour, shard, users FROM uniques WHERE day = ? AND hour >= ? AND hour < ?`
+
+// Uniques yields the rows of day (a UTC midnight) of the hours in [from, to), in hour
+// order, until yield returns false.
+func (s *Store) Uniques(ctx context.Context, day, from, to time.Time, yield func(HourUsers) bool) error {
+	it := s.session.Query(uniquesCQL, day, from, to).PageSize(500).IterContext(ctx)
+	var r HourUsers
+	for it.Scan(&r.Hour, &r.Shard, &r.Users) {
+		if !yield(r) {
+			break
+		}
+		r = HourUsers{}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("uniques of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return nil
+}
