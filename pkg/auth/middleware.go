@@ -105,6 +105,7 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(principalKey, p)
+		httpserver.SetPrincipal(c, p.Name)
 		return next(c)
 	}
 }

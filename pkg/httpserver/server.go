@@ -35,6 +35,8 @@ type Config struct {
 	CheckTimeout time.Duration
 	// PProf serves Go's profiles under /debug/pprof/ (off by default: they expose internals).
 	PProf bool
+	// AccessLogEvery logs one request in every AccessLogEvery (0: none; accessLog).
+	AccessLogEvery int
 	// TLS, when enabled, makes the port speak only TLS. Its rows (TLSVars) are in the
 	// tables of the services that face clients; the others serve plain HTTP.
 	TLS TLSConfig
@@ -58,6 +60,9 @@ func Vars(c *Config, defAddr string) []*config.Var {
 			"how long a keep-alive connection may wait for its next request", config.Positive),
 		config.Duration(&c.CheckTimeout, "PULSE_READY_CHECK_TIMEOUT", 2*time.Second,
 			"deadline of each dependency check of /readyz", config.Positive),
+		config.Int(&c.AccessLogEvery, "PULSE_ACCESS_LOG_EVERY", 1000,
+			"log one request in every N (route template, method, status, credential name, remote address, duration; never a key): 1 logs all, 0 none",
+			config.NotNegative),
 		config.Bool(&c.PProf, "PULSE_PPROF", false,
 			"serve Go's profiles under /debug/pprof/ (they expose internals: keep off where the port is reachable)"),
 	)
@@ -87,6 +92,8 @@ type Server struct {
 	draining atomic.Bool
 	depUp    *prometheus.GaugeVec
 	certs    *certReloader // nil without TLS
+	// requests counts requests for the access log's sampling.
+	requests atomic.Uint64
 }
 
 // New builds a server whose /readyz runs checks, and whose /metrics serves reg.
@@ -122,7 +129,7 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 	}
 
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.securityHeaders, s.recoverPanics, measure(latency))
+	e.Use(s.securityHeaders, s.recoverPanics, measure(latency), s.accessLog)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))

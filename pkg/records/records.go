@@ -15,9 +15,28 @@ import (
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
+// PrincipalHeader names, on the events ingest writes, the credential that posted
+// them: an API key's name or "user:<id>" for a user token, never a secret. It tells an
+// operator who wrote what in the log; consumers do not read it.
+const PrincipalHeader = "pulse-principal"
+
+// EventHeaders are the headers of events posted by principal: the schema header,
+// and PrincipalHeader unless principal is empty (authentication off).
+func EventHeaders(principal string) []kgo.RecordHeader {
+	if principal == "" {
+		return eventHeaders
+	}
+	return []kgo.RecordHeader{eventHeaders[0], {Key: PrincipalHeader, Value: []byte(principal)}}
+}
+
 // Event is e as it goes on topic: keyed by user id, so a user's events stay in order
 // in one partition, with the schema header consumers check before decoding.
 func Event(topic string, e *presence.Event) (*kgo.Record, error) {
+	return EventWith(topic, e, eventHeaders)
+}
+
+// EventWith is Event with headers of EventHeaders, which the record shares.
+func EventWith(topic string, e *presence.Event, headers []kgo.RecordHeader) (*kgo.Record, error) {
 	// The key and the value share one buffer: ingest builds a record per event it
 	// accepts, and each allocation shows in its cost per request.
 	p := e.ToPB()
@@ -28,7 +47,7 @@ func Event(topic string, e *presence.Event) (*kgo.Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
 	}
-	return &kgo.Record{Topic: topic, Key: buf[:len(e.UserID):len(e.UserID)], Value: value, Headers: eventHeaders}, nil
+	return &kgo.Record{Topic: topic, Key: buf[:len(e.UserID):len(e.UserID)], Value: value, Headers: headers}, nil
 }
 
 // Change is c as it goes on topic, keyed by user id like the events it comes from.

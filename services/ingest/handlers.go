@@ -230,7 +230,7 @@ func (h *handler) send(c echo.Context, events []presence.Event) error {
 	if err := h.admit(c, events); err != nil {
 		return err
 	}
-	if err := h.producer.produce(c.Request().Context(), events); err != nil {
+	if err := h.producer.produce(c.Request().Context(), auth.PrincipalOf(c).Name, events); err != nil {
 		// The client sees only the 503; the server's error handler logs the whole
 		// chain, cause included, once per request (never per event).
 		unavailable := httpserver.Unavailable(

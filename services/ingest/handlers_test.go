@@ -26,6 +26,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -171,8 +172,11 @@ func checkRecords(t *testing.T, got []consumed, want []*pulsev1.Event) {
 	byUser := map[string][]consumed{}
 	partitionOf := map[string]int32{}
 	for _, r := range got {
-		if len(r.headers) != 1 || r.headers[0].Key != pulsev1.SchemaHeader || string(r.headers[0].Value) != pulsev1.SchemaEvent {
-			t.Errorf("record %s headers = %v, want %s=%s", r.event.GetEventId(), r.headers, pulsev1.SchemaHeader, pulsev1.SchemaEvent)
+		// These handlers run with authentication off: the principal is anonymous.
+		if len(r.headers) != 2 || r.headers[0].Key != pulsev1.SchemaHeader || string(r.headers[0].Value) != pulsev1.SchemaEvent ||
+			r.headers[1].Key != records.PrincipalHeader || string(r.headers[1].Value) != "anonymous" {
+			t.Errorf("record %s headers = %v, want %s=%s and %s=anonymous", r.event.GetEventId(), r.headers,
+				pulsev1.SchemaHeader, pulsev1.SchemaEvent, records.PrincipalHeader)
 		}
 		if r.key != r.event.GetUserId() {
 			t.Errorf("record %s key = %q, want the user id %q", r.event.GetEventId(), r.key, r.event.GetUserId())

@@ -58,27 +58,24 @@ func newProducer(client *kgo.Client, topic string, ackTimeout time.Duration, reg
 	return p
 }
 
-// record is e as it goes on the log (pkg/records defines the wire form).
-func (p *producer) record(e *presence.Event) (*kgo.Record, error) {
-	return records.Event(p.topic, e)
-}
-
-// produce appends events and returns nil only once Kafka acknowledged every one of
-// them (the client runs with acks=all). It gives up after the ack timeout; records
-// already sent may still land, which is why a client retrying a failed request keeps
-// its event ids: the aggregator drops the duplicates by id.
-func (p *producer) produce(ctx context.Context, events []presence.Event) error {
+// produce appends events posted by principal (the credential's name, which every
+// record carries in records.PrincipalHeader) and returns nil only once Kafka
+// acknowledged every one of them (the client runs with acks=all). It gives up after the
+// ack timeout; records already sent may still land, which is why a client retrying a
+// failed request keeps its event ids: the aggregator drops the duplicates by id.
+func (p *producer) produce(ctx context.Context, principal string, events []presence.Event) error {
 	var one [1]*kgo.Record // most requests carry one event: no slice to allocate
-	records := one[:]
+	recs := one[:]
 	if len(events) != 1 {
-		records = make([]*kgo.Record, len(events))
+		recs = make([]*kgo.Record, len(events))
 	}
+	headers := records.EventHeaders(principal)
 	for i := range events {
-		r, err := p.record(&events[i])
+		r, err := records.EventWith(p.topic, &events[i], headers)
 		if err != nil {
 			return err
 		}
-		records[i] = r
+		recs[i] = r
 	}
 
 	start := time.Now()
@@ -86,13 +83,13 @@ func (p *producer) produce(ctx context.Context, events []presence.Event) error {
 	// Cancelling fails the records not yet sent once we stop waiting for them;
 	// records in flight cannot be recalled (that would break idempotent sequencing).
 	defer cancel()
-	acks := make(chan error, len(records)) // buffered: late promises never block
-	for _, r := range records {
+	acks := make(chan error, len(recs)) // buffered: late promises never block
+	for _, r := range recs {
 		p.client.Produce(ctx, r, func(_ *kgo.Record, err error) { acks <- err })
 	}
 	// Waiting here rather than in ProduceSync bounds the wait by ctx even when a
 	// record is stuck in flight, where franz-go no longer watches its context.
-	err := p.wait(ctx, acks, len(records))
+	err := p.wait(ctx, acks, len(recs))
 	if err != nil {
 		p.failed.observe(time.Since(start).Seconds())
 	} else {
