@@ -15,7 +15,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
-// History's statements (services/history/rows.go) the minimal writer runs, and the
+// History's statements (pkg/historystore) the minimal writer runs, and the
 // defaults it packs and bounds them with (PULSE_HISTORY_MAX_BATCH_STATEMENTS,
 // PULSE_HISTORY_BATCH_PARTITIONS, PULSE_HISTORY_WRITE_CONCURRENCY).
 const (

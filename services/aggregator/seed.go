@@ -193,6 +193,15 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]hist
 			}
 			u.Devices = []presence.Device{d}
 		}
+		if s.Status == presence.Invisible {
+			// History keeps no public times: what readers who are not operators knew
+			// before the user went invisible is lost, so they know nothing, rather
+			// than the times of the invisible period (docs/design.md, "Invisible
+			// looks offline").
+			u.Devices[0].Hidden = true
+		} else {
+			u.ResetPublic()
+		}
 		w.Users[id] = u
 		if i := trackedIndex(s.Status); i >= 0 {
 			w.Bitmaps[i].Add(u.Index)

@@ -42,11 +42,13 @@ func TestSeedWindow(t *testing.T) {
 	if st.bitmaps[trackedIndex(presence.Online)].GetCardinality() != 1 {
 		t.Fatal("seedWindow changed the worker's bitmaps before the write")
 	}
+	// Public times are the user's own, but for an invisible user, of whom readers who
+	// are not operators are told nothing: history keeps no public times.
 	devices := map[string][]presence.Device{
-		"ann": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen}},
-		"bea": {{ID: HistoryDevice, Status: presence.Idle, LastSeen: seen}},
+		"ann": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen, PublicLastSeen: seen}},
+		"bea": {{ID: HistoryDevice, Status: presence.Idle, LastSeen: seen, PublicLastSeen: seen}},
 		"cat": nil,
-		"dan": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen}},
+		"dan": {{ID: HistoryDevice, Status: presence.Online, LastSeen: seen, Hidden: true}},
 	}
 	for id, s := range states {
 		u := w.Users[id]
@@ -56,6 +58,13 @@ func TestSeedWindow(t *testing.T) {
 		}
 		if len(u.Devices) != len(devices[id]) || (len(u.Devices) == 1 && u.Devices[0] != devices[id][0]) {
 			t.Fatalf("%s devices %+v, want %+v", id, u.Devices, devices[id])
+		}
+		public := presence.Public{LastUpdated: s.LastUpdated, LastActive: s.LastActive, LastSeen: s.LastSeen}
+		if s.Status == presence.Invisible {
+			public = presence.Public{}
+		}
+		if u.Public != public {
+			t.Fatalf("%s public times %+v, want %+v", id, u.Public, public)
 		}
 	}
 }
