@@ -81,7 +81,7 @@ func TestRebuildFromKafka(t *testing.T) {
 		Retry: retry.Policy{TryTimeout: 20 * time.Second},
 	}, discard, first, func(w *recent.Window, e *presence.Event) {
 		fed = append(fed, e.ID)
-		w.Duplicate(e.ID, e.ReceivedAt)
+		w.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +97,11 @@ func TestRebuildFromKafka(t *testing.T) {
 	}
 	// The Window's clock is at c (base+5m): a and b are within 14 minutes of it.
 	for _, id := range []string{"a", "b", "c"} {
-		if !res.Window.Duplicate(id, base.Add(5*time.Minute)) {
+		if !res.Window.Duplicate("u-"+id, id, base.Add(5*time.Minute)) {
 			t.Errorf("%s not remembered by the rebuilt window", id)
 		}
 	}
-	if res.Window.Duplicate("old", base.Add(5*time.Minute)) {
+	if res.Window.Duplicate("u-old", "old", base.Add(5*time.Minute)) {
 		t.Error("an event from before the read was remembered")
 	}
 }
@@ -155,7 +155,7 @@ func TestRebuildRetriesFromANewWindow(t *testing.T) {
 			if len(windows) == 0 || windows[len(windows)-1] != w {
 				windows = append(windows, w)
 			}
-			if w.Duplicate(e.ID, e.ReceivedAt) {
+			if w.Duplicate(e.UserID, e.ID, e.ReceivedAt) {
 				t.Errorf("%s fed twice to one window", e.ID)
 			}
 		})

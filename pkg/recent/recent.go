@@ -1,5 +1,5 @@
 // Package recent remembers what one Kafka partition saw within a horizon of log time:
-// the event ids it carried (to drop duplicates) and, per (user, device), the newest
+// the event ids it carried, per user (to drop duplicates) and, per (user, device), the newest
 // event time (to flag stale events). A partition worker rebuilds a Window from the log
 // when it is assigned the partition, so its answers survive restarts and rebalances.
 //
@@ -43,7 +43,7 @@ import (
 	"time"
 )
 
-// key is a 128-bit keyed hash of an id or a (user, device) pair.
+// key is a 128-bit keyed hash of a (user, event id) or a (user, device) pair.
 type key struct{ a, b uint64 }
 
 // seen is a FIFO entry: key k was recorded at log time at (unix nanoseconds).
@@ -89,11 +89,13 @@ func New(horizon time.Duration) *Window {
 	}
 }
 
-// Duplicate records id at log time at (the event's received-at) and reports whether it
-// was already seen within the horizon before at.
-func (w *Window) Duplicate(id string, at time.Time) bool {
+// Duplicate records event id of user at log time at (the event's received-at) and
+// reports whether the user had an event of that id within the horizon before at. Ids
+// are a client's idempotency keys, scoped to the user: one user's id never makes
+// another user's event a duplicate.
+func (w *Window) Duplicate(user, id string, at time.Time) bool {
 	now := w.advance(at)
-	k := key{maphash.String(w.s1, id), maphash.String(w.s2, id)}
+	k := w.pairKey(user, id)
 	prev, dup := w.ids[k]
 	if dup && prev == now {
 		return true // already recorded at this very log time
@@ -156,8 +158,9 @@ func (w *Window) Stale(user, device string, t time.Time, at time.Time) bool {
 func (w *Window) Len() int { return len(w.ids) + len(w.dev) }
 
 func (w *Window) pairKey(user, device string) key {
-	// User and device ids never contain control characters (presence.ValidateID),
-	// so a NUL between them keeps ("ab","c") and ("a","bc") apart.
+	// User, device and event ids never contain control characters
+	// (presence.ValidateID), so a NUL between them keeps ("ab","c") and ("a","bc")
+	// apart.
 	var h maphash.Hash
 	h.SetSeed(w.s1)
 	h.WriteString(user)

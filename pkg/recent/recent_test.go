@@ -44,7 +44,7 @@ func TestDuplicate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := New(10 * time.Minute)
 			for i, c := range tt.calls {
-				if got := w.Duplicate(c.id, at(c.at)); got != c.want {
+				if got := w.Duplicate("u", c.id, at(c.at)); got != c.want {
 					t.Fatalf("call %d Duplicate(%q, +%v) = %v, want %v", i, c.id, c.at, got, c.want)
 				}
 			}
@@ -102,18 +102,18 @@ func TestLenExpires(t *testing.T) {
 	w := New(time.Minute)
 	for i := range 1000 {
 		id := strconv.Itoa(i)
-		w.Duplicate(id, at(time.Duration(i)*time.Millisecond))
+		w.Duplicate("u", id, at(time.Duration(i)*time.Millisecond))
 		w.Stale("u"+id, "d", at(0), at(time.Duration(i)*time.Millisecond))
 	}
 	if got := w.Len(); got != 2000 {
 		t.Fatalf("Len = %d, want 2000", got)
 	}
-	w.Duplicate("late", at(time.Minute+500*time.Millisecond))
+	w.Duplicate("u", "late", at(time.Minute+500*time.Millisecond))
 	// Entries at 0..499ms fell out (cutoff 500ms is kept), the new id came in.
 	if got, want := w.Len(), 2*500+1; got != want {
 		t.Fatalf("Len = %d, want %d", got, want)
 	}
-	w.Duplicate("later", at(time.Hour))
+	w.Duplicate("u", "later", at(time.Hour))
 	if got := w.Len(); got != 1 {
 		t.Fatalf("Len after an hour = %d, want 1", got)
 	}
@@ -147,7 +147,7 @@ func TestAgainstModel(t *testing.T) {
 		prev, ok := seenAt[id]
 		want := ok && !prev.Before(eff.Add(-horizon))
 		seenAt[id] = eff
-		if got := w.Duplicate(id, logAt); got != want {
+		if got := w.Duplicate("u", id, logAt); got != want {
 			t.Fatalf("step %d: Duplicate(%s) = %v, want %v", i, id, got, want)
 		}
 
@@ -214,12 +214,12 @@ func BenchmarkDuplicate(b *testing.B) {
 	}
 	var i int
 	for ; i < 600000; i++ {
-		w.Duplicate(ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
+		w.Duplicate(users[i&1023], ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		w.Duplicate(ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
+		w.Duplicate(users[i&1023], ids[i&(len(ids)-1)], at(time.Duration(i)*time.Millisecond))
 		w.Stale(users[i&1023], "default", at(time.Duration(i)*time.Millisecond), at(time.Duration(i)*time.Millisecond))
 		i++
 	}
@@ -239,7 +239,7 @@ func BenchmarkMemoryPerID(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		w := New(time.Hour)
 		for i, id := range ids {
-			w.Duplicate(id, at(time.Duration(i)))
+			w.Duplicate("u", id, at(time.Duration(i)))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -256,7 +256,7 @@ func TestLimitIDs(t *testing.T) {
 	w.LimitIDs(3)
 	t0 := time.Unix(1_700_000_000, 0)
 	for i, id := range []string{"a", "b", "c", "d", "e"} {
-		if w.Duplicate(id, t0.Add(time.Duration(i)*time.Second)) {
+		if w.Duplicate("u", id, t0.Add(time.Duration(i)*time.Second)) {
 			t.Fatalf("%s reported as a duplicate on first sight", id)
 		}
 	}
@@ -267,10 +267,10 @@ func TestLimitIDs(t *testing.T) {
 		t.Fatalf("IDSpan = %v, want 2s (c at +2s to e at +4s)", got)
 	}
 	at := t0.Add(5 * time.Second)
-	if !w.Duplicate("e", at) || !w.Duplicate("d", at) {
+	if !w.Duplicate("u", "e", at) || !w.Duplicate("u", "d", at) {
 		t.Fatal("a remembered id was not a duplicate")
 	}
-	if w.Duplicate("a", at) {
+	if w.Duplicate("u", "a", at) {
 		t.Fatal("an evicted id is still remembered")
 	}
 	for i := range 10 {
@@ -278,5 +278,20 @@ func TestLimitIDs(t *testing.T) {
 	}
 	if len(w.dev) != 10 {
 		t.Fatalf("staleness keeps %d pairs, want 10: LimitIDs must not bound it", len(w.dev))
+	}
+}
+
+// Event ids are scoped to their user: the same id of another user is no duplicate.
+func TestDuplicateIsPerUser(t *testing.T) {
+	w := New(time.Minute)
+	at := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	if w.Duplicate("alice", "e1", at) || w.Duplicate("bob", "e1", at) {
+		t.Fatal("a first sighting was a duplicate")
+	}
+	if !w.Duplicate("alice", "e1", at.Add(time.Second)) || !w.Duplicate("bob", "e1", at.Add(time.Second)) {
+		t.Fatal("a user's repeated id was not a duplicate")
+	}
+	if w.Duplicate("alic", "ee1", at.Add(time.Second)) {
+		t.Fatal("(alic, ee1) was taken for (alice, e1)")
 	}
 }

@@ -231,7 +231,7 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 		What:  what,
 		Now:   w.now,
 	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
-		win.Duplicate(e.ID, e.ReceivedAt)
+		win.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
 	if err != nil {
 		return err
@@ -325,7 +325,7 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 			// Already folded into Redis before a restart; its id still counts for
 			// duplicates of it that come later.
 			if err == nil {
-				w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+				w.dedupe.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 			}
 			continue
 		}
@@ -367,7 +367,7 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 		return nil, err
 	}
 	win, stats := fold(&w.st, recs, users, func(e *presence.Event) bool {
-		return w.dedupe.Duplicate(e.ID, e.ReceivedAt)
+		return w.dedupe.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
 	win.LastOffset, win.Written, win.Rebuilding = last, w.st.written, rebuilding
 	if err := w.retry(ctx, "writing window", func(ctx context.Context) error {

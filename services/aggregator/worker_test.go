@@ -73,7 +73,7 @@ func TestRebuildDedupe(t *testing.T) {
 		}
 		at := first.Timestamp
 		for id, want := range map[string]bool{"a": true, "b": true, "old": false} {
-			if got := w.dedupe.Duplicate(id, at); got != want {
+			if got := w.dedupe.Duplicate("u1", id, at); got != want {
 				t.Errorf("Duplicate(%q) = %v, want %v", id, got, want)
 			}
 		}

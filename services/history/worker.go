@@ -323,7 +323,7 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 		w.poison(r, err)
 		return
 	}
-	if w.window.Duplicate(e.ID, e.ReceivedAt) {
+	if w.window.Duplicate(e.UserID, e.ID, e.ReceivedAt) {
 		w.h.m.skipped.WithLabelValues(skipDuplicate).Inc()
 		return
 	}
@@ -429,7 +429,7 @@ func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 		// The user_status rows of a crashed process may not have been written: the
 		// horizon's fresh events plan them again (they carry the log's timestamps, so
 		// rewriting what was written changes nothing).
-		if !win.Duplicate(e.ID, e.ReceivedAt) && !observe(win, e) {
+		if !win.Duplicate(e.UserID, e.ID, e.ReceivedAt) && !observe(win, e) {
 			w.status.offerEvent(e)
 		}
 	})
