@@ -127,39 +127,46 @@ func (r *Rates) Reserve(key string, n int, now time.Time) (Grant, time.Duration,
 	return Grant{res: res, at: now}, 0, nil
 }
 
-// Conns counts the open long-lived connections of an instance, in total and per key.
+// Conns counts the open long-lived connections of an instance, in total, per
+// credential and per remote address.
 type Conns struct {
-	max, perKey int
+	max, perAddr int
 
-	mu    sync.Mutex
-	total int
-	byKey map[string]int
+	mu     sync.Mutex
+	total  int
+	byKey  map[string]int
+	byAddr map[string]int
 }
 
-// NewConns bounds connections to max on the instance and perKey per key; 0 is no bound.
-func NewConns(max, perKey int) *Conns {
-	return &Conns{max: max, perKey: perKey, byKey: map[string]int{}}
+// NewConns bounds connections to max on the instance and perAddr per remote address;
+// 0 is no bound. Each Acquire names its credential's own bound.
+func NewConns(max, perAddr int) *Conns {
+	return &Conns{max: max, perAddr: perAddr, byKey: map[string]int{}, byAddr: map[string]int{}}
 }
 
 // Refusals of Acquire.
 var (
 	ErrInstanceFull = errors.New("this instance holds as many feed connections as it may")
 	ErrKeyFull      = errors.New("this key holds as many feed connections as it may")
+	ErrAddrFull     = errors.New("this address holds as many feed connections as it may")
 )
 
-// Acquire counts a new connection of key, or refuses it; release, called once when
-// the connection ends, uncounts it.
-func (c *Conns) Acquire(key string) (release func(), err error) {
+// Acquire counts a new connection of key, which may hold keyMax (0: no bound), from
+// addr, or refuses it; release, called once when the connection ends, uncounts it.
+func (c *Conns) Acquire(key string, keyMax int, addr string) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.max > 0 && c.total >= c.max:
 		return nil, ErrInstanceFull
-	case c.perKey > 0 && c.byKey[key] >= c.perKey:
+	case keyMax > 0 && c.byKey[key] >= keyMax:
 		return nil, ErrKeyFull
+	case c.perAddr > 0 && c.byAddr[addr] >= c.perAddr:
+		return nil, ErrAddrFull
 	}
 	c.total++
 	c.byKey[key]++
+	c.byAddr[addr]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -168,6 +175,9 @@ func (c *Conns) Acquire(key string) (release func(), err error) {
 			c.total--
 			if c.byKey[key]--; c.byKey[key] == 0 {
 				delete(c.byKey, key)
+			}
+			if c.byAddr[addr]--; c.byAddr[addr] == 0 {
+				delete(c.byAddr, addr)
 			}
 		})
 	}, nil

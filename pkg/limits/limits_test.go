@@ -115,21 +115,21 @@ func TestRatesGrowOnlyByDebt(t *testing.T) {
 }
 
 func TestConns(t *testing.T) {
-	c := NewConns(3, 2)
-	r1, err := c.Acquire("a")
+	c := NewConns(3, 0)
+	r1, err := c.Acquire("a", 2, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire("a"); err != nil {
+	if _, err := c.Acquire("a", 2, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire("a"); !errors.Is(err, ErrKeyFull) {
+	if _, err := c.Acquire("a", 2, "a1"); !errors.Is(err, ErrKeyFull) {
 		t.Fatalf("third of key a: %v, want ErrKeyFull", err)
 	}
-	if _, err := c.Acquire("b"); err != nil {
+	if _, err := c.Acquire("b", 2, "a1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire("c"); !errors.Is(err, ErrInstanceFull) {
+	if _, err := c.Acquire("c", 2, "a1"); !errors.Is(err, ErrInstanceFull) {
 		t.Fatalf("fourth: %v, want ErrInstanceFull", err)
 	}
 	r1()
@@ -137,14 +137,42 @@ func TestConns(t *testing.T) {
 	if c.Open() != 2 {
 		t.Fatalf("Open = %d, want 2", c.Open())
 	}
-	if _, err := c.Acquire("c"); err != nil {
+	if _, err := c.Acquire("c", 2, "a1"); err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
 	if c := NewConns(0, 0); c != nil {
 		for range 100 {
-			if _, err := c.Acquire("k"); err != nil {
+			if _, err := c.Acquire("k", 0, "a1"); err != nil {
 				t.Fatalf("unbounded: %v", err)
 			}
 		}
+	}
+}
+
+// Each credential brings its own bound (user tokens a smaller one), and one remote
+// address holds at most perAddr whatever its credentials.
+func TestConnsPerKeyBoundAndAddress(t *testing.T) {
+	c := NewConns(0, 3)
+	if _, err := c.Acquire("user:alice", 1, "10.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire("user:alice", 1, "10.0.0.2"); !errors.Is(err, ErrKeyFull) {
+		t.Fatalf("second of a user bound to 1: %v, want ErrKeyFull", err)
+	}
+	for _, k := range []string{"k1", "k2"} {
+		if _, err := c.Acquire(k, 10, "10.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Acquire("k3", 10, "10.0.0.1"); !errors.Is(err, ErrAddrFull) {
+		t.Fatalf("fourth from one address: %v, want ErrAddrFull", err)
+	}
+	release, err := c.Acquire("k3", 10, "10.0.0.2")
+	if err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	release()
+	if c.Open() != 3 {
+		t.Fatalf("Open = %d, want 3", c.Open())
 	}
 }

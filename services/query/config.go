@@ -85,6 +85,10 @@ type FeedConfig struct {
 	// MaxConnsPerKey those of one key or user token; 0: no bound.
 	MaxConns       int
 	MaxConnsPerKey int
+	// MaxConnsPerUser bounds those of one user token, MaxConnsPerAddr those from one
+	// remote address, whatever their credentials; 0: no bound.
+	MaxConnsPerUser int
+	MaxConnsPerAddr int
 	// Origins are the host patterns (path.Match) of web pages allowed to open a
 	// WebSocket; empty allows same-origin pages only. Non-browser clients send no
 	// Origin and are always allowed.
@@ -145,7 +149,13 @@ func (c *Config) vars() []*config.Var {
 			"most feed connections (WebSocket and SSE) this instance holds; the next is refused with a 503 before any upgrade; 0: no bound",
 			config.NotNegative),
 		config.Int(&f.MaxConnsPerKey, "PULSE_FEED_MAX_CONNECTIONS_PER_KEY", 1000,
-			"most feed connections one API key or user token holds on this instance; the next is refused with a 429 before any upgrade; 0: no bound",
+			"most feed connections one API key holds on this instance; the next is refused with a 429 before any upgrade; 0: no bound",
+			config.NotNegative),
+		config.Int(&f.MaxConnsPerUser, "PULSE_FEED_MAX_CONNECTIONS_PER_USER", 8,
+			"most feed connections one user token (one end user) holds on this instance; the next is refused with a 429; 0: no bound",
+			config.NotNegative),
+		config.Int(&f.MaxConnsPerAddr, "PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS", 256,
+			"most feed connections from one remote address (the TCP peer: behind a proxy, the proxy) on this instance; the next is refused with a 429; 0: no bound",
 			config.NotNegative),
 		config.List(&f.Origins, "PULSE_FEED_ORIGINS", nil,
 			"host patterns (path.Match) of web pages allowed to open a WebSocket, comma-separated; empty: same-origin pages only (clients without Origin are always allowed)",

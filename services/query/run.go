@@ -50,7 +50,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
 		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String(),
-		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey}, authn.Describe()...)...)
+		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey,
+		"feed_max_connections_per_user", cfg.Feed.MaxConnsPerUser, "feed_max_connections_per_address", cfg.Feed.MaxConnsPerAddr}, authn.Describe()...)...)
 	go authn.WarnWhileOff(ctx, logger, time.Minute)
 	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
 

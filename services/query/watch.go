@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -35,26 +36,38 @@ type watcher struct {
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
-	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerKey)}
+	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerAddr)}
 }
 
 // connRetryAfter is what a refused connection is told to wait: connections end at
 // their clients' pace, not the server's.
 const connRetryAfter = 5 * time.Second
 
-// acquire counts the request's connection against the instance's and its key's
-// bounds, or refuses it before any upgrade: 503 when the instance is full (another
-// instance may have room), 429 when the key is.
+// acquire counts the request's connection against the instance's, its credential's
+// (a key's, or a user token's smaller one) and its remote address's bounds, or
+// refuses it before any upgrade: 503 when the instance is full (another instance may
+// have room), 429 when the credential or the address is.
 func (w *watcher) acquire(c echo.Context) (func(), error) {
-	key := auth.PrincipalOf(c).Name
-	release, err := w.conns.Acquire(key)
+	p := auth.PrincipalOf(c)
+	keyMax, what := w.cfg.MaxConnsPerKey, fmt.Sprintf("key %s holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_KEY=%d)", p.Name, w.cfg.MaxConnsPerKey)
+	if p.UserID != "" {
+		keyMax, what = w.cfg.MaxConnsPerUser, fmt.Sprintf("user %s holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_USER=%d)", p.UserID, w.cfg.MaxConnsPerUser)
+	}
+	addr, _, err := net.SplitHostPort(c.Request().RemoteAddr)
+	if err != nil {
+		addr = c.Request().RemoteAddr
+	}
+	release, err := w.conns.Acquire(p.Name, keyMax, addr)
 	switch {
 	case errors.Is(err, limits.ErrInstanceFull):
 		return nil, httpserver.Unavailable(fmt.Sprintf(
 			"this instance holds its most feed connections (PULSE_FEED_MAX_CONNECTIONS=%d); retry later or on another instance", w.cfg.MaxConns), connRetryAfter)
 	case errors.Is(err, limits.ErrKeyFull):
 		return nil, &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: connRetryAfter,
-			Message: fmt.Sprintf("key %s holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_KEY=%d); close one first", key, w.cfg.MaxConnsPerKey)}
+			Message: what + "; close one first"}
+	case errors.Is(err, limits.ErrAddrFull):
+		return nil, &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", RetryAfter: connRetryAfter,
+			Message: fmt.Sprintf("address %s holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS=%d); close one first", addr, w.cfg.MaxConnsPerAddr)}
 	}
 	return release, err
 }
