@@ -119,8 +119,12 @@ func tp(t time.Time) *time.Time { return &t }
 var hapiToken = testKeys.operator
 
 // hapiOperator is target in the operator view, with the token, for the routes that
-// show single users (the aggregates take no view).
+// show single users and for a target that asks for it (the aggregates are open to
+// readers too).
 func hapiOperator(target string) (string, http.Header) {
+	if strings.Contains(target, "view=operator") {
+		return target, http.Header{"Authorization": {"Bearer " + hapiToken}}
+	}
 	if !strings.Contains(target, "/v1/users/") && !strings.Contains(target, "/v1/stats/daily") {
 		return target, nil
 	}
@@ -528,8 +532,23 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			var ans struct {
 				Points []hapiPoint `json:"points"`
 			}
-			hapiGet(t, q.url+"/v1/stats/concurrency?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 1))+"&step="+st, &ans)
+			target := q.url + "/v1/stats/concurrency?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 1)) + "&step=" + st
+			hapiGet(t, target+"&view=operator", &ans)
 			assertEqualJSON(t, "concurrency by "+st, ans.Points, pts)
+			// A reader is not told how many users were invisible: to a reader they
+			// were offline. The rest of the answer is the operator's.
+			code, raw := hapiGetRaw(t, target)
+			var pub struct {
+				Points []hapiPoint `json:"points"`
+			}
+			if code != http.StatusOK || strings.Contains(raw, "closeInvisible") || json.Unmarshal([]byte(raw), &pub) != nil {
+				t.Fatalf("concurrency by %s, reader view: %d %s, want 200 without closeInvisible", st, code, raw)
+			}
+			hidden := slices.Clone(pts)
+			for i := range hidden {
+				hidden[i].CloseInvisible = 0
+			}
+			assertEqualJSON(t, "concurrency by "+st+", reader view", pub.Points, hidden)
 		}
 		if len(want["minute"]) != 3 || len(want["hour"]) != 2 || want["day"][0].Minutes != 3 {
 			t.Fatalf("model: %+v", want)

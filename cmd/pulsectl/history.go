@@ -201,6 +201,14 @@ func fmtSeconds(s float64, asCSV bool) string {
 
 func fmtInt[T ~int | ~int64 | ~uint64](n T) string { return strconv.FormatInt(int64(n), 10) }
 
+// fmtOptInt is n, or "-" for a number the answer leaves out (one the key may not see).
+func fmtOptInt(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return fmtInt(*n)
+}
+
 // runAnalytics runs one analysts' command: it parses flags, wants nargs positional
 // arguments, and prints what fetch collects.
 func runAnalytics(ctx context.Context, fs *flag.FlagSet, f *readFlags, args []string, nargs int, usage string,
@@ -387,7 +395,7 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 				}
 				t := &table{header: []string{"AT", "CLOSE_ONLINE", "CLOSE_IDLE", "CLOSE_INVISIBLE", "PEAK_ONLINE", "MINUTES"}}
 				for _, p := range ans.Points {
-					t.add(fmtTime(&p.At, f.csv), fmtInt(p.CloseOnline), fmtInt(p.CloseIdle), fmtInt(p.CloseInvisible), fmtInt(p.PeakOnline), fmtInt(p.Minutes))
+					t.add(fmtTime(&p.At, f.csv), fmtInt(p.CloseOnline), fmtInt(p.CloseIdle), fmtOptInt(p.CloseInvisible), fmtInt(p.PeakOnline), fmtInt(p.Minutes))
 				}
 				return t, nil
 			})

@@ -106,9 +106,11 @@ type ConcurrencyPoint struct {
 	At time.Time `json:"at"`
 	// Close* are the users in each status at the last instant of the point's last
 	// minute that has rows: the sum over shards of the shards' second 59.
-	CloseOnline    int64 `json:"closeOnline"`
-	CloseIdle      int64 `json:"closeIdle"`
-	CloseInvisible int64 `json:"closeInvisible"`
+	// CloseInvisible is in the operator view only: to everyone else an invisible user
+	// is offline, and a count of them would tell that someone is invisible.
+	CloseOnline    int64  `json:"closeOnline"`
+	CloseIdle      int64  `json:"closeIdle"`
+	CloseInvisible *int64 `json:"closeInvisible,omitempty"`
 	// PeakOnline is the largest number of users online at the end of any second of
 	// the point, each second's number being the sum over shards.
 	PeakOnline int64 `json:"peakOnline"`

@@ -405,6 +405,11 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	for _, p := range perDay {
 		points = append(points, p...)
 	}
+	if !auth.OperatorView(c) {
+		for i := range points {
+			points[i].CloseInvisible = nil
+		}
+	}
 	return httpserver.JSON(c, http.StatusOK, concurrencyAnswer{From: from, To: to, Step: string(st), Points: points})
 }
 

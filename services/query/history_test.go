@@ -140,7 +140,7 @@ func TestConcurrencyFoldSumsShardsPerSecond(t *testing.T) {
 	}
 	// Second 5: 50 + 20 = 70; second 30: 10 + 40 = 50. The shards' peaks add to 90.
 	assertPoints(t, "minute", fold(stepMinute), []concurrencyPoint{
-		{At: m0, CloseOnline: 30, CloseIdle: 4, CloseInvisible: 2, PeakOnline: 70, Minutes: 1},
+		{At: m0, CloseOnline: 30, CloseIdle: 4, CloseInvisible: ptr[int64](2), PeakOnline: 70, Minutes: 1},
 		{At: m0.Add(time.Minute), CloseOnline: 37, CloseIdle: 6, PeakOnline: 37, Minutes: 1},
 		{At: m0.Add(61 * time.Minute), CloseOnline: 1, PeakOnline: 1, Minutes: 1},
 	})
@@ -162,7 +162,15 @@ func assertPoints(t *testing.T, name string, got, want []concurrencyPoint) {
 		t.Fatalf("%s: %d points %+v, want %+v", name, len(got), got, want)
 	}
 	for i := range got {
-		if !got[i].At.Equal(want[i].At) || got[i] != want[i] {
+		g, w := got[i], want[i]
+		if w.CloseInvisible == nil {
+			w.CloseInvisible = ptr[int64](0)
+		}
+		if g.CloseInvisible == nil || *g.CloseInvisible != *w.CloseInvisible {
+			t.Errorf("%s: point %d closeInvisible = %v, want %d", name, i, g.CloseInvisible, *w.CloseInvisible)
+		}
+		g.CloseInvisible, w.CloseInvisible = nil, nil
+		if !g.At.Equal(w.At) || g != w {
 			t.Errorf("%s: point %d = %+v, want %+v", name, i, got[i], want[i])
 		}
 	}
@@ -396,3 +404,5 @@ func FuzzParseRange(f *testing.F) {
 		}
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -302,7 +302,8 @@ func (f *concurrencyFold) endMinute() {
 		f.points = append(f.points, concurrencyPoint{At: at})
 	}
 	p := &f.points[len(f.points)-1]
-	p.CloseOnline, p.CloseIdle, p.CloseInvisible = f.close[0], f.close[1], f.close[2]
+	invisible := f.close[2]
+	p.CloseOnline, p.CloseIdle, p.CloseInvisible = f.close[0], f.close[1], &invisible
 	p.PeakOnline = max(p.PeakOnline, peak)
 	p.Minutes++
 }

@@ -322,7 +322,7 @@
     async hour() {
       const to = new Date(), from = new Date(to.getTime() - 3600e3);
       try {
-        const r = await api(`/v1/stats/concurrency?from=${enc(from.toISOString())}&to=${enc(to.toISOString())}&step=minute`);
+        const r = await api(`/v1/stats/concurrency?from=${enc(from.toISOString())}&to=${enc(to.toISOString())}&step=minute${opView('&')}`);
         setState($('hour-state'), r.points.length ? '' : 'no history rows in the last hour yet');
         const pts = r.points.map((p) => [Date.parse(p.at), p.closeOnline + p.closeIdle + (isOperator() ? p.closeInvisible : 0)]);
         lineChart($('hour-chart'), { x0: from.getTime(), x1: to.getTime(), series: [{ points: pts, area: true }] });
@@ -507,7 +507,7 @@
       $('conc-csv').hidden = true;
       $('conc-peak').textContent = '';
       try {
-        const r = await api(`/v1/stats/concurrency?from=${day}&to=${addDays(day, 1)}&step=minute`);
+        const r = await api(`/v1/stats/concurrency?from=${day}&to=${addDays(day, 1)}&step=minute${opView('&')}`);
         setState(st, r.points.length ? '' : 'no rows for ' + day);
         let peak = null;
         const pts = r.points.map((p) => {
@@ -521,8 +521,11 @@
         }
         const x0 = dayStart(day).getTime();
         lineChart($('conc-chart'), { x0, x1: x0 + 86400e3, series: [{ points: pts, area: true }], peak });
-        csvLink($('conc-csv'), `concurrency-${day}.csv`, ['minute', 'peak_online', 'close_online', 'close_idle', 'close_invisible'],
-          r.points.map((p) => [p.at, p.peakOnline, p.closeOnline, p.closeIdle, p.closeInvisible]));
+        // closeInvisible is in the operator view only: readers' CSV has no such column.
+        const invisible = isOperator();
+        csvLink($('conc-csv'), `concurrency-${day}.csv`,
+          ['minute', 'peak_online', 'close_online', 'close_idle'].concat(invisible ? ['close_invisible'] : []),
+          r.points.map((p) => [p.at, p.peakOnline, p.closeOnline, p.closeIdle].concat(invisible ? [p.closeInvisible] : [])));
       } catch (e) {
         $('conc-chart').textContent = '';
         setState(st, historyProblem(e), true);
