@@ -89,9 +89,13 @@ type Principal struct {
 	// UserID is the subject of a user token, which may act only for that user;
 	// empty for API keys, which act for any user.
 	UserID string
+	// Expires is a user token's exp; zero for API keys.
+	Expires time.Time
 	// watch are the other users a user token may watch (its pulse_watch claim); a
 	// pointer keeps Principal comparable.
 	watch *map[string]bool
+	// digest is an API key's, by which StillValid finds it among the current keys.
+	digest [32]byte
 }
 
 // MayWatch reports whether p may watch userID on the change feed: API keys any user,
@@ -266,11 +270,11 @@ func (a *Authenticator) Authenticate(cred string) (Principal, error) {
 		if a.jwt == nil {
 			return Principal{}, errors.New("user tokens are not accepted by this service (no verifier configured)")
 		}
-		sub, watch, err := a.jwt.verify(cred)
+		sub, watch, exp, err := a.jwt.verify(cred)
 		if err != nil {
 			return Principal{}, err
 		}
-		p := Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub}
+		p := Principal{Name: "user:" + sub, Scopes: ScopeWrite | ScopeRead, UserID: sub, Expires: exp}
 		if len(watch) > 0 {
 			set := make(map[string]bool, len(watch))
 			for _, id := range watch {
@@ -285,6 +289,30 @@ func (a *Authenticator) Authenticate(cred string) (Principal, error) {
 		return Principal{}, ErrUnknownKey
 	}
 	return p, nil
+}
+
+// Errors of StillValid.
+var (
+	ErrKeyRevoked   = errors.New("the API key was removed from the keys file")
+	ErrTokenExpired = errors.New("the user token has expired")
+)
+
+// StillValid tells whether p, authenticated earlier, would still be accepted at now:
+// its key is still among the keys (the file is read again every PULSE_API_KEYS_RELOAD),
+// its token not past its exp. Long-lived connections ask it as they go, so that a
+// revoked key or an expired token does not keep watching.
+func (a *Authenticator) StillValid(p Principal, now time.Time) error {
+	switch {
+	case p.UserID != "":
+		if !p.Expires.IsZero() && !now.Before(p.Expires) {
+			return ErrTokenExpired
+		}
+	case p.digest != [32]byte{}:
+		if _, ok := a.keys.Load().byDigest[p.digest]; !ok {
+			return ErrKeyRevoked
+		}
+	}
+	return nil
 }
 
 // WarnWhileOff logs, at once and then every interval until ctx ends, that the service

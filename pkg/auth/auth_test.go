@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,7 +50,7 @@ func TestParseKeys(t *testing.T) {
 		t.Fatalf("Len = %d, want 2", k.Len())
 	}
 	p, ok := k.Lookup(operatorKey)
-	if !ok || p != (Principal{Name: "dashboard", Scopes: ScopeRead | ScopeOperator}) {
+	if !ok || p != (Principal{Name: "dashboard", Scopes: ScopeRead | ScopeOperator, digest: Digest(operatorKey)}) {
 		t.Fatalf("Lookup(operator key) = %+v, %v", p, ok)
 	}
 	if _, ok := k.Lookup(readKey); ok {
@@ -196,7 +197,7 @@ func TestUserTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := a.Authenticate(tt.token)
 			if tt.wantErr == "" {
-				if err != nil || p != (Principal{Name: "user:alice", Scopes: ScopeWrite | ScopeRead, UserID: "alice"}) {
+				if err != nil || bare(p) != (Principal{Name: "user:alice", Scopes: ScopeWrite | ScopeRead, UserID: "alice"}) {
 					t.Fatalf("Authenticate = %+v, %v", p, err)
 				}
 				return
@@ -439,5 +440,68 @@ func withIAT(claims jwt.MapClaims) {
 		claims["iat"] = time.Now().Unix()
 	} else if v == nil {
 		delete(claims, "iat")
+	}
+}
+
+// bare is p without its expiry, for comparing principals of tokens minted at
+// different moments.
+func bare(p Principal) Principal {
+	p.Expires = time.Time{}
+	return p
+}
+
+// A key removed from the file is no longer valid once the file is read again; a user
+// token stops being valid at its exp, or MaxAge after its iat if sooner.
+func TestStillValid(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api-keys")
+	key1, key2 := strings.Repeat("a", 32), strings.Repeat("b", 32)
+	write := func(keys ...string) {
+		var lines []string
+		for i, k := range keys {
+			lines = append(lines, Line(fmt.Sprintf("k%d", i), ScopeRead, k))
+		}
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(key1, key2)
+	secret := strings.Repeat("s", 32)
+	a, err := New(Config{KeysFile: file, JWT: JWTConfig{HS256Secret: secret, MaxAge: 2 * time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := a.Authenticate(key1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := a.StillValid(p1, now); err != nil {
+		t.Fatalf("a current key: %v", err)
+	}
+	write(key2)
+	if _, err := a.ReloadKeys(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.StillValid(p1, now); !errors.Is(err, ErrKeyRevoked) {
+		t.Fatalf("a removed key: %v, want ErrKeyRevoked", err)
+	}
+	tok, err := MintUserToken(secret, UserToken{User: "alice", TTL: 5 * time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Authenticate(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MaxAge (2h) plus the leeway (0 here) comes before the exp (5h).
+	if want := now.Add(2 * time.Hour).Truncate(time.Second); !p.Expires.Equal(want) {
+		t.Fatalf("Expires = %v, want %v", p.Expires, want)
+	}
+	if err := a.StillValid(p, p.Expires.Add(-time.Second)); err != nil {
+		t.Fatalf("before its end: %v", err)
+	}
+	if err := a.StillValid(p, p.Expires); !errors.Is(err, ErrTokenExpired) {
+		t.Fatalf("at its end: %v, want ErrTokenExpired", err)
 	}
 }

@@ -118,31 +118,37 @@ type userClaims struct {
 	Watch []string `json:"pulse_watch,omitempty"`
 }
 
-// verify checks a user token and returns its subject, the user id it acts for, and
-// the other users it may watch.
-func (v *verifier) verify(raw string) (string, []string, error) {
+// verify checks a user token and returns its subject, the user id it acts for, the
+// other users it may watch, and when it stops being accepted: its exp, or MaxAge after
+// its iat if that comes first (with the leeway).
+func (v *verifier) verify(raw string) (string, []string, time.Time, error) {
 	var claims userClaims
+	fail := func(err error) (string, []string, time.Time, error) { return "", nil, time.Time{}, err }
 	if _, err := v.parser.ParseWithClaims(raw, &claims, v.key); err != nil {
-		return "", nil, fmt.Errorf("invalid user token: %w", err)
+		return fail(fmt.Errorf("invalid user token: %w", err))
 	}
 	if claims.IssuedAt == nil {
-		return "", nil, errors.New("invalid user token: iat is required")
+		return fail(errors.New("invalid user token: iat is required"))
 	}
 	if age := v.now().Sub(claims.IssuedAt.Time); age > v.maxAge+v.leeway {
-		return "", nil, fmt.Errorf("invalid user token: issued %s ago, longer than PULSE_JWT_MAX_AGE (%s) allows", age.Round(time.Second), v.maxAge)
+		return fail(fmt.Errorf("invalid user token: issued %s ago, longer than PULSE_JWT_MAX_AGE (%s) allows", age.Round(time.Second), v.maxAge))
 	}
 	if err := presence.ValidateID(claims.Subject, presence.MaxUserIDLen); err != nil {
-		return "", nil, fmt.Errorf("invalid user token: sub must be a user id: %w", err)
+		return fail(fmt.Errorf("invalid user token: sub must be a user id: %w", err))
 	}
 	if len(claims.Watch) > maxWatch {
-		return "", nil, fmt.Errorf("invalid user token: %s lists %d users, at most %d", WatchClaim, len(claims.Watch), maxWatch)
+		return fail(fmt.Errorf("invalid user token: %s lists %d users, at most %d", WatchClaim, len(claims.Watch), maxWatch))
 	}
 	for i, id := range claims.Watch {
 		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
-			return "", nil, fmt.Errorf("invalid user token: %s[%d]: %w", WatchClaim, i, err)
+			return fail(fmt.Errorf("invalid user token: %s[%d]: %w", WatchClaim, i, err))
 		}
 	}
-	return claims.Subject, claims.Watch, nil
+	until := claims.IssuedAt.Add(v.maxAge + v.leeway)
+	if exp := claims.ExpiresAt.Add(v.leeway); exp.Before(until) {
+		until = exp
+	}
+	return claims.Subject, claims.Watch, until, nil
 }
 
 // key picks the verification key by the token's algorithm, which the parser has

@@ -124,6 +124,7 @@ func (k *Keys) add(p Principal, digest [32]byte) error {
 		return fmt.Errorf("key %s: the same key is declared twice", p.Name)
 	}
 	k.names[p.Name] = true
+	p.digest = digest
 	k.byDigest[digest] = p
 	return nil
 }

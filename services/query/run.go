@@ -78,7 +78,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	}
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed:    newWatcher(hub, cfg.Feed, logger),
+		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention}
 	var reads *coalescer
 	if cfg.ReadPipelines > 0 {

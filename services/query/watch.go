@@ -33,10 +33,57 @@ type watcher struct {
 	cfg    FeedConfig
 	logger *slog.Logger
 	conns  *limits.Conns
+	// stillValid, when set, is asked every recheck whether an open connection's
+	// credential would still be accepted (checkCredentials).
+	stillValid func(auth.Principal, time.Time) error
+	recheck    time.Duration
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
 	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerAddr)}
+}
+
+// checkCredentials makes open connections end once their credential would no longer
+// be accepted: a key removed from the keys file within every (the keys file's reload
+// interval; 0: only tokens' expiry is watched), a user token at its expiry.
+func (w *watcher) checkCredentials(stillValid func(auth.Principal, time.Time) error, every time.Duration) *watcher {
+	w.stillValid, w.recheck = stillValid, every
+	return w
+}
+
+// errCredentialEnded ends a connection whose credential was revoked or expired.
+var errCredentialEnded = errors.New("credential no longer valid")
+
+// guardCredential cancels ctx with errCredentialEnded once p would no longer be
+// accepted; it returns when ctx ends.
+func (w *watcher) guardCredential(ctx context.Context, cancel context.CancelCauseFunc, p auth.Principal) {
+	if w.stillValid == nil {
+		return
+	}
+	var expiry <-chan time.Time
+	if !p.Expires.IsZero() {
+		t := time.NewTimer(time.Until(p.Expires))
+		defer t.Stop()
+		expiry = t.C
+	}
+	var recheck <-chan time.Time
+	if w.recheck > 0 {
+		t := time.NewTicker(w.recheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-expiry:
+		case <-recheck:
+		}
+		if err := w.stillValid(p, time.Now()); err != nil {
+			cancel(fmt.Errorf("%w: %w", errCredentialEnded, err))
+			return
+		}
+	}
 }
 
 // connRetryAfter is what a refused connection is told to wait: connections end at
@@ -101,6 +148,7 @@ var (
 	endBadMessage = ending{websocket.StatusUnsupportedData, "invalid_command", "commands are JSON text messages"}
 	endUnavail    = ending{websocket.StatusTryAgainLater, "unavailable", "presence state or change log unavailable, reconnect with the cursor"}
 	endInternal   = ending{websocket.StatusInternalError, "internal", "internal error"}
+	endCredential = ending{websocket.StatusPolicyViolation, "credential_ended", "the key was revoked or the token expired; reconnect with a valid credential"}
 	endClient     = ending{websocket.StatusNormalClosure, "", ""}
 )
 
@@ -120,6 +168,8 @@ func endingFor(err error) ending {
 		return endBadMessage
 	case errors.Is(err, feed.ErrUnavailable):
 		return endUnavail
+	case errors.Is(err, errCredentialEnded):
+		return endCredential
 	}
 	return endInternal
 }
@@ -277,8 +327,13 @@ func (w *watcher) websocket(c echo.Context) error {
 	p := auth.PrincipalOf(c)
 	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess, p) })
 	wg.Go(func() { w.ping(ctx, cancel, conn) })
+	// A credential that ends stops the writes only: cancelling a read would close the
+	// connection before the close frame says why.
+	wctx, stopWrites := context.WithCancelCause(ctx)
+	defer stopWrites(nil)
+	wg.Go(func() { w.guardCredential(wctx, stopWrites, p) })
 
-	end := w.writeMessages(ctx, conn, sess)
+	end := w.writeMessages(wctx, conn, sess)
 	if end != endClient {
 		_ = conn.Close(end.status, end.reason)
 	}
@@ -413,8 +468,8 @@ func (w *watcher) sse(c echo.Context) error {
 		return nil
 	}
 
-	ctx, cancel := context.WithCancel(c.Request().Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(c.Request().Context())
+	defer cancel(nil)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(w.cfg.PingInterval)
@@ -425,18 +480,22 @@ func (w *watcher) sse(c echo.Context) error {
 				return
 			case <-t.C:
 				if write([]byte(": ping\n\n")) != nil {
-					cancel()
+					cancel(nil)
 					return
 				}
 			}
 		}
 	})
+	wg.Go(func() { w.guardCredential(ctx, cancel, auth.PrincipalOf(c)) })
 	defer wg.Wait()
-	defer cancel()
+	defer cancel(nil)
 
 	for {
 		m, err := sess.Next(ctx)
 		if err != nil {
+			if cause := context.Cause(ctx); ctx.Err() != nil && cause != nil {
+				err = cause
+			}
 			if end := w.end(err); end != endClient {
 				m := feed.ErrorMessage(end.code, end.reason)
 				_ = write(sseEvent(m.Type, "", m.Data))
