@@ -28,7 +28,7 @@ func TestKeysNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := keys.Lookup(key); !ok || p != (auth.Principal{Name: "dashboard", Scopes: auth.ScopeRead | auth.ScopeOperator}) {
+	if p, ok := keys.Lookup(key); !ok || p.Name != "dashboard" || p.Scopes != auth.ScopeRead|auth.ScopeOperator || p.UserID != "" {
 		t.Fatalf("Lookup = %+v %v", p, ok)
 	}
 	for _, args := range [][]string{{"new"}, {"new", "-scope", "admin"}, {"old"}, {"new", "-scope", "write", "-name", "a,b"}} {
