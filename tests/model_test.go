@@ -31,6 +31,11 @@ type modelUser struct {
 	changes []modelChange
 	// changed is whether any change happened (user_status.status is set only then).
 	changed bool
+	// publicLastUpdated is lastUpdated as readers who are not operators see it: it
+	// moves only when the public status (invisible read as offline) changes;
+	// publicChanged whether it ever did.
+	publicLastUpdated time.Time
+	publicChanged     bool
 }
 
 type modelChange struct {
@@ -159,6 +164,13 @@ func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time) {
 		at = u.lastUpdated.Add(time.Microsecond)
 	}
 	u.changes = append(u.changes, modelChange{eventID: e.EventId, previous: u.status, current: best, at: at})
+	if public(u.status) != public(best) {
+		pat := at
+		if !pat.After(u.publicLastUpdated) {
+			pat = u.publicLastUpdated.Add(time.Microsecond)
+		}
+		u.publicLastUpdated, u.publicChanged = pat, true
+	}
 	u.status, u.lastUpdated, u.changed = best, at, true
 	u.rows++
 }
