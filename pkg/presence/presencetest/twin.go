@@ -24,31 +24,31 @@ func TwinEvents(twinID string, e *presence.Event, out presence.Outcome, u, twin 
 		return &presence.Event{UserID: twinID, Kind: presence.KindStatus, Status: s, DeviceID: device,
 			OccurredAt: t, ReceivedAt: e.ReceivedAt, Source: presence.SourceAPI}
 	}
-	switch {
-	case (out.Previous == presence.Online || out.Previous == presence.Idle) && out.Current == presence.Invisible:
-		var idle, online []*presence.Event
-		for _, d := range twin.Devices {
-			switch d.Status {
-			case presence.Idle:
-				idle = append(idle, status(d.ID, presence.Offline))
-			case presence.Online:
-				online = append(online, status(d.ID, presence.Offline))
+	// each makes an event of status s (or, when s is Unknown, of the device's own
+	// status) for every device of ds in state first, then in state then, so that the
+	// twin's status moves once.
+	each := func(ds []presence.Device, first, then, s presence.Status) []*presence.Event {
+		var evs []*presence.Event
+		for _, want := range []presence.Status{first, then} {
+			for _, d := range ds {
+				if d.Status == want {
+					to := s
+					if to == presence.StatusUnknown {
+						to = d.Status
+					}
+					evs = append(evs, status(d.ID, to))
+				}
 			}
 		}
-		return append(idle, online...)
+		return evs
+	}
+	switch {
+	case (out.Previous == presence.Online || out.Previous == presence.Idle) && out.Current == presence.Invisible:
+		return each(twin.Devices, presence.Idle, presence.Online, presence.Offline)
 	case out.Current == presence.Invisible || out.Previous == presence.Invisible && out.Current == presence.Offline:
 		return nil
 	case out.Previous == presence.Invisible:
-		var online, idle []*presence.Event
-		for _, d := range u.Devices {
-			switch d.Status {
-			case presence.Online:
-				online = append(online, status(d.ID, presence.Online))
-			case presence.Idle:
-				idle = append(idle, status(d.ID, presence.Idle))
-			}
-		}
-		return append(online, idle...)
+		return each(u.Devices, presence.Online, presence.Idle, presence.StatusUnknown)
 	}
 	te := *e
 	te.UserID = twinID
