@@ -107,6 +107,24 @@ func (p Principal) MayWatch(userID string) bool {
 	return p.watch != nil && (*p.watch)[userID]
 }
 
+// Watchable lists the users p may watch on the change feed: all for an API key (any
+// user, ids nil), else a user token's own user and those of its pulse_watch claim.
+// The feed sizes what a connection may send by it.
+func (p Principal) Watchable() (ids []string, all bool) {
+	if p.UserID == "" {
+		return nil, true
+	}
+	ids = []string{p.UserID}
+	if p.watch != nil {
+		for id := range *p.watch {
+			if id != p.UserID {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, false
+}
+
 // Has reports whether p holds scope; operator implies read.
 func (p Principal) Has(scope Scope) bool {
 	s := p.Scopes
