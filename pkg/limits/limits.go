@@ -1,11 +1,13 @@
-// Package limits holds the edge's limits on what one client may take: events per
-// second per key or user (token buckets from golang.org/x/time/rate, kept in a
-// bounded LRU so unknown keys cannot grow memory), and concurrent connections per
-// instance and per key (docs/design.md, Security).
+// Package limits holds the edge's limits on what one client may take: events (or
+// query's reads, by cost) per second per key or user (token buckets from
+// golang.org/x/time/rate, kept in a bounded LRU so unknown keys cannot grow memory),
+// concurrent connections per instance and per key, and slots bounding the backend
+// reads in flight on an instance (docs/design.md, Security).
 package limits
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -189,3 +191,48 @@ func (c *Conns) Open() int {
 	defer c.mu.Unlock()
 	return c.total
 }
+
+// Slots bounds the work in flight on an instance, such as query's Cassandra reads: at
+// most n at once, and a caller waits a bounded time for one.
+type Slots struct {
+	ch chan struct{}
+}
+
+// NewSlots returns n slots (at least one).
+func NewSlots(n int) *Slots { return &Slots{ch: make(chan struct{}, max(n, 1))} }
+
+// ErrBusy is the refusal of Acquire when no slot freed up within its wait.
+var ErrBusy = errors.New("every slot stayed taken for the whole wait")
+
+// Acquire takes a slot, waiting at most wait for one (and no longer than ctx);
+// release, called once when the work ends, gives it back. Past the wait it returns
+// ErrBusy, so a caller can tell a busy instance (retry later) from its own deadline
+// (ctx's error).
+func (s *Slots) Acquire(ctx context.Context, wait time.Duration) (release func(), err error) {
+	select {
+	case s.ch <- struct{}{}:
+		return s.releaser(), nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.ch <- struct{}{}:
+		return s.releaser(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, ErrBusy
+	}
+}
+
+func (s *Slots) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(func() { <-s.ch }) }
+}
+
+// InUse is the number of slots taken.
+func (s *Slots) InUse() int { return len(s.ch) }
+
+// Size is the number of slots.
+func (s *Slots) Size() int { return cap(s.ch) }

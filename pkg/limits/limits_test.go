@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -174,5 +175,52 @@ func TestConnsPerKeyBoundAndAddress(t *testing.T) {
 	release()
 	if c.Open() != 3 {
 		t.Fatalf("Open = %d, want 3", c.Open())
+	}
+}
+
+func TestSlotsBoundWorkInFlight(t *testing.T) {
+	s := NewSlots(2)
+	ctx := context.Background()
+	r1, err1 := s.Acquire(ctx, time.Second)
+	r2, err2 := s.Acquire(ctx, time.Second)
+	if err1 != nil || err2 != nil || s.InUse() != 2 {
+		t.Fatalf("two free slots: %v %v, in use %d", err1, err2, s.InUse())
+	}
+	start := time.Now()
+	if _, err := s.Acquire(ctx, 50*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a third with both taken: %v, want ErrBusy", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("refused after %v, before its wait", waited)
+	}
+	// A caller's own deadline is its error, not ErrBusy.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(dctx, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline while waiting: %v, want DeadlineExceeded", err)
+	}
+	// A release frees a waiter; releasing twice frees only one slot.
+	type acquired struct {
+		release func()
+		err     error
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		r, err := s.Acquire(ctx, 5*time.Second)
+		got <- acquired{r, err}
+	}()
+	r1()
+	r1()
+	w := <-got
+	if w.err != nil {
+		t.Fatalf("a waiter after a release: %v", w.err)
+	}
+	if s.InUse() != 2 {
+		t.Fatalf("in use with r2 and the waiter's: %d, want 2", s.InUse())
+	}
+	w.release()
+	r2()
+	if s.InUse() != 0 || s.Size() != 2 {
+		t.Fatalf("in use %d of %d after every release", s.InUse(), s.Size())
 	}
 }
