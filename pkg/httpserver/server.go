@@ -35,6 +35,9 @@ type Config struct {
 	CheckTimeout time.Duration
 	// PProf serves Go's profiles under /debug/pprof/ (off by default: they expose internals).
 	PProf bool
+	// AdminAddr, when set, is the admin listener: /metrics and the profiles move there
+	// and the main listener answers 404 for them (admin.go).
+	AdminAddr string
 	// AccessLogEvery logs one request in every AccessLogEvery (0: none; accessLog).
 	AccessLogEvery int
 	// TLS, when enabled, makes the port speak only TLS. Its rows (TLSVars) are in the
@@ -65,6 +68,9 @@ func Vars(c *Config, defAddr string) []*config.Var {
 			config.NotNegative),
 		config.Bool(&c.PProf, "PULSE_PPROF", false,
 			"serve Go's profiles under /debug/pprof/ (they expose internals: keep off where the port is reachable)"),
+		config.String(&c.AdminAddr, "PULSE_ADMIN_ADDR", "",
+			"address of the admin listener: when set, /metrics and /debug/pprof/ are served only there, in plain HTTP and without credentials (keep it off public networks), and the main port answers 404 for them; /healthz and /readyz stay on the main port. Unset: everything on PULSE_HTTP_ADDR",
+			optionalHostPort),
 	)
 }
 
@@ -89,6 +95,7 @@ type Server struct {
 	ready    *health.Prober
 	srv      *http.Server
 	ln       net.Listener
+	admin    *adminListener // nil without AdminAddr
 	draining atomic.Bool
 	depUp    *prometheus.GaugeVec
 	certs    *certReloader // nil without TLS
@@ -132,20 +139,34 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 	e.Use(s.securityHeaders, s.recoverPanics, measure(latency), s.accessLog)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	if cfg.AdminAddr == "" {
+		registerAdminRoutes(e, reg, cfg.PProf)
+	} else {
+		e.Pre(adminElsewhere)
+		s.admin = s.newAdmin(reg, latency)
+	}
+	s.srv = s.httpServer(e)
+	return s
+}
+
+// httpServer is net/http's server of h with the configured timeouts.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// registerAdminRoutes puts /metrics and, when asked, Go's profiles on e.
+func registerAdminRoutes(e *echo.Echo, reg *prometheus.Registry, pprof bool) {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
-	if cfg.PProf {
+	if pprof {
 		e.GET("/debug/pprof/*", echo.WrapHandler(http.HandlerFunc(servePProf)))
 	}
-
-	s.srv = &http.Server{
-		Handler:           e,
-		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	return s
 }
 
 // Listen opens the listening socket, so callers learn the address (":0" in tests)
@@ -169,6 +190,12 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 	}
+	if s.admin != nil {
+		if err := s.admin.listen(); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	s.ln = ln
 	return nil
 }
@@ -191,7 +218,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.logger.Info("http server listening", "addr", s.ln.Addr().String(), "tls", s.certs != nil,
 		"client_certificates", s.cfg.TLS.ClientCAFile != "")
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	if s.admin != nil {
+		go func() { errc <- s.admin.serve() }()
+	}
 	go func() {
 		if s.certs == nil {
 			errc <- s.srv.Serve(s.ln)
@@ -202,21 +232,47 @@ func (s *Server) Run(ctx context.Context) error {
 		// request to an HTTPS server" and the connection closed: nothing is served.
 		errc <- s.srv.ServeTLS(s.ln, "", "")
 	}()
+	serving := 1
+	if s.admin != nil {
+		serving = 2
+	}
+	var serveErr error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serving http: %w", err)
+	case serveErr = <-errc:
+		serving--
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
-	defer cancel()
-	err := s.srv.Shutdown(sctx)
-	<-errc
+	err := s.shutdown(ctx)
+	for ; serving > 0; serving-- {
+		<-errc
+	}
+	if serveErr != nil {
+		return fmt.Errorf("serving http: %w", serveErr)
+	}
 	if err != nil {
-		return fmt.Errorf("http shutdown: %w", err)
+		return err
 	}
 	s.logger.Info("http server stopped")
 	return nil
+}
+
+// shutdown stops both listeners, waiting up to the shutdown timeout for the requests
+// in flight. The admin listener closes last, so the metrics stay scrapable while the
+// main port drains.
+func (s *Server) shutdown(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(sctx)
+	if err != nil {
+		err = fmt.Errorf("http shutdown: %w", err)
+	}
+	if s.admin != nil {
+		if aerr := s.admin.srv.Shutdown(sctx); aerr != nil && err == nil {
+			err = fmt.Errorf("admin listener shutdown: %w", aerr)
+		}
+	}
+	return err
 }
 
 func (s *Server) healthz(c echo.Context) error {

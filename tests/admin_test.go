@@ -1,0 +1,66 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// With PULSE_ADMIN_ADDR set, every service serves /metrics and Go's profiles only on
+// its admin listener: the main port answers 404 for them, with or without credentials,
+// and keeps the probes; the admin port answers without credentials.
+func TestAdminListenerServesMetricsAlone(t *testing.T) {
+	p := newTopics(t, 2)
+	admin := map[string]string{}
+	for _, name := range []string{"ingest", "aggregator", "history", "query"} {
+		admin[name] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		p.env["PULSE_ADMIN_ADDR"] = admin[name]
+		p.env["PULSE_PPROF"] = "true"
+		p.start(t, name)
+	}
+	for name, s := range p.svc {
+		for _, c := range []struct {
+			client *http.Client
+			url    string
+			want   int
+		}{
+			{bareClient, s.url + "/metrics", http.StatusNotFound},
+			{http.DefaultClient, s.url + "/metrics", http.StatusNotFound},
+			{bareClient, s.url + "/debug/pprof/", http.StatusNotFound},
+			{http.DefaultClient, s.url + "/debug/pprof/cmdline", http.StatusNotFound},
+			{bareClient, s.url + "/healthz", http.StatusOK},
+			{bareClient, s.url + "/readyz", http.StatusOK},
+			{bareClient, "http://" + admin[name] + "/debug/pprof/cmdline", http.StatusOK},
+		} {
+			if code, body := fetch(t, c.client, c.url); code != c.want {
+				t.Errorf("%s: GET %s = %d, want %d: %.200s", name, c.url, code, c.want, body)
+			}
+		}
+		code, body := fetch(t, bareClient, "http://"+admin[name]+"/metrics")
+		if code != http.StatusOK || !strings.Contains(body, "\npulse_") {
+			t.Errorf("%s: admin /metrics = %d without pulse_ metrics: %.300s", name, code, body)
+		}
+	}
+}
+
+// fetch GETs url with c under a deadline: its status and body, or 0 and the error.
+func fetch(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
