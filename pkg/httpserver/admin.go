@@ -72,11 +72,12 @@ func adminElsewhere(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// optionalHostPort accepts an unset address or a "host:port".
+// optionalHostPort accepts an unset address or a "host:port" (the host may be empty).
 func optionalHostPort(v string) (string, bool) {
+	const want = "want host:port or unset"
 	if v == "" {
-		return "", true
+		return want, true
 	}
 	_, _, err := net.SplitHostPort(v)
-	return "must be host:port (the host may be empty) or unset", err == nil
+	return want, err == nil
 }

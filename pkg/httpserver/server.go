@@ -49,7 +49,7 @@ type Config struct {
 // own port.
 func Vars(c *Config, defAddr string) []*config.Var {
 	return config.Group("http",
-		config.String(&c.Addr, "PULSE_HTTP_ADDR", defAddr, "address the API, /healthz, /readyz and /metrics listen on",
+		config.String(&c.Addr, "PULSE_HTTP_ADDR", defAddr, "address the API, /healthz, /readyz and /metrics (unless PULSE_ADMIN_ADDR) listen on",
 			config.HostPort).DocDefault("the service's port (Ports above)"),
 		config.Duration(&c.ShutdownTimeout, "PULSE_SHUTDOWN_TIMEOUT", 15*time.Second,
 			"how long in-flight requests (and the service's own draining) may take after SIGTERM", config.Positive),
@@ -69,8 +69,8 @@ func Vars(c *Config, defAddr string) []*config.Var {
 		config.Bool(&c.PProf, "PULSE_PPROF", false,
 			"serve Go's profiles under /debug/pprof/ (they expose internals: keep off where the port is reachable)"),
 		config.String(&c.AdminAddr, "PULSE_ADMIN_ADDR", "",
-			"address of the admin listener: when set, /metrics and /debug/pprof/ are served only there, in plain HTTP and without credentials (keep it off public networks), and the main port answers 404 for them; /healthz and /readyz stay on the main port. Unset: everything on PULSE_HTTP_ADDR",
-			optionalHostPort),
+			"address of the admin listener: when set, /metrics and /debug/pprof/ are served only there, in plain HTTP and without credentials (keep it off public networks), and the main port answers 404 for them; /healthz and /readyz stay on the main port",
+			optionalHostPort).DocDefault("unset: everything on PULSE_HTTP_ADDR"),
 	)
 }
 

@@ -128,7 +128,12 @@ var valueSets = map[string][]string{
 		"--set", "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 		"--set-string", "ingest.env.PULSE_INGEST_MAX_SKEW=2m",
 	},
+	// Without the admin listener: /metrics on the service ports, as before it existed.
+	"noadmin": {"--set", "admin.enabled=false", "--set", "serviceMonitor.enabled=true"},
 }
+
+// adminEnabled reports whether a value set keeps the chart's admin listener.
+func adminEnabled(valueSet string) bool { return valueSet != "noadmin" }
 
 func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
 	for name, args := range valueSets {
@@ -138,18 +143,22 @@ func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
 			for _, m := range ms {
 				count[m.kind]++
 			}
-			if count["Deployment"] != 4 || count["Service"] != 4 {
-				t.Errorf("rendered %v: want 4 Deployments and 4 Services", count)
+			services := 4
+			if adminEnabled(name) {
+				services = 8 // each component's public Service and its admin Service
+			}
+			if count["Deployment"] != 4 || count["Service"] != services {
+				t.Errorf("rendered %v: want 4 Deployments and %d Services", count, services)
 			}
 			switch name {
 			case "defaults":
-				want := map[string]int{"Deployment": 4, "Service": 4, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2}
+				want := map[string]int{"Deployment": 4, "Service": 8, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2}
 				if fmt.Sprint(count) != fmt.Sprint(want) {
 					t.Errorf("rendered %v, want %v", count, want)
 				}
 			case "production":
-				if count["ServiceMonitor"] != 2 {
-					t.Errorf("rendered %d ServiceMonitors with TLS on the edges, want 2 (plain and https)", count["ServiceMonitor"])
+				if count["ServiceMonitor"] != 1 {
+					t.Errorf("rendered %d ServiceMonitors with TLS on the edges, want 1 (the admin listeners speak plain HTTP)", count["ServiceMonitor"])
 				}
 			case "corners":
 				if count["Job"] != 0 || count["HorizontalPodAutoscaler"] != 0 || count["PodDisruptionBudget"] != 3 {
@@ -228,15 +237,16 @@ func TestChartWiring(t *testing.T) {
 			for _, m := range ms {
 				switch o := m.obj.(type) {
 				case *appsv1.Deployment:
-					checkDeployment(t, o, want, documented, name == "corners")
+					checkDeployment(t, o, want, documented, name == "corners", adminEnabled(name))
 				case *batchv1.Job:
 					checkJob(t, o, documented)
 				case *corev1.Service:
-					d := deployments[o.Name]
+					d := deployments[strings.TrimSuffix(o.Name, "-admin")]
 					if d == nil {
 						t.Errorf("Service %s has no Deployment of its name", o.Name)
 						continue
 					}
+					checkServicePorts(t, o)
 					for k, v := range o.Spec.Selector {
 						if d.Spec.Template.Labels[k] != v {
 							t.Errorf("Service %s selects %s=%s, which its pods do not carry", o.Name, k, v)
@@ -267,9 +277,16 @@ func TestChartWiring(t *testing.T) {
 					if o.Spec.JobLabel != "app.kubernetes.io/component" {
 						t.Errorf("ServiceMonitor %s: jobLabel %q; deploy/observability selects job=\"<component>\"", o.Name, o.Spec.JobLabel)
 					}
+					port := "http"
+					if adminEnabled(name) {
+						port = "admin"
+					}
 					for _, ep := range o.Spec.Endpoints {
-						if ep.Port != "http" || ep.Path != "/metrics" {
-							t.Errorf("ServiceMonitor %s scrapes port %q path %q, want http /metrics", o.Name, ep.Port, ep.Path)
+						if ep.Port != port || ep.Path != "/metrics" {
+							t.Errorf("ServiceMonitor %s scrapes port %q path %q, want %s /metrics", o.Name, ep.Port, ep.Path, port)
+						}
+						if port == "admin" && ep.Scheme != "http" {
+							t.Errorf("ServiceMonitor %s scrapes the admin port with scheme %q; it speaks plain HTTP", o.Name, ep.Scheme)
 						}
 					}
 				}
@@ -294,7 +311,8 @@ var wantEnv = map[string]map[string]map[string]string{
 		},
 		"query": {
 			"PULSE_REDIS_PASSWORD_FILE": "/etc/pulse/redis/password/password", "PULSE_CASSANDRA_USERNAME": "pulse",
-			"PULSE_QUERY_PEER_METRICS": "ingest=https://pulse-ingest:18080/metrics,aggregator=http://pulse-aggregator:18082/metrics,history=http://pulse-history:18083/metrics",
+			"PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest-admin:18090/metrics,aggregator=http://pulse-aggregator-admin:18090/metrics,history=http://pulse-history-admin:18090/metrics",
+			"PULSE_ADMIN_ADDR":         ":18090",
 		},
 		"history": {"PULSE_INGEST_MAX_SKEW": "5m", "PULSE_HISTORY_BATCH_PARTITIONS": "1", "PULSE_REDIS_ADDR": "", "PULSE_API_KEYS_FILE": ""},
 	},
@@ -303,6 +321,10 @@ var wantEnv = map[string]map[string]map[string]string{
 		"query":      {"PULSE_AUTH": "off"},
 		"aggregator": {"PULSE_AGGREGATOR_INSTANCE_ID": "<ref>", "PULSE_AUTH": ""},
 		"history":    {"PULSE_INGEST_MAX_SKEW": "2m", "PULSE_KAFKA_TLS_CERT_FILE": "/etc/pulse/kafka/client/user.crt"},
+	},
+	"noadmin": {
+		"ingest": {"PULSE_ADMIN_ADDR": ""},
+		"query":  {"PULSE_ADMIN_ADDR": "", "PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest:18080/metrics,aggregator=http://pulse-aggregator:18082/metrics,history=http://pulse-history:18083/metrics"},
 	},
 }
 
@@ -344,7 +366,7 @@ func TestValuesSchemaRefusesMistakes(t *testing.T) {
 	}
 }
 
-func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32, documented map[string]bool, mtls bool) {
+func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32, documented map[string]bool, mtls, admin bool) {
 	t.Helper()
 	spec := d.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
@@ -355,8 +377,15 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32,
 	if c.Name != component || len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/"+component {
 		t.Errorf("Deployment %s runs %v in container %s; want the image's /usr/local/bin/%s", d.Name, c.Command, c.Name, component)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != ports[component] {
+	wantPorts := 1
+	if admin {
+		wantPorts = 2
+	}
+	if len(c.Ports) != wantPorts || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != ports[component] {
 		t.Errorf("Deployment %s: ports %+v, want http on %d (pkg/ports)", d.Name, c.Ports, ports[component])
+	}
+	if admin {
+		checkAdminPort(t, d, c)
 	}
 	edge := component == "ingest" || component == "query"
 	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
@@ -383,6 +412,43 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32,
 	env := envMap(c)
 	if env["PULSE_HTTP_ADDR"] != fmt.Sprintf(":%d", ports[component]) {
 		t.Errorf("Deployment %s: PULSE_HTTP_ADDR=%q, want :%d", d.Name, env["PULSE_HTTP_ADDR"], ports[component])
+	}
+}
+
+// checkAdminPort: the pod declares the admin port PULSE_ADMIN_ADDR listens on, and its
+// scrape annotations point at it.
+func checkAdminPort(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
+	t.Helper()
+	if len(c.Ports) < 2 || c.Ports[1].Name != "admin" {
+		t.Errorf("Deployment %s: ports %+v, want a second one named admin", d.Name, c.Ports)
+		return
+	}
+	port := c.Ports[1].ContainerPort
+	if got := envMap(c)["PULSE_ADMIN_ADDR"]; got != fmt.Sprintf(":%d", port) {
+		t.Errorf("Deployment %s: PULSE_ADMIN_ADDR=%q, want :%d (its admin port)", d.Name, got, port)
+	}
+	a := d.Spec.Template.Annotations
+	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != strconv.Itoa(int(port)) || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("Deployment %s: scrape annotations %v, want /metrics on the admin port %d", d.Name, a, port)
+	}
+}
+
+// checkServicePorts: a component's public Service carries only its service port, and
+// its admin Service only the admin port, as a ClusterIP: the admin port answers
+// /metrics and profiles without credentials.
+func checkServicePorts(t *testing.T, s *corev1.Service) {
+	t.Helper()
+	want := "http"
+	if strings.HasSuffix(s.Name, "-admin") {
+		want = "admin"
+		if s.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Errorf("Service %s is a %s; an admin Service must stay ClusterIP", s.Name, s.Spec.Type)
+		}
+	}
+	for _, p := range s.Spec.Ports {
+		if p.Name != want || p.TargetPort.String() != want {
+			t.Errorf("Service %s exposes port %s (target %s), want only %s", s.Name, p.Name, p.TargetPort.String(), want)
+		}
 	}
 }
 

@@ -35,7 +35,9 @@ spec:
         {{- with $svc.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- with $svc.podAnnotations }}
+      {{- $annotations := include "pulse.scrapeAnnotations" $root | fromYaml }}
+      {{- $annotations = merge (deepCopy ($svc.podAnnotations | default dict)) $annotations }}
+      {{- with $annotations }}
       annotations:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -52,6 +54,11 @@ spec:
             - name: http
               containerPort: {{ $svc.port }}
               protocol: TCP
+            {{- if $v.admin.enabled }}
+            - name: admin
+              containerPort: {{ $v.admin.port }}
+              protocol: TCP
+            {{- end }}
           env:
             {{- toYaml $env | nindent 12 }}
           {{- include "pulse.probes" (dict "root" $root "edge" .edge) | trim | nindent 10 }}
@@ -77,6 +84,9 @@ earlier one, so values always win over what the chart derives.
 {{- $all := list }}
 {{- $all = concat $all (include "pulse.env.common" $root | fromYamlArray) }}
 {{- $all = append $all (dict "name" "PULSE_HTTP_ADDR" "value" (printf ":%v" $svc.port)) }}
+{{- if $v.admin.enabled }}
+{{- $all = append $all (dict "name" "PULSE_ADMIN_ADDR" "value" (printf ":%v" $v.admin.port)) }}
+{{- end }}
 {{- if has "kafka" .groups }}{{ $all = concat $all (include "pulse.env.kafka" $root | fromYamlArray) }}{{ end }}
 {{- if has "redis" .groups }}{{ $all = concat $all (include "pulse.env.redis" $root | fromYamlArray) }}{{ end }}
 {{- if has "cassandra" .groups }}{{ $all = concat $all (include "pulse.env.cassandra" (dict "root" $root) | fromYamlArray) }}{{ end }}
@@ -87,8 +97,13 @@ earlier one, so values always win over what the chart derives.
 {{- if and (eq .component "query") $svc.peerMetrics }}
 {{- $peers := list }}
 {{- range $c := list "ingest" "aggregator" "history" }}
+{{- if $v.admin.enabled }}
+{{- /* /metrics is only on the admin listener, reached through the cluster-internal admin Service. */}}
+{{- $peers = append $peers (printf "%s=http://%s-admin:%v/metrics" $c (include "pulse.componentName" (dict "root" $root "component" $c)) $v.admin.port) }}
+{{- else }}
 {{- $scheme := ternary (include "pulse.scheme" $root) "http" (eq $c "ingest") }}
 {{- $peers = append $peers (printf "%s=%s://%s:%v/metrics" $c $scheme (include "pulse.componentName" (dict "root" $root "component" $c)) (index $v $c "port")) }}
+{{- end }}
 {{- end }}
 {{- $all = append $all (dict "name" "PULSE_QUERY_PEER_METRICS" "value" (join "," $peers)) }}
 {{- end }}
@@ -138,6 +153,47 @@ spec:
       port: {{ if hasKey $svc "service" }}{{ $svc.service.port }}{{ else }}{{ $svc.port }}{{ end }}
       targetPort: http
       protocol: TCP
+{{- end }}
+
+{{/*
+The cluster-internal Service of one component's admin listener (/metrics, pprof), for
+the ServiceMonitor and query's pipeline view. Always ClusterIP and never the public
+Service, whatever <component>.service says: the admin port answers without credentials.
+Arguments: root, component.
+*/}}
+{{- define "pulse.adminService" -}}
+{{- if .root.Values.admin.enabled }}
+{{- $ctx := dict "root" .root "component" .component }}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "pulse.componentName" $ctx }}-admin
+  labels:
+    {{- include "pulse.labels" $ctx | nindent 4 }}
+    pulse-presence.io/listener: admin
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "pulse.selectorLabels" $ctx | nindent 4 }}
+  ports:
+    - name: admin
+      port: {{ .root.Values.admin.port }}
+      targetPort: admin
+      protocol: TCP
+{{- end }}
+{{- end }}
+
+{{/*
+Prometheus's scrape annotations for the pods, pointing at the admin port, for a
+Prometheus that discovers pods by annotation rather than through the ServiceMonitor.
+*/}}
+{{- define "pulse.scrapeAnnotations" -}}
+{{- if .Values.admin.enabled }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.admin.port | quote }}
+prometheus.io/path: /metrics
+prometheus.io/scheme: http
+{{- end }}
 {{- end }}
 
 {{/* The PodDisruptionBudget of one component. Arguments: root, component. */}}
