@@ -23,7 +23,8 @@ import (
 // views are the present's: invisible users read as offline except to operators.
 
 // atParam reads ?at=: past is false when it is absent. An instant in the future or
-// further back than the retention is a 400.
+// further back than the retention is a 400. An instant of the past costs costAt
+// reads of the credential's bucket (costs.go): a 429 when it lacks them.
 func (a *api) atParam(c echo.Context) (at time.Time, past bool, err error) {
 	s := c.QueryParam("at")
 	if s == "" {
@@ -40,6 +41,9 @@ func (a *api) atParam(c echo.Context) (at time.Time, past bool, err error) {
 		return time.Time{}, false, httpserver.BadRequest("at", fmt.Sprintf("%s is in the future", at.Format(time.RFC3339Nano)))
 	case at.Before(now.Add(-a.atRetention)):
 		return time.Time{}, false, httpserver.BadRequest("at", fmt.Sprintf("%s is older than the %v history keeps", at.Format(time.RFC3339Nano), a.atRetention))
+	}
+	if err := a.limits.charge(c, costAt); err != nil {
+		return time.Time{}, false, err
 	}
 	return at, true, nil
 }
@@ -60,7 +64,11 @@ func (a *api) atReader(c echo.Context, at time.Time, shards int) (*historystore.
 		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), a.historyTimeout)
-	final, err := r.FinalThrough(ctx, int32(shards))
+	var final time.Time
+	err := a.limits.read(ctx, func() (err error) {
+		final, err = r.FinalThrough(ctx, int32(shards))
+		return err
+	})
 	if err != nil {
 		cancel()
 		return nil, nil, nil, a.atErr(err)
@@ -78,8 +86,12 @@ func (a *api) atReader(c echo.Context, at time.Time, shards int) (*historystore.
 	return r, ctx, cancel, nil
 }
 
-// atErr turns a failed point-in-time read into its answer.
+// atErr turns a failed point-in-time read into its answer; a limit's refusal is
+// its own.
 func (a *api) atErr(err error) error {
+	if isRefusal(err) {
+		return err
+	}
 	if errors.Is(err, historystore.ErrNoSnapshot) {
 		return &httpserver.Error{Status: http.StatusNotFound, Code: "not_found",
 			Message: "history holds no state of that instant: it is from before history began, or history was stopped then"}
@@ -104,7 +116,11 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 		return err
 	}
 	defer cancel()
-	states, err := r.StatesAt(ctx, int32(n), at)
+	states := make([]*historystore.ShardState, n)
+	err = a.limits.readEach(ctx, n, func(ctx context.Context, shard int) (err error) {
+		states[shard], err = r.StateAt(ctx, int32(shard), at)
+		return err
+	})
 	if err != nil {
 		return a.atErr(err)
 	}
@@ -154,28 +170,60 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 		return nil, err
 	}
 	defer cancel()
+	// Each id is located, then each shard holding one is read once, a few reads at
+	// a time (PULSE_QUERY_HISTORY_READS_PER_REQUEST).
+	locs := make([]location, len(ids))
+	err = a.limits.readEach(ctx, len(ids), func(ctx context.Context, i int) (err error) {
+		l := &locs[i]
+		l.shard, l.index, l.found, err = r.Locate(ctx, ids[i])
+		return err
+	})
+	if err != nil {
+		return nil, a.atErr(err)
+	}
+	shards := shardsOf(locs)
+	states := make([]*historystore.ShardState, len(shards))
+	err = a.limits.readEach(ctx, len(shards), func(ctx context.Context, i int) (err error) {
+		states[i], err = r.StateAt(ctx, shards[i], at)
+		return err
+	})
+	if err != nil {
+		return nil, a.atErr(err)
+	}
+	byShard := make(map[int32]*historystore.ShardState, len(shards))
+	for i, sh := range shards {
+		byShard[sh] = states[i]
+	}
 	operator := auth.OperatorView(c)
-	states := map[int32]*historystore.ShardState{}
 	out := make([]pastStatusView, len(ids))
 	for i, id := range ids {
 		out[i] = pastStatusView{UserID: id, Status: presence.Offline.String(), At: at}
-		shard, index, found, err := r.Locate(ctx, id)
-		if err != nil {
-			return nil, a.atErr(err)
+		if locs[i].found { // else never changed status: offline at every instant
+			out[i].Status = viewStatus(byShard[locs[i].shard].Status(locs[i].index), operator)
 		}
-		if !found {
-			continue // never changed status: offline at every instant
-		}
-		st := states[shard]
-		if st == nil {
-			if st, err = r.StateAt(ctx, shard, at); err != nil {
-				return nil, a.atErr(err)
-			}
-			states[shard] = st
-		}
-		out[i].Status = viewStatus(st.Status(index), operator)
 	}
 	return out, nil
+}
+
+// location is where history keeps a user's bit: found is false for a user whose
+// status never changed.
+type location struct {
+	shard int32
+	index uint32
+	found bool
+}
+
+// shardsOf is the shards holding the found locations, each once.
+func shardsOf(locs []location) []int32 {
+	seen := map[int32]bool{}
+	var out []int32
+	for _, l := range locs {
+		if l.found && !seen[l.shard] {
+			seen[l.shard] = true
+			out = append(out, l.shard)
+		}
+	}
+	return out
 }
 
 // pastStatus is GET /status/{id}?at= and
@@ -221,7 +269,11 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 	defer cancel()
 	res := onlineList{Users: []onlineUser{}, At: &at}
 	for pos.Shard < n && len(res.Users) < q.limit {
-		st, err := r.StateAt(ctx, int32(pos.Shard), at)
+		var st *historystore.ShardState
+		err := h.limits.read(ctx, func() (err error) {
+			st, err = r.StateAt(ctx, int32(pos.Shard), at)
+			return err
+		})
 		if err != nil {
 			return h.atErr(err)
 		}
@@ -242,7 +294,11 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		for it.HasNext() && len(res.Users)+len(page) < q.limit {
 			page = append(page, it.Next())
 		}
-		names, err := r.UserNames(ctx, int32(pos.Shard), page)
+		var names map[uint32]string
+		err = h.limits.read(ctx, func() (err error) {
+			names, err = r.UserNames(ctx, int32(pos.Shard), page)
+			return err
+		})
 		if err != nil {
 			return h.atErr(err)
 		}

@@ -54,7 +54,38 @@ type Config struct {
 	AtRetention time.Duration
 	// Dashboard is the dashboard page's pipeline view: the peers' metrics it reads.
 	Dashboard dashboard.Config
+	// Limits bound what one credential may ask of an instance and the Cassandra
+	// reads all requests run at once (limits.go).
+	Limits LimitsConfig
 }
+
+// LimitsConfig is query's rates per credential, in reads (each route's cost,
+// limits.go), and its bounds on the history and point-in-time routes' Cassandra work.
+type LimitsConfig struct {
+	// KeyRate bounds the reads per second of one API key, up to KeyBurst at once;
+	// UserRate and UserBurst those of one user token (one end user); 0: no bound.
+	KeyRate, KeyBurst   int
+	UserRate, UserBurst int
+	// RateUsers bounds the user tokens whose buckets are remembered, but for those
+	// in debt (pkg/limits).
+	RateUsers int
+	// HistoryReads bounds the Cassandra reads in flight on the instance, whatever
+	// the requests; HistoryReadsPerRequest those of one request. A read waits at most
+	// HistoryWait for a slot, then the request is a 503 with Retry-After.
+	HistoryReads           int
+	HistoryReadsPerRequest int
+	HistoryWait            time.Duration
+	// AtMaxBatch bounds the user ids of one POST /statuses?at=: each is a Cassandra
+	// read.
+	AtMaxBatch int
+}
+
+// DefaultKeyRate is PULSE_QUERY_KEY_RATE's default, in reads a second: a leaked key
+// or a looping client cannot take a whole instance, while a back end's key carries
+// its platform's reads. It is 1.6 times what `make bench` offers through one key at
+// its busiest (5,000 GET /status, 100 POST /statuses of 100 ids at 10 reads each, 50
+// counts and the freshness probes: about 6,100 reads a second).
+const DefaultKeyRate = 10_000
 
 // FeedConfig is the change feed's settings.
 type FeedConfig struct {
@@ -124,6 +155,33 @@ func (c *Config) vars() []*config.Var {
 		config.Duration(&c.HistoryTimeout, "PULSE_QUERY_HISTORY_TIMEOUT", 10*time.Second,
 			"bounds a history request's Cassandra work (every partition it reads); past it the answer is a 503",
 			config.Positive),
+		config.Int(&c.Limits.KeyRate, "PULSE_QUERY_KEY_RATE", DefaultKeyRate,
+			"reads per second one API key may make on average, per instance; a request costs its route's reads (1 for a status, more for batches, at= and history ranges: docs/design.md, Security); above it a 429 with Retry-After; 0: unlimited",
+			config.NotNegative),
+		config.Int(&c.Limits.KeyBurst, "PULSE_QUERY_KEY_BURST", DefaultKeyRate,
+			"reads one API key may make at once before PULSE_QUERY_KEY_RATE applies; a request costing more takes the whole burst",
+			config.Positive),
+		config.Int(&c.Limits.UserRate, "PULSE_QUERY_USER_RATE", 50,
+			"reads per second one user token (one end user) may make on average, per instance, each with its own bucket; above it a 429 with Retry-After; 0: unlimited",
+			config.NotNegative),
+		config.Int(&c.Limits.UserBurst, "PULSE_QUERY_USER_BURST", 500,
+			"reads one user token may make at once before PULSE_QUERY_USER_RATE applies; a request costing more takes the whole burst",
+			config.Positive),
+		config.Int(&c.Limits.RateUsers, "PULSE_QUERY_RATE_USERS", 100_000,
+			"user tokens whose PULSE_QUERY_USER_RATE buckets are remembered (about 200 bytes each); past it the least recently used full bucket is forgotten, one still refilling never",
+			config.Positive),
+		config.Int(&c.Limits.HistoryReads, "PULSE_QUERY_HISTORY_READS", 64,
+			"Cassandra reads of the history and at= routes in flight on this instance, all requests together; a read waiting longer than PULSE_QUERY_HISTORY_WAIT for one makes its request a 503 with Retry-After",
+			config.Between(1, 100_000)),
+		config.Int(&c.Limits.HistoryReadsPerRequest, "PULSE_QUERY_HISTORY_READS_PER_REQUEST", 4,
+			"Cassandra reads one history or at= request runs at once (days of a concurrency range, ids of POST /statuses?at=, shards of a count at=)",
+			config.Between(1, 1000)),
+		config.Duration(&c.Limits.HistoryWait, "PULSE_QUERY_HISTORY_WAIT", 2*time.Second,
+			"longest wait of a Cassandra read for a PULSE_QUERY_HISTORY_READS slot before its request is a 503 with Retry-After",
+			config.Positive),
+		config.Int(&c.Limits.AtMaxBatch, "PULSE_QUERY_AT_MAX_BATCH", 100,
+			"most user ids of one POST /statuses?at= (each is a Cassandra read); more is a 400",
+			config.Between(1, 100000)),
 		config.Int(&f.QueueSize, "PULSE_FEED_QUEUE_SIZE", 1024,
 			"changes waiting for one feed connection; a connection whose queue fills is closed as a slow consumer",
 			config.Between(1, 1_000_000)),

@@ -40,9 +40,19 @@ type api struct {
 	atRetention time.Duration
 	// pipeline answers the dashboard's pipeline view; nil: a 503.
 	pipeline *dashboard.Pipeline
+	// limits charges each request its cost and bounds the Cassandra reads
+	// (limits.go); nil: no limit (unit tests).
+	limits *readLimits
+	// atMaxBatch bounds the ids of POST /statuses?at= (0: maxBatch).
+	atMaxBatch int
 }
 
+// routes registers query's routes, metered by a.limits: call it after the guard is
+// installed, so the meter knows each request's credential.
 func (a *api) routes(e *echo.Echo) {
+	if a.limits != nil {
+		e.Use(a.limits.meter)
+	}
 	e.GET("/status/:userId", a.getStatus)
 	e.POST("/statuses", a.postStatuses)
 	e.GET("/v1/users/:userId/status", a.getUserStatus)
@@ -154,8 +164,8 @@ func (a *api) postStatuses(c echo.Context) error {
 	if req.UserIDs == nil {
 		return httpserver.BadRequest("userIds", "is required")
 	}
-	if len(req.UserIDs) > a.maxBatch {
-		return httpserver.BadRequest("userIds", fmt.Sprintf("at most %d user ids per request, got %d", a.maxBatch, len(req.UserIDs)))
+	if err := a.checkBatch(len(req.UserIDs), past); err != nil {
+		return err
 	}
 	for i, id := range req.UserIDs {
 		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
@@ -164,6 +174,9 @@ func (a *api) postStatuses(c echo.Context) error {
 		if err := auth.ForUser(c, id); err != nil {
 			return err
 		}
+	}
+	if err := a.limits.charge(c, statusesCost(len(req.UserIDs), past)); err != nil {
+		return err
 	}
 	if past {
 		return a.pastStatuses(c, at, req.UserIDs)
@@ -180,6 +193,20 @@ func (a *api) postStatuses(c echo.Context) error {
 		out[i] = toSeedView(id, users[i], operator)
 	}
 	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
+}
+
+// checkBatch refuses more ids than one POST /statuses may carry: PULSE_QUERY_MAX_BATCH,
+// and with at= (a Cassandra read per id) PULSE_QUERY_AT_MAX_BATCH.
+func (a *api) checkBatch(n int, past bool) error {
+	most, variable, with := a.maxBatch, "PULSE_QUERY_MAX_BATCH", ""
+	if past && a.atMaxBatch > 0 && a.atMaxBatch < most {
+		most, variable, with = a.atMaxBatch, "PULSE_QUERY_AT_MAX_BATCH", " with at="
+	}
+	if n <= most {
+		return nil
+	}
+	return refused(reasonTooManyIDs, httpserver.BadRequest("userIds",
+		fmt.Sprintf("at most %d user ids per request%s (%s), got %d", most, with, variable, n)))
 }
 
 type deviceView struct {

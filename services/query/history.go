@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,19 +18,14 @@ import (
 // The analysts' read API (docs/analytics.md): a user's timeline, sessions and daily
 // totals, and the service's concurrency, unique users and every user's totals of a
 // day, read from the history tables of migrations/0003 and 0005 through
-// pkg/historystore. Each request reads a bounded number of partitions, one after the
-// other, under one deadline (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot
-// answer the routes are a 503 with Retry-After, and nothing else query serves is
-// affected.
+// pkg/historystore. Each request reads a bounded number of partitions (its range is
+// capped, historyquery.go), costs its credential one read per partition (costs.go),
+// and runs each read in one of the instance's slots (limits.go), all under one
+// deadline (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot answer the routes
+// are a 503 with Retry-After, and nothing else query serves is affected.
 
 // historyRetryAfter is what a reader is told to wait when Cassandra cannot answer.
 const historyRetryAfter = 5 * time.Second
-
-// concurrencyReaders bounds the day partitions one concurrency request reads at once.
-// A day of 16 shards is 23,040 rows, about half a second of Cassandra's time on the
-// local stack; a few at once keep a month within the request deadline without
-// letting one request take every core.
-const concurrencyReaders = 4
 
 type historyHandlers struct {
 	*api
@@ -82,6 +76,9 @@ func (h *historyHandlers) historyStore(c echo.Context) (*historystore.Store, con
 // cassErr turns a failed read into the 503 readers can retry; the server's error
 // handler logs the cause.
 func (h *historyHandlers) cassErr(err error) error {
+	if isRefusal(err) {
+		return err // a limit's own answer
+	}
 	msg := "history (Cassandra) did not answer"
 	if errors.Is(err, context.DeadlineExceeded) {
 		msg = "history (Cassandra) did not answer in time"
@@ -127,6 +124,9 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.limits.charge(c, timelineCost(from, to)); err != nil {
+		return err
+	}
 	var cur *timelineCursor
 	if s := q.Get("cursor"); s != "" {
 		tc, err := decodeTimelineCursor(s)
@@ -157,16 +157,18 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		if cur != nil {
 			hi = cur.At.Add(time.Millisecond) // the cursor's millisecond is read, then skipped up to the cursor
 		}
-		err := s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
-			if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
+		err := h.limits.read(ctx, func() error {
+			return s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
+				if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
+					return true
+				}
+				if len(page.Entries) == limit {
+					more = true
+					return false
+				}
+				page.Entries = append(page.Entries, timelineEntryOf(&a))
 				return true
-			}
-			if len(page.Entries) == limit {
-				more = true
-				return false
-			}
-			page.Entries = append(page.Entries, timelineEntryOf(&a))
-			return true
+			})
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -204,6 +206,9 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.limits.charge(c, sessionsCost(from, to)); err != nil {
+		return err
+	}
 	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
@@ -211,17 +216,19 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 	defer cancel()
 	ans := sessionsAnswer{UserID: id, From: from, To: to, Sessions: []sessionView{}}
 	for m := monthOf(to.Add(-time.Microsecond)); !m.Before(monthOf(from)) && !ans.Truncated; m = m.AddDate(0, -1, 0) {
-		err := s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
-			if len(ans.Sessions) == maxSessions {
-				ans.Truncated = true
-				return false
-			}
-			ans.Sessions = append(ans.Sessions, sessionView{
-				Start: r.Start.UTC(), End: timePtr(r.End.UTC()), Open: r.Open,
-				OnlineSeconds: seconds(r.OnlineMicros), IdleSeconds: seconds(r.IdleMicros), InvisibleSeconds: seconds(r.InvisibleMicros),
-				Through: r.Through.UTC(), Status: r.Status,
+		err := h.limits.read(ctx, func() error {
+			return s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
+				if len(ans.Sessions) == maxSessions {
+					ans.Truncated = true
+					return false
+				}
+				ans.Sessions = append(ans.Sessions, sessionView{
+					Start: r.Start.UTC(), End: timePtr(r.End.UTC()), Open: r.Open,
+					OnlineSeconds: seconds(r.OnlineMicros), IdleSeconds: seconds(r.IdleMicros), InvisibleSeconds: seconds(r.InvisibleMicros),
+					Through: r.Through.UTC(), Status: r.Status,
+				})
+				return true
 			})
-			return true
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -254,6 +261,9 @@ func (h *historyHandlers) daily(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.limits.charge(c, userDaysCost(from, to)); err != nil {
+		return err
+	}
 	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
@@ -261,9 +271,11 @@ func (h *historyHandlers) daily(c echo.Context) error {
 	defer cancel()
 	ans := userDaysAnswer{UserID: id, From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: []userDay{}}
 	for y := to.Year(); y >= from.Year(); y-- {
-		err := s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
-			ans.Days = append(ans.Days, userDay{Day: r.Day.UTC().Format(time.DateOnly), DayTotals: totalsOf(&r.DayTotals)})
-			return true
+		err := h.limits.read(ctx, func() error {
+			return s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
+				ans.Days = append(ans.Days, userDay{Day: r.Day.UTC().Format(time.DateOnly), DayTotals: totalsOf(&r.DayTotals)})
+				return true
+			})
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -290,6 +302,9 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 	}
 	limit, err := parseLimit(q)
 	if err != nil {
+		return err
+	}
+	if err := h.limits.charge(c, pageCost(limit, false)); err != nil {
 		return err
 	}
 	var cur *dailyCursor
@@ -325,13 +340,15 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		}
 		// One more than wanted tells whether the bucket holds more.
 		got := 0
-		err := s.DayUsers(ctx, d, pos.Bucket, pos.After, want+1, func(r historystore.DayUser) bool {
-			if got++; got > want {
-				return false
-			}
-			page.Users = append(page.Users, dayUser{UserID: r.UserID, DayTotals: totalsOf(&r.DayTotals)})
-			pos.After = r.UserID
-			return true
+		err := h.limits.read(ctx, func() error {
+			return s.DayUsers(ctx, d, pos.Bucket, pos.After, want+1, func(r historystore.DayUser) bool {
+				if got++; got > want {
+					return false
+				}
+				page.Users = append(page.Users, dayUser{UserID: r.UserID, DayTotals: totalsOf(&r.DayTotals)})
+				pos.After = r.UserID
+				return true
+			})
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -362,43 +379,35 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := h.limits.charge(c, concurrencyCost(from, to)); err != nil {
+		return err
+	}
 	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	// Days are read concurrently, a few at a time, and each folded on its own: a
-	// point never spans two UTC days, so the days' points simply follow each other.
+	// Days are read concurrently, a few at a time (PULSE_QUERY_HISTORY_READS_PER_REQUEST;
+	// a day of 16 shards is 23,040 rows, about half a second of Cassandra's time on
+	// the local stack), and each folded on its own: a point never spans two UTC
+	// days, so the days' points simply follow each other.
 	var days []time.Time
 	for d := dayOf(from); d.Before(to); d = d.AddDate(0, 0, 1) {
 		days = append(days, d)
 	}
 	perDay := make([][]concurrencyPoint, len(days))
-	errs := make([]error, len(days))
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	sem := make(chan struct{}, concurrencyReaders)
-	var wg sync.WaitGroup
-	for i, d := range days {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			fold := concurrencyFold{step: st}
-			if err := s.Concurrency(ctx, d, from, to, func(r historystore.MinuteCounts) bool {
-				fold.add(r)
-				return true
-			}); err != nil {
-				errs[i] = err
-				stop()
-				return
-			}
-			perDay[i] = fold.finish()
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = h.limits.readEach(ctx, len(days), func(ctx context.Context, i int) error {
+		fold := concurrencyFold{step: st}
+		if err := s.Concurrency(ctx, days[i], from, to, func(r historystore.MinuteCounts) bool {
+			fold.add(r)
+			return true
+		}); err != nil {
+			return err
+		}
+		perDay[i] = fold.finish()
+		return nil
+	})
+	if err != nil {
 		return h.cassErr(err)
 	}
 	points := []concurrencyPoint{}
@@ -432,6 +441,9 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 	// holding to's last instant.
 	start, _ := period.Bounds(from)
 	_, end := period.Bounds(to.Add(-time.Microsecond))
+	if err := h.limits.charge(c, uniquesCost(start, end)); err != nil {
+		return err
+	}
 	s, ctx, cancel, err := h.historyStore(c)
 	if err != nil {
 		return err
@@ -440,9 +452,11 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 	fold := uniquesFold{period: period}
 	for d := dayOf(start); d.Before(end); d = d.AddDate(0, 0, 1) {
 		var foldErr error
-		err := s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
-			foldErr = fold.add(r)
-			return foldErr == nil
+		err := h.limits.read(ctx, func() error {
+			return s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
+				foldErr = fold.add(r)
+				return foldErr == nil
+			})
 		})
 		if foldErr != nil {
 			return fmt.Errorf("reading unique users: %w", foldErr)

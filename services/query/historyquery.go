@@ -119,8 +119,8 @@ func parseRange(q url.Values, now time.Time, def, maxSpan time.Duration) (from, 
 		return from, to, httpserver.BadRequest("from", fmt.Sprintf("must be before to (%s), got %s", to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano)))
 	}
 	if to.Sub(from) > maxSpan {
-		return from, to, httpserver.BadRequest("from", fmt.Sprintf("from %s to %s spans more than %s, the most one request may cover; split the range",
-			from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), spanText(maxSpan)))
+		return from, to, refused(reasonRange, httpserver.BadRequest("from", fmt.Sprintf("from %s to %s spans more than %s, the most one request may cover; split the range",
+			from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano), spanText(maxSpan))))
 	}
 	return from, to, nil
 }
@@ -144,8 +144,8 @@ func parseDayRange(q url.Values, now time.Time, def, maxDays int) (from, to time
 		return from, to, httpserver.BadRequest("from", fmt.Sprintf("must be on or before to (%s), got %s", to.Format(time.DateOnly), from.Format(time.DateOnly)))
 	}
 	if n := int(to.Sub(from)/day) + 1; n > maxDays {
-		return from, to, httpserver.BadRequest("from", fmt.Sprintf("from %s to %s is %d days, more than the %d one request may cover; split the range",
-			from.Format(time.DateOnly), to.Format(time.DateOnly), n, maxDays))
+		return from, to, refused(reasonRange, httpserver.BadRequest("from", fmt.Sprintf("from %s to %s is %d days, more than the %d one request may cover; split the range",
+			from.Format(time.DateOnly), to.Format(time.DateOnly), n, maxDays)))
 	}
 	return from, to, nil
 }

@@ -143,6 +143,9 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	if past && q.activeWithin > 0 {
 		return httpserver.BadRequest("activeWithin", "cannot be combined with at: activity is known for the present only")
 	}
+	if err := h.limits.charge(c, pageCost(q.limit, past)); err != nil {
+		return err
+	}
 	ctx, cancel := h.ctx(c)
 	defer cancel()
 	n, err := h.store.Shards(ctx)
@@ -213,12 +216,15 @@ func (h *onlineHandlers) filter(c echo.Context) error {
 		return httpserver.BadRequest("userIds", "is required")
 	}
 	if len(req.UserIDs) > maxFilterIDs {
-		return httpserver.BadRequest("userIds", fmt.Sprintf("at most %d user ids per request, got %d", maxFilterIDs, len(req.UserIDs)))
+		return refused(reasonTooManyIDs, httpserver.BadRequest("userIds", fmt.Sprintf("at most %d user ids per request, got %d", maxFilterIDs, len(req.UserIDs))))
 	}
 	for i, id := range req.UserIDs {
 		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
 			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
 		}
+	}
+	if err := h.limits.charge(c, filterCost(len(req.UserIDs))); err != nil {
+		return err
 	}
 	visible := [len(statestore.Tracked)]bool{}
 	visible[statestore.TrackedPos(presence.Online)] = true

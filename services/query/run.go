@@ -51,7 +51,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
 		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String(),
 		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey,
-		"feed_max_connections_per_user", cfg.Feed.MaxConnsPerUser, "feed_max_connections_per_address", cfg.Feed.MaxConnsPerAddr}, authn.Describe()...)...)
+		"feed_max_connections_per_user", cfg.Feed.MaxConnsPerUser, "feed_max_connections_per_address", cfg.Feed.MaxConnsPerAddr,
+		"key_rate", cfg.Limits.KeyRate, "user_rate", cfg.Limits.UserRate, "history_reads", cfg.Limits.HistoryReads}, authn.Describe()...)...)
 	go authn.WarnWhileOff(ctx, logger, time.Minute)
 	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
 
@@ -79,7 +80,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload),
-		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention}
+		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention,
+		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch}
 	var reads *coalescer
 	if cfg.ReadPipelines > 0 {
 		reads = newCoalescer(store, cfg.ReadTimeout, cfg.ReadPipelines, cfg.ReadCoalesce)
