@@ -100,6 +100,9 @@ type hapiHour struct {
 	hour  time.Time
 	shard int
 	users []uint32
+	// shown: those of users online or idle in the hour, what a reader counts; nil
+	// writes a row as before migration 0009, without the column, counted as users.
+	shown []uint32
 }
 
 func hapiExec(t *testing.T, s *gocql.Session, stmt string, args ...any) {
@@ -320,19 +323,27 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		return s
 	}
 	hours := []hapiHour{
-		{dayAt(0, "10:00:00.000"), 0, span(1, 100)},
-		{dayAt(0, "10:00:00.000"), 3, []uint32{1, 2, 3}},
-		{dayAt(0, "11:00:00.000"), 0, span(50, 150)},
-		{dayAt(0, "11:00:00.000"), 3, nil},
-		{dayAt(1, "00:00:00.000"), 0, []uint32{1, 70000}},
+		{dayAt(0, "10:00:00.000"), 0, span(1, 100), span(1, 90)},
+		{dayAt(0, "10:00:00.000"), 3, []uint32{1, 2, 3}, []uint32{}}, // only invisible users
+		{dayAt(0, "11:00:00.000"), 0, span(50, 150), span(60, 150)},
+		{dayAt(0, "11:00:00.000"), 3, nil, []uint32{}},
+		{dayAt(1, "00:00:00.000"), 0, []uint32{1, 70000}, nil},
 	}
-	for _, h := range hours {
+	portable := func(ids []uint32) []byte {
 		var buf bytes.Buffer
-		if _, err := roaring.BitmapOf(h.users...).WriteTo(&buf); err != nil {
+		if _, err := roaring.BitmapOf(ids...).WriteTo(&buf); err != nil {
 			t.Fatal(err)
 		}
-		hapiExec(t, session, `INSERT INTO `+ks+`.uniques (day, hour, shard, users, cardinality) VALUES (?, ?, ?, ?, ?)`,
-			hapiDayOf(h.hour), h.hour, h.shard, buf.Bytes(), int64(len(h.users)))
+		return buf.Bytes()
+	}
+	for _, h := range hours {
+		if h.shown == nil {
+			hapiExec(t, session, `INSERT INTO `+ks+`.uniques (day, hour, shard, users, cardinality) VALUES (?, ?, ?, ?, ?)`,
+				hapiDayOf(h.hour), h.hour, h.shard, portable(h.users), int64(len(h.users)))
+			continue
+		}
+		hapiExec(t, session, `INSERT INTO `+ks+`.uniques (day, hour, shard, users, cardinality, shown) VALUES (?, ?, ?, ?, ?, ?)`,
+			hapiDayOf(h.hour), h.hour, h.shard, portable(h.users), int64(len(h.users)), portable(h.shown))
 	}
 	t.Cleanup(func() {
 		for i := range 3 {
@@ -565,7 +576,9 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 
 	t.Run("uniques", func(t *testing.T) {
 		// The model: per period and shard a set of indexes; the count sums the shards.
-		model := func(period string) []hapiUniques {
+		// Operators count everyone present, readers those shown (or, in a row without
+		// shown users, everyone).
+		model := func(period string, operator bool) []hapiUniques {
 			type key struct {
 				start time.Time
 				shard int
@@ -585,7 +598,11 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 				if sets[k] == nil {
 					sets[k] = map[uint32]bool{}
 				}
-				for _, u := range h.users {
+				users := h.users
+				if !operator && h.shown != nil {
+					users = h.shown
+				}
+				for _, u := range users {
 					sets[k][u] = true
 				}
 			}
@@ -616,15 +633,21 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			var ans struct {
 				Points []hapiUniques `json:"points"`
 			}
-			hapiGet(t, q.url+"/v1/stats/uniques?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 2))+"&period="+period, &ans)
-			assertEqualJSON(t, "uniques by "+period, ans.Points, model(period))
+			target := q.url + "/v1/stats/uniques?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 2)) + "&period=" + period
+			hapiGet(t, target, &ans)
+			assertEqualJSON(t, "uniques by "+period, ans.Points, model(period, false))
+			hapiGet(t, target+"&view=operator", &ans)
+			assertEqualJSON(t, "uniques by "+period+" (operator)", ans.Points, model(period, true))
 		}
-		if m := model("day"); m[0].Users != 153 || m[1].Users != 2 {
+		if m := model("day", true); m[0].Users != 153 || m[1].Users != 2 {
 			t.Fatalf("model: %+v", m)
+		}
+		if m := model("day", false); m[0].Users != 150 || m[1].Users != 2 {
+			t.Fatalf("reader's model: %+v", m)
 		}
 		var csv strings.Builder
 		csv.WriteString("START,END,USERS,SHARDS,BITMAP_BYTES,HLL_BYTES\n")
-		for _, p := range model("day") {
+		for _, p := range model("day", true) { // pulsectl with the operator key asks for the operator view
 			fmt.Fprintf(&csv, "%s,%s,%d,%d,%d,%d\n", csvTime(&p.Start), csvTime(&p.End), p.Users, p.Shards, p.BitmapBytes, p.HyperLogLogBytes)
 		}
 		if out := hapiCLI(t, q.url, "stats", "uniques", "-from", date(d0), "-to", date(d0.AddDate(0, 0, 2)), "-period", "day", "-csv"); out != csv.String() {

@@ -222,19 +222,28 @@ func rollupWant(users map[string]*rollupTimeline, span map[int32][2]int64, final
 			want[fmt.Sprintf("concurrency %d %s", shard, ts(m))] = fmt.Sprintf("online=%v idle=%v invisible=%v close=%d/%d/%d peak=%d",
 				counts[0], counts[1], counts[2], counts[0][59], counts[1][59], counts[2][59], slices.Max(counts[0][:]))
 		}
+		shown := func(s presence.Status) bool { return s == presence.Online || s == presence.Idle }
 		for h := sp[0] / usHour * usHour; h <= sp[1]; h += usHour {
-			var idx []uint32
-			for _, tl := range byShard[shard] {
-				in := present(tl.statusAt(h))
+			// Present, and shown to readers (online or idle), at some instant of the hour.
+			in := func(tl *rollupTimeline, counts func(presence.Status) bool) bool {
+				yes := counts(tl.statusAt(h))
 				for i, at := range tl.at {
-					in = in || (at >= h && at < h+usHour && present(tl.st[i]))
+					yes = yes || (at >= h && at < h+usHour && counts(tl.st[i]))
 				}
-				if in {
+				return yes
+			}
+			var idx, seen []uint32
+			for _, tl := range byShard[shard] {
+				if in(tl, present) {
 					idx = append(idx, tl.index)
+				}
+				if in(tl, shown) {
+					seen = append(seen, tl.index)
 				}
 			}
 			slices.Sort(idx)
-			want[fmt.Sprintf("uniques %d %s", shard, ts(h))] = fmt.Sprintf("users=%v cardinality=%d", idx, len(idx))
+			slices.Sort(seen)
+			want[fmt.Sprintf("uniques %d %s", shard, ts(h))] = fmt.Sprintf("users=%v cardinality=%d shown=%v", idx, len(idx), seen)
 		}
 	}
 	return want
@@ -330,16 +339,19 @@ func rollupRead(t *testing.T, s *gocql.Session, ks string, users map[string]*rol
 		if err := iter.Close(); err != nil {
 			return nil, "concurrency: " + err.Error()
 		}
-		iter = s.Query(`SELECT hour, shard, users, cardinality FROM `+ks+`.uniques WHERE day = ?`, day).IterContext(ctx)
+		iter = s.Query(`SELECT hour, shard, users, cardinality, shown FROM `+ks+`.uniques WHERE day = ?`, day).IterContext(ctx)
 		var hour time.Time
-		var blob []byte
+		var blob, shownBlob []byte
 		var card int64
-		for iter.Scan(&hour, &shard, &blob, &card) {
-			bm := roaring.New()
+		for iter.Scan(&hour, &shard, &blob, &card, &shownBlob) {
+			bm, shown := roaring.New(), roaring.New()
 			if err := bm.UnmarshalBinary(blob); err != nil {
 				return nil, fmt.Sprintf("uniques %d %s: %v", shard, ts(hour), err)
 			}
-			got[fmt.Sprintf("uniques %d %s", shard, ts(hour))] = fmt.Sprintf("users=%v cardinality=%d", bm.ToArray(), card)
+			if err := shown.UnmarshalBinary(shownBlob); err != nil {
+				return nil, fmt.Sprintf("uniques %d %s shown: %v", shard, ts(hour), err)
+			}
+			got[fmt.Sprintf("uniques %d %s", shard, ts(hour))] = fmt.Sprintf("users=%v cardinality=%d shown=%v", bm.ToArray(), card, shown.ToArray())
 		}
 		if err := iter.Close(); err != nil {
 			return nil, "uniques: " + err.Error()

@@ -27,7 +27,7 @@ const (
  sessions, first_seen, last_seen, through, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	insertConcurrencyCQL = `INSERT INTO concurrency (day, minute, shard, online, idle, invisible,
  close_online, close_idle, close_invisible, peak_online) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
-	insertUniquesCQL = `INSERT INTO uniques (day, hour, shard, users, cardinality) VALUES (?, ?, ?, ?, ?) USING TIMESTAMP ?`
+	insertUniquesCQL = `INSERT INTO uniques (day, hour, shard, users, cardinality, shown) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 
 	// Point in time (migrations/0007_point_in_time.cql).
 	insertSnapshotCQL = `INSERT INTO shard_snapshots (shard, hour, at, online, idle, invisible,
@@ -91,10 +91,11 @@ func RollupRows(rows *rollup.Rows, shard int32, ts int64, ttl Retention) []Write
 	for i := range rows.Hours {
 		h := &rows.Hours[i]
 		day := dayOf(h.Hour)
-		var buf bytes.Buffer
-		_, _ = h.Users.WriteTo(&buf) // a bytes.Buffer does not fail
+		var users, shown bytes.Buffer
+		_, _ = h.Users.WriteTo(&users) // a bytes.Buffer does not fail
+		_, _ = h.Shown.WriteTo(&shown)
 		out = append(out, Write{InsertUniques, TableUniques + "\x00" + day.Format(time.DateOnly), []any{
-			day, h.Hour, int(h.Shard), buf.Bytes(), int64(h.Users.GetCardinality()), ts,
+			day, h.Hour, int(h.Shard), users.Bytes(), int64(h.Users.GetCardinality()), shown.Bytes(), ts,
 		}})
 	}
 

@@ -68,7 +68,9 @@
 // one shard are the Union of that period's hours (Period.Hours lists them), and their
 // number its cardinality. Indexes are per shard and a user belongs to one shard, so the
 // unique users of all shards are the sum of each shard's cardinality; bitmaps of
-// different shards are never unioned with each other.
+// different shards are never unioned with each other. Shown is the same for the users
+// online or idle at some instant of the hour: the unique users in a reader's view, where
+// an invisible user is offline.
 //
 // # Lateness and finality
 //

@@ -93,7 +93,9 @@ type Fold struct {
 
 	users map[string]*user
 	dirty []*user // touched since the last Flush
-	alive *roaring.Bitmap
+	// alive holds the users present now, shown those online or idle now: the users
+	// a reader may see (an invisible user reads as offline).
+	alive, shown *roaring.Bitmap
 
 	// Per-second count changes of the unfinished minutes [minStart, minStart+len(mins)),
 	// on top of base, the counts before minStart.
@@ -119,7 +121,8 @@ type Fold struct {
 type minute [60][3]int32
 
 type hour struct {
-	users *roaring.Bitmap
+	users *roaring.Bitmap // present at some instant of the hour
+	shown *roaring.Bitmap // online or idle at some instant of the hour
 	dirty bool
 }
 
@@ -184,6 +187,7 @@ func New(cfg Config) (*Fold, error) {
 		now:       noFrontier,
 		users:     make(map[string]*user),
 		alive:     roaring.New(),
+		shown:     roaring.New(),
 		minDirty:  math.MaxInt64,
 		pit:       newPIT(cfg.SnapshotEvery),
 	}, nil
@@ -203,6 +207,9 @@ func slot(s presence.Status) int {
 }
 
 func present(s presence.Status) bool { return slot(s) >= 0 }
+
+// visible is whether a reader sees s as present: online or idle.
+func visible(s presence.Status) bool { return s == presence.Online || s == presence.Idle }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b
@@ -337,32 +344,52 @@ func (f *Fold) apply(u *user, index uint32, prev, cur presence.Status, at int64)
 		u.sessStart = at
 		u.spent = [3]int64{}
 		f.alive.Add(u.index)
-		for h := floorDiv(at, usHour) - f.hourStart; h < int64(len(f.hours)); h++ {
-			if f.hours[h].users.CheckedAdd(u.index) {
-				f.hours[h].dirty = true
-			}
-		}
+		f.enterHours(at, u.index, hourUsers)
 	case present(prev) && !present(cur):
 		f.closed = append(f.closed, closedSession{user: u.id, start: u.sessStart, end: at, spent: u.spent})
 		u.sessDirty = false // the closed row replaces the open one
 		f.alive.Remove(u.index)
-		// The span ended at `at`: the user is no longer present in the hours after
-		// it, nor in its own hour if it ended exactly where that hour starts.
-		h := floorDiv(at, usHour)
-		if at > h*usHour {
-			h++
-		}
-		for h -= f.hourStart; h < int64(len(f.hours)); h++ {
-			if f.hours[h].users.CheckedRemove(u.index) {
-				f.hours[h].dirty = true
-			}
-		}
+		f.leaveHours(at, u.index, hourUsers)
+	}
+	switch {
+	case !visible(prev) && visible(cur):
+		f.shown.Add(u.index)
+		f.enterHours(at, u.index, hourShown)
+	case visible(prev) && !visible(cur):
+		f.shown.Remove(u.index)
+		f.leaveHours(at, u.index, hourShown)
 	}
 	if present(cur) {
 		u.sessDirty = true
 		f.part(u, floorDiv(at, usDay)).dirty = true
 	}
 	u.status, u.since = cur, at
+}
+
+func hourUsers(h *hour) *roaring.Bitmap { return h.users }
+func hourShown(h *hour) *roaring.Bitmap { return h.shown }
+
+// enterHours adds index to the set of every held hour from at's on.
+func (f *Fold) enterHours(at int64, index uint32, set func(*hour) *roaring.Bitmap) {
+	for h := floorDiv(at, usHour) - f.hourStart; h < int64(len(f.hours)); h++ {
+		if set(&f.hours[h]).CheckedAdd(index) {
+			f.hours[h].dirty = true
+		}
+	}
+}
+
+// leaveHours removes index from the set of the held hours after a span that ended at
+// at, and from at's own hour if the span ended exactly where that hour starts.
+func (f *Fold) leaveHours(at int64, index uint32, set func(*hour) *roaring.Bitmap) {
+	h := floorDiv(at, usHour)
+	if at > h*usHour {
+		h++
+	}
+	for h -= f.hourStart; h < int64(len(f.hours)); h++ {
+		if set(&f.hours[h]).CheckedRemove(index) {
+			f.hours[h].dirty = true
+		}
+	}
 }
 
 // addSpan adds the span [from, to) the user spent in s to the unfinished days it
@@ -419,13 +446,13 @@ func (f *Fold) extend(t int64) {
 	if h < f.hourStart {
 		add := make([]hour, f.hourStart-h)
 		for i := range add {
-			add[i] = hour{users: roaring.New(), dirty: true}
+			add[i] = hour{users: roaring.New(), shown: roaring.New(), dirty: true}
 		}
 		f.hours = slices.Insert(f.hours, 0, add...)
 		f.hourStart = h
 	}
 	for end := f.hourStart + int64(len(f.hours)); h >= end; end++ {
-		f.hours = append(f.hours, hour{users: f.alive.Clone(), dirty: true})
+		f.hours = append(f.hours, hour{users: f.alive.Clone(), shown: f.shown.Clone(), dirty: true})
 	}
 	// A day before the first one seen only gets parts from changes; dayBegun stays, as
 	// nobody can have entered such a day present.
@@ -500,9 +527,10 @@ func (f *Fold) flushHours(r *Rows) {
 		if !f.hours[i].dirty {
 			continue
 		}
-		users := f.hours[i].users.Clone()
+		users, shown := f.hours[i].users.Clone(), f.hours[i].shown.Clone()
 		users.RunOptimize()
-		r.Hours = append(r.Hours, Hour{Shard: f.shard, Hour: time.UnixMicro((f.hourStart + int64(i)) * usHour).UTC(), Users: users})
+		shown.RunOptimize()
+		r.Hours = append(r.Hours, Hour{Shard: f.shard, Hour: time.UnixMicro((f.hourStart + int64(i)) * usHour).UTC(), Users: users, Shown: shown})
 		f.hours[i].dirty = false
 	}
 	done := 0

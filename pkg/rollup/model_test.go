@@ -196,11 +196,12 @@ type table struct {
 	days     map[string]rollup.Day
 	minutes  map[int64]rollup.Minute
 	hours    map[int64][]uint32
+	shown    map[int64][]uint32
 }
 
 func upsert(t *testing.T, flushes []rollup.Rows) table {
 	t.Helper()
-	tb := table{map[string]rollup.Session{}, map[string]rollup.Day{}, map[int64]rollup.Minute{}, map[int64][]uint32{}}
+	tb := table{map[string]rollup.Session{}, map[string]rollup.Day{}, map[int64]rollup.Minute{}, map[int64][]uint32{}, map[int64][]uint32{}}
 	for i, r := range flushes {
 		if !slices.IsSortedFunc(r.Sessions, func(a, b rollup.Session) int {
 			return cmp.Or(cmp.Compare(a.UserID, b.UserID), a.Start.Compare(b.Start))
@@ -224,6 +225,7 @@ func upsert(t *testing.T, flushes []rollup.Rows) table {
 		}
 		for _, h := range r.Hours {
 			tb.hours[h.Hour.UnixMicro()] = h.Users.ToArray()
+			tb.shown[h.Hour.UnixMicro()] = h.Shown.ToArray()
 		}
 	}
 	return tb
@@ -240,6 +242,26 @@ func statusAt(list []mchange, x int64) presence.Status {
 
 func isPresent(s presence.Status) bool { return s != presence.Offline }
 
+// usersIn is the sorted indexes of the users in a status that counts at some instant
+// of [start, end).
+func (r *run) usersIn(start, end int64, counts func(presence.Status) bool) []uint32 {
+	users := []uint32{}
+	for u, list := range r.changes {
+		for k, c := range list {
+			e := int64(1 << 62)
+			if k+1 < len(list) {
+				e = list[k+1].at
+			}
+			if counts(c.status) && max(c.at, start) < min(e, end) {
+				users = append(users, r.index[u])
+				break
+			}
+		}
+	}
+	slices.Sort(users)
+	return users
+}
+
 func addTo(d *rollup.Day, s presence.Status, us int64) {
 	switch s {
 	case presence.Online:
@@ -254,7 +276,7 @@ func addTo(d *rollup.Day, s presence.Status, us int64) {
 // model evaluates the definitions as of the fold's final time.
 func model(r *run) table {
 	now := r.final
-	tb := table{map[string]rollup.Session{}, map[string]rollup.Day{}, map[int64]rollup.Minute{}, map[int64][]uint32{}}
+	tb := table{map[string]rollup.Session{}, map[string]rollup.Day{}, map[int64]rollup.Minute{}, map[int64][]uint32{}, map[int64][]uint32{}}
 	for u, list := range r.changes {
 		id := r.ids[u]
 		end := func(k int) int64 { // end of the span that starts at change k
@@ -356,24 +378,13 @@ func model(r *run) table {
 		tb.minutes[m*usMinute] = row
 	}
 
-	// Unique users: present at some instant of the hour.
+	// Unique users: present at some instant of the hour; shown: online or idle at
+	// some instant of it.
+	isShown := func(s presence.Status) bool { return s == presence.Online || s == presence.Idle }
 	for h := floor(r.first, usHour); h <= floor(now, usHour); h++ {
 		start, hend := h*usHour, (h+1)*usHour
-		users := []uint32{}
-		for u, list := range r.changes {
-			for k, c := range list {
-				e := int64(1 << 62)
-				if k+1 < len(list) {
-					e = list[k+1].at
-				}
-				if isPresent(c.status) && max(c.at, start) < min(e, hend) {
-					users = append(users, r.index[u])
-					break
-				}
-			}
-		}
-		slices.Sort(users)
-		tb.hours[start] = users
+		tb.hours[start] = r.usersIn(start, hend, isPresent)
+		tb.shown[start] = r.usersIn(start, hend, isShown)
 	}
 	return tb
 }
@@ -470,6 +481,11 @@ func compare(t *testing.T, r *run, got, want table) {
 			t.Errorf("hour %v: %d users, want %d", ts(k), len(g), len(w))
 		}
 	}
+	for k, w := range want.shown {
+		if g := got.shown[k]; !slices.Equal(g, w) {
+			t.Errorf("hour %v: %d shown users, want %d", ts(k), len(g), len(w))
+		}
+	}
 }
 
 // encodeRows is a byte form of everything Flush handed out, bitmaps in their portable
@@ -516,11 +532,13 @@ func encodeRows(t testing.TB, flushes []rollup.Rows) []byte {
 		for _, h := range r.Hours {
 			b = binary.AppendVarint(b, int64(h.Shard))
 			tm(h.Hour)
-			bm, err := h.Users.ToBytes()
-			if err != nil {
-				t.Fatal(err)
+			for _, set := range []*roaring.Bitmap{h.Users, h.Shown} {
+				bm, err := set.ToBytes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				str(string(bm))
 			}
-			str(string(bm))
 		}
 		for _, sn := range r.Snapshots {
 			b = binary.AppendVarint(b, int64(sn.Shard))

@@ -162,14 +162,12 @@ func (d *decoder) pit(shard int32) pit {
 		d.fail("snapshot boundary off the interval")
 	}
 	for k := range p.status {
-		p.status[k] = roaring.New()
-		if raw := d.bytes(); d.err == nil {
-			if err := p.status[k].UnmarshalBinary(raw); err != nil {
-				d.fail("bad snapshot bitmap: " + err.Error())
-			} else if err := p.status[k].Validate(); err != nil {
-				d.fail("bad snapshot bitmap: " + err.Error())
-			}
+		bm, err := d.bitmap()
+		if err != nil {
+			d.fail("bad snapshot bitmap: " + err.Error())
+			bm = roaring.New()
 		}
+		p.status[k] = bm
 	}
 	p.pending = make([]pitChange, d.count(4))
 	for i := range p.pending {

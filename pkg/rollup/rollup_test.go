@@ -3,6 +3,7 @@ package rollup_test
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -365,6 +366,80 @@ func TestUniqueUsersPerHour(t *testing.T) {
 	}
 	if n := rollup.Cardinality(); n != 0 {
 		t.Errorf("cardinality of nothing %d", n)
+	}
+}
+
+// TestShownUsersPerHour: an hour's shown users are those online or idle at some
+// instant of it; a user who was only invisible in the hour is not among them.
+func TestShownUsersPerHour(t *testing.T) {
+	s := newShard(t)
+	s.change("u0", invis, "2026-03-14T10:10:00Z")
+	s.change("u0", on, "2026-03-14T11:59:59.999999Z") // shown from the hour's last microsecond
+	s.change("u0", invis, "2026-03-14T12:00:00Z")     // left exactly as 12:00 starts
+	s.change("u0", off, "2026-03-14T13:30:00Z")
+	s.change("u1", idle, "2026-03-14T10:30:00Z")
+	s.change("u1", invis, "2026-03-14T10:40:00Z")
+	s.change("u1", off, "2026-03-14T12:30:00Z")
+	s.change("u2", invis, "2026-03-14T12:10:00Z") // still invisible at the end
+	s.f.Advance(at("2026-03-14T14:11:00Z"))
+	r := s.f.Flush()
+	want := map[string][2][]uint32{ // users, shown
+		"2026-03-14T10:00:00Z": {{10, 11}, {11}},
+		"2026-03-14T11:00:00Z": {{10, 11}, {10}},
+		"2026-03-14T12:00:00Z": {{10, 11, 12}, {}},
+		"2026-03-14T13:00:00Z": {{10, 12}, {}},
+		"2026-03-14T14:00:00Z": {{12}, {}},
+	}
+	if len(r.Hours) != len(want) {
+		t.Fatalf("%d hour rows, want %d", len(r.Hours), len(want))
+	}
+	for _, h := range r.Hours {
+		w := want[h.Hour.Format(time.RFC3339)]
+		if users, shown := h.Users.ToArray(), h.Shown.ToArray(); !slices.Equal(users, w[0]) || !slices.Equal(shown, w[1]) {
+			t.Errorf("hour %v: users %v shown %v, want %v and %v", h.Hour, users, shown, w[0], w[1])
+		}
+	}
+}
+
+// TestVersion2CheckpointShowsItsHoursUsers: a checkpoint written before hours had shown
+// users (testdata/checkpoint-v2.bin: u1, index 1, online since 10:10 and u2, index 2,
+// invisible since 10:20, folded to 10:30) restores its hours with every user shown, as
+// readers counted them then; changes after it are told apart again.
+func TestVersion2CheckpointShowsItsHoursUsers(t *testing.T) {
+	data, err := os.ReadFile("testdata/checkpoint-v2.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := rollup.New(rollup.Config{Shard: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.UnmarshalBinary(data); err != nil {
+		t.Fatalf("restoring a version 2 checkpoint: %v", err)
+	}
+	f.Apply(rollup.Change{UserID: "u3", Index: 3, Previous: off, Current: invis, At: at("2026-03-14T10:40:00Z")})
+	f.Apply(rollup.Change{UserID: "u1", Index: 1, Previous: on, Current: off, At: at("2026-03-14T10:50:00Z")})
+	f.Advance(at("2026-03-14T11:05:00Z"))
+	r := f.Flush()
+	want := map[string][2][]uint32{
+		"2026-03-14T10:00:00Z": {{1, 2, 3}, {1, 2}},
+		"2026-03-14T11:00:00Z": {{2, 3}, {}},
+	}
+	if len(r.Hours) != len(want) {
+		t.Fatalf("%d hour rows, want %d", len(r.Hours), len(want))
+	}
+	for _, h := range r.Hours {
+		w := want[h.Hour.Format(time.RFC3339)]
+		if users, shown := h.Users.ToArray(), h.Shown.ToArray(); !slices.Equal(users, w[0]) || !slices.Equal(shown, w[1]) {
+			t.Errorf("hour %v: users %v shown %v, want %v and %v", h.Hour, users, shown, w[0], w[1])
+		}
+	}
+	again, err := f.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0] != 3 {
+		t.Errorf("rewritten as version %d, want 3", again[0])
 	}
 }
 

@@ -83,12 +83,15 @@ func (m *Minute) PeakOnline() uint32 {
 }
 
 // Hour is the set of a shard's users present at some instant of one UTC hour (Q6),
-// keyed by Shard and Hour. Users holds dense indexes of the shard (guarantee 8); it is
-// the row's own copy. Store it with Users.WriteTo, the portable roaring format.
+// keyed by Shard and Hour. Users holds dense indexes of the shard (guarantee 8); Shown,
+// a subset of Users, those of them online or idle at some instant of the hour: the
+// users a reader may count, to whom a user who was only invisible was offline. Both
+// are the row's own copies. Store them with WriteTo, the portable roaring format.
 type Hour struct {
 	Shard int32
 	Hour  time.Time
 	Users *roaring.Bitmap
+	Shown *roaring.Bitmap
 }
 
 // Union is the users of one shard present in any of the given hours: the hours of a

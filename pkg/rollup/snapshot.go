@@ -15,8 +15,8 @@ import (
 )
 
 // snapshotVersion leads every checkpoint so that a later layout can still read this one.
-// Version 2 added the point-in-time state.
-const snapshotVersion = 2
+// Version 2 added the point-in-time state, version 3 each hour's shown users.
+const snapshotVersion = 3
 
 // MarshalBinary is a checkpoint of the whole fold: restoring it with UnmarshalBinary and
 // folding the rest of the log hands out the same rows as never having stopped. It is a
@@ -67,13 +67,15 @@ func (f *Fold) MarshalBinary() ([]byte, error) {
 	b = binary.AppendVarint(b, f.hourStart)
 	b = binary.AppendUvarint(b, uint64(len(f.hours)))
 	for _, h := range f.hours {
-		bm, err := h.users.ToBytes()
-		if err != nil {
-			return nil, fmt.Errorf("encoding an hour's users: %w", err)
-		}
 		b = appendBool(b, h.dirty)
-		b = binary.AppendUvarint(b, uint64(len(bm)))
-		b = append(b, bm...)
+		for _, set := range []*roaring.Bitmap{h.users, h.shown} {
+			bm, err := set.ToBytes()
+			if err != nil {
+				return nil, fmt.Errorf("encoding an hour's users: %w", err)
+			}
+			b = binary.AppendUvarint(b, uint64(len(bm)))
+			b = append(b, bm...)
+		}
 	}
 
 	b = binary.AppendVarint(b, f.dayDone)
@@ -145,8 +147,9 @@ func (f *Fold) UnmarshalBinary(data []byte) error {
 
 func decode(data []byte) (*Fold, error) {
 	d := decoder{b: data}
-	if v := d.byte(); v != snapshotVersion {
-		return nil, fmt.Errorf("unknown version %d", v)
+	version := d.byte()
+	if version != snapshotVersion && version != 2 {
+		return nil, fmt.Errorf("unknown version %d", version)
 	}
 	f, _ := New(Config{})
 	f.shard = int32(d.varint())
@@ -181,17 +184,21 @@ func decode(data []byte) (*Fold, error) {
 	f.hourStart = d.bucket()
 	f.hours = make([]hour, d.count(2))
 	for i := range f.hours {
-		f.hours[i].dirty = d.bool()
-		bm := roaring.New()
-		if raw := d.bytes(); d.err == nil {
-			if err := bm.UnmarshalBinary(raw); err != nil {
-				return nil, fmt.Errorf("hour %d: %w", i, err)
-			}
-			if err := bm.Validate(); err != nil {
-				return nil, fmt.Errorf("hour %d: %w", i, err)
-			}
+		h := &f.hours[i]
+		h.dirty = d.bool()
+		var err error
+		if h.users, err = d.bitmap(); err != nil {
+			return nil, fmt.Errorf("hour %d: %w", i, err)
 		}
-		f.hours[i].users = bm
+		if version == 2 {
+			// A version 2 checkpoint holds no shown users: those of the hours it holds
+			// are taken as all their users, as readers counted them before.
+			h.shown = h.users.Clone()
+			continue
+		}
+		if h.shown, err = d.bitmap(); err != nil {
+			return nil, fmt.Errorf("hour %d: %w", i, err)
+		}
 	}
 
 	f.dayDone, f.dayBegun = d.bucket(), d.bucket()
@@ -256,6 +263,9 @@ func decode(data []byte) (*Fold, error) {
 		f.users[u.id] = u
 		if present(u.status) {
 			f.alive.Add(u.index)
+		}
+		if visible(u.status) {
+			f.shown.Add(u.index)
 		}
 		if u.inDirty {
 			f.dirty = append(f.dirty, u)
@@ -401,6 +411,23 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) string() string { return string(d.bytes()) }
+
+// bitmap reads a roaring bitmap in its portable format; a malformed one is an error,
+// and so is reading past a failure (the bitmap is then empty).
+func (d *decoder) bitmap() (*roaring.Bitmap, error) {
+	bm := roaring.New()
+	raw := d.bytes()
+	if d.err != nil {
+		return bm, nil
+	}
+	if err := bm.UnmarshalBinary(raw); err != nil {
+		return nil, err
+	}
+	if err := bm.Validate(); err != nil {
+		return nil, err
+	}
+	return bm, nil
+}
 
 // status reads a status; unset is allowed only where no span has set one yet.
 func (d *decoder) status(unset bool) presence.Status {

@@ -449,7 +449,7 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 		return err
 	}
 	defer cancel()
-	fold := uniquesFold{period: period}
+	fold := uniquesFold{period: period, operator: auth.OperatorView(c)}
 	for d := dayOf(start); d.Before(end); d = d.AddDate(0, 0, 1) {
 		var foldErr error
 		err := h.limits.read(ctx, func() error {

@@ -335,11 +335,14 @@ func parsePeriod(s string) (rollup.Period, string, error) {
 }
 
 // uniquesFold unions each shard's hours per period. Rows must come in hour order.
+// Readers count the users shown in each hour (online or idle at some instant of it),
+// operators everyone present, invisible included.
 type uniquesFold struct {
-	period rollup.Period
-	points []uniquesPoint
-	start  time.Time
-	shards map[int]*roaring.Bitmap
+	period   rollup.Period
+	operator bool
+	points   []uniquesPoint
+	start    time.Time
+	shards   map[int]*roaring.Bitmap
 }
 
 func (f *uniquesFold) add(r historystore.HourUsers) error {
@@ -351,8 +354,12 @@ func (f *uniquesFold) add(r historystore.HourUsers) error {
 		f.start, f.shards = start, map[int]*roaring.Bitmap{}
 		f.points = append(f.points, uniquesPoint{Start: start, End: end})
 	}
+	users := r.Public()
+	if f.operator {
+		users = r.Users
+	}
 	bm := roaring.New()
-	if err := bm.UnmarshalBinary(r.Users); err != nil {
+	if err := bm.UnmarshalBinary(users); err != nil {
 		return fmt.Errorf("uniques of shard %d at %s: %w", r.Shard, r.Hour.Format(time.RFC3339), err)
 	}
 	if u := f.shards[r.Shard]; u != nil {
