@@ -62,7 +62,7 @@ func benchFanOut(b *testing.B, subscribers, perSub, users, rate int) {
 		for _, id := range dedupe(watch) {
 			subsOf[id]++
 		}
-		s, err := h.hub.Open(Options{UserIDs: watch})
+		s, err := h.hub.Open(context.Background(), Options{UserIDs: watch})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -66,7 +66,9 @@ func EncodeCursor(topic uint32, offsets []int64) string {
 func (c Cursor) String() string { return EncodeCursor(c.Topic, c.Offsets) }
 
 // DecodeCursor decodes what EncodeCursor made. It checks the cursor's form only;
-// whether it fits a log (topic, partitions, offsets) is the hub's to judge.
+// whether it fits a log (topic, partitions, offsets) is the hub's to judge. Its
+// errors go to clients, so they say what is wrong without naming partitions or
+// offsets.
 func DecodeCursor(s string) (Cursor, error) {
 	body, err := cursorFormat.Decode(s)
 	if err != nil {
@@ -83,13 +85,13 @@ func DecodeCursor(s string) (Cursor, error) {
 	for i := range c.Offsets {
 		o, k := binary.Uvarint(rest)
 		if k <= 0 || o > math.MaxInt64 {
-			return Cursor{}, fmt.Errorf("%w: bad offset of partition %d", ErrBadCursor, i)
+			return Cursor{}, fmt.Errorf("%w: bad offset", ErrBadCursor)
 		}
 		c.Offsets[i] = int64(o)
 		rest = rest[k:]
 	}
 	if len(rest) != 0 {
-		return Cursor{}, fmt.Errorf("%w: %d trailing bytes", ErrBadCursor, len(rest))
+		return Cursor{}, fmt.Errorf("%w: trailing bytes", ErrBadCursor)
 	}
 	return c, nil
 }

@@ -53,14 +53,16 @@ func testConfig(brokers []string) Config {
 			DialTimeout: time.Second, RequestTimeout: 5 * time.Second, RetryTimeout: 5 * time.Second,
 			EventsTopic: "events", ChangesTopic: testTopic,
 		},
-		QueueSize:       1024,
-		ReplayBuffer:    1024,
-		DedupeLookback:  100,
-		MaxUsers:        100,
-		SnapshotTimeout: time.Second,
-		CatchUpTimeout:  2 * time.Second,
-		MaxLogReplays:   2,
-		DrainTimeout:    5 * time.Second,
+		QueueSize:                 1024,
+		ReplayBuffer:              1024,
+		DedupeLookback:            100,
+		MaxUsers:                  100,
+		SnapshotTimeout:           time.Second,
+		CatchUpTimeout:            2 * time.Second,
+		MaxLogReplays:             2,
+		MaxLogReplaysPerPrincipal: 2,
+		ReplayWait:                5 * time.Second,
+		DrainTimeout:              5 * time.Second,
 	}
 }
 
@@ -173,7 +175,7 @@ func (h *harness) produce(changes ...*pulsev1.Change) {
 
 func (h *harness) open(o Options) *Session {
 	h.t.Helper()
-	s, err := h.hub.Open(o)
+	s, err := h.hub.Open(context.Background(), o)
 	if err != nil {
 		h.t.Fatalf("Open(%+v): %v", o, err)
 	}

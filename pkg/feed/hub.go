@@ -59,8 +59,16 @@ type Config struct {
 	// CatchUpTimeout is how long a resume waits for this instance to reach a cursor
 	// another, further instance issued.
 	CatchUpTimeout time.Duration
-	// MaxLogReplays bounds the resumes reading Kafka at once; others wait their turn.
-	MaxLogReplays int
+	// MaxLogReplays bounds the resumes reading Kafka at once, MaxLogReplaysPerPrincipal
+	// those of one principal (Options.Principal); others wait their turn, up to
+	// ReplayWait, then fail with ErrReplaysBusy.
+	MaxLogReplays             int
+	MaxLogReplaysPerPrincipal int
+	ReplayWait                time.Duration
+	// CommandRate bounds the commands one connection may send per second, up to
+	// CommandBurst at once (Session.AdmitCommand); 0: no bound.
+	CommandRate  float64
+	CommandBurst int
 	// DrainTimeout bounds how long Run waits, at shutdown, for connections to close.
 	DrainTimeout time.Duration
 }
@@ -86,7 +94,13 @@ func (c Config) Validate() error {
 	if c.MaxLogReplays < 1 {
 		errs = append(errs, fmt.Errorf("feed max log replays %d: must be at least 1", c.MaxLogReplays))
 	}
-	if c.SnapshotTimeout <= 0 || c.CatchUpTimeout <= 0 || c.DrainTimeout <= 0 {
+	if c.MaxLogReplaysPerPrincipal < 1 {
+		errs = append(errs, fmt.Errorf("feed max log replays per principal %d: must be at least 1", c.MaxLogReplaysPerPrincipal))
+	}
+	if c.CommandRate < 0 || c.CommandRate > 0 && c.CommandBurst < 1 {
+		errs = append(errs, fmt.Errorf("feed command rate %v, burst %d: want a rate of 0 (no bound) or a positive rate and burst", c.CommandRate, c.CommandBurst))
+	}
+	if c.SnapshotTimeout <= 0 || c.CatchUpTimeout <= 0 || c.DrainTimeout <= 0 || c.ReplayWait <= 0 {
 		errs = append(errs, errors.New("feed timeouts: must be positive"))
 	}
 	return errors.Join(errs...)
@@ -124,7 +138,7 @@ type Hub struct {
 	logger      *slog.Logger
 	reg         prometheus.Registerer // for the tail client's metrics, once
 	m           *metrics
-	replays     chan struct{} // one token per running log replay
+	replays     *replaySlots
 
 	// mu guards the fields below and the subscribers' fan-out state; the helpers
 	// named ...Locked expect the caller to hold it.
@@ -158,7 +172,7 @@ func NewHub(cfg Config, state StateReader, logger *slog.Logger, reg prometheus.R
 		logger:      logger.With("component", "feed"),
 		reg:         reg,
 		m:           newMetrics(reg),
-		replays:     make(chan struct{}, cfg.MaxLogReplays),
+		replays:     newReplaySlots(cfg.MaxLogReplays, cfg.MaxLogReplaysPerPrincipal),
 		ring:        ring{buf: make([]*entry, cfg.ReplayBuffer)},
 		byUser:      make(map[string][]*subscriber),
 		open:        make(map[*subscriber]struct{}),
@@ -457,7 +471,9 @@ type subscriber struct {
 
 	registered bool
 	dropped    bool
-	users      map[string]struct{} // in byUser while registered
+	// users are the ids s is under in byUser while registered, each with s's index in
+	// that id's slice, so that leaving costs O(1) per id however many others watch it.
+	users map[string]int
 }
 
 // item is what a subscriber's queue holds: a change, or a snapshot to take here.
@@ -491,29 +507,40 @@ func (h *Hub) indexLocked(s *subscriber, ids []string) {
 		if _, ok := s.users[id]; ok {
 			continue
 		}
-		s.users[id] = struct{}{}
+		s.users[id] = len(h.byUser[id])
 		h.byUser[id] = append(h.byUser[id], s)
 	}
 }
 
-// unindexLocked removes s from under each of ids it watches. The caller holds h.mu.
+// unindexLocked removes s from under each of ids it watches: O(1) per id, since s
+// knows where it stands in each id's slice (the last subscriber takes its place). The
+// caller holds h.mu.
 func (h *Hub) unindexLocked(s *subscriber, ids []string) {
 	for _, id := range ids {
-		if _, ok := s.users[id]; !ok {
-			continue
+		if i, ok := s.users[id]; ok {
+			delete(s.users, id)
+			h.dropLocked(s, id, i)
 		}
-		delete(s.users, id)
-		subs := h.byUser[id]
-		if i := slices.Index(subs, s); i >= 0 {
-			subs[i] = subs[len(subs)-1]
-			subs[len(subs)-1] = nil
-			subs = subs[:len(subs)-1]
-		}
-		if len(subs) == 0 {
-			delete(h.byUser, id)
-		} else {
-			h.byUser[id] = subs
-		}
+	}
+}
+
+// dropLocked removes s, at index i, from byUser[id]. The caller holds h.mu.
+func (h *Hub) dropLocked(s *subscriber, id string, i int) {
+	subs := h.byUser[id]
+	last := len(subs) - 1
+	if i > last || subs[i] != s {
+		panic(fmt.Sprintf("feed: subscriber index of %q out of step", id)) // a bug, never the client's
+	}
+	if i != last {
+		moved := subs[last]
+		subs[i] = moved
+		moved.users[id] = i
+	}
+	subs[last] = nil
+	if last == 0 {
+		delete(h.byUser, id)
+	} else {
+		h.byUser[id] = subs[:last]
 	}
 }
 
@@ -530,9 +557,10 @@ func (h *Hub) unregisterLocked(s *subscriber) {
 		}
 		return
 	}
-	for id := range s.users {
-		h.unindexLocked(s, []string{id})
+	for id, i := range s.users {
+		h.dropLocked(s, id, i)
 	}
+	clear(s.users)
 }
 
 // attachFresh registers s live at the hub's position and queues the snapshot of ids
@@ -594,16 +622,16 @@ func (h *Hub) attachAt(s *subscriber, ids []string, from []int64) ([]*entry, []i
 	return out, walk, attached, nil
 }
 
-// subscribe adds ids to a registered s and queues their snapshot; want are the ids
-// to snapshot (those already watched included).
-func (h *Hub) subscribe(s *subscriber, add, want []string) {
+// subscribe adds ids to a registered s and queues their snapshot: only the ids
+// added, so that naming watched ids again costs no state read.
+func (h *Hub) subscribe(s *subscriber, add []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.dropped {
 		return
 	}
 	h.indexLocked(s, add)
-	h.offerLocked(s, item{snap: &snapMarker{ids: want, cursor: EncodeCursor(h.fingerprint, h.pos)}})
+	h.offerLocked(s, item{snap: &snapMarker{ids: add, cursor: EncodeCursor(h.fingerprint, h.pos)}})
 	h.kickSlowLocked()
 }
 

@@ -382,7 +382,7 @@ func TestShutdownClosesSessions(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrGoingAway) {
 		t.Fatalf("Next at shutdown = %v, want ErrGoingAway", err)
 	}
-	if _, err := h.hub.Open(Options{}); !errors.Is(err, ErrGoingAway) {
+	if _, err := h.hub.Open(context.Background(), Options{}); !errors.Is(err, ErrGoingAway) {
 		t.Fatalf("Open after shutdown = %v, want ErrGoingAway", err)
 	}
 }
@@ -393,18 +393,18 @@ func TestOpenRefusesBeforeReadyAndBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hub.Open(Options{UserIDs: []string{"u"}}); !errors.Is(err, ErrNotReady) {
+	if _, err := hub.Open(context.Background(), Options{UserIDs: []string{"u"}}); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("Open before Run = %v, want ErrNotReady", err)
 	}
 	h.start()
-	if _, err := h.hub.Open(Options{Firehose: true, UserIDs: []string{"u"}}); !errors.Is(err, ErrInvalid) {
+	if _, err := h.hub.Open(context.Background(), Options{Firehose: true, UserIDs: []string{"u"}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("firehose with ids = %v, want ErrInvalid", err)
 	}
 	many := make([]string, h.cfg.MaxUsers+1)
 	for i := range many {
 		many[i] = fmt.Sprint(i)
 	}
-	if _, err := h.hub.Open(Options{UserIDs: many}); !errors.Is(err, ErrInvalid) {
+	if _, err := h.hub.Open(context.Background(), Options{UserIDs: many}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("too many ids = %v, want ErrInvalid", err)
 	}
 }

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_feed_resumes_total",
-			Help: "Connections that came with a cursor, by how they were served (buffer: from memory; log: read from Kafka first; expired: cursor too old or foreign, fresh snapshot sent).",
+			Help: "Connections that came with a cursor, by how they were served (buffer: from memory; log: read from Kafka first; expired: cursor too old or foreign, fresh snapshot sent; busy: refused, no log replay slot freed up in time).",
 		}, []string{"source"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pulse_feed_ready",
@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"change", "duplicate", "undecodable"} {
 		m.records.WithLabelValues(r)
 	}
-	for _, s := range []string{"buffer", "log", "expired"} {
+	for _, s := range []string{"buffer", "log", "expired", "busy"} {
 		m.resumes.WithLabelValues(s)
 	}
 	if reg != nil {

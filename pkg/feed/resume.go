@@ -18,6 +18,8 @@ type resume struct {
 	ids     []string               // the users watched from the start
 	watches func(user string) bool // the session's: whose changes it delivers
 	from    Cursor
+	// principal is whose replay slots the resume counts against.
+	principal string
 
 	// at is the position reached, the next offset per partition; nil until the
 	// cursor has been checked against the log.
@@ -29,6 +31,47 @@ type resume struct {
 	marks  marks
 	primed bool // the lookback before the cursor has been read into marks
 	token  bool // holds one of the hub's log replay slots (Config.MaxLogReplays)
+}
+
+// Client-facing reasons a cursor cannot be served. They name no partition or offset:
+// where the log stands is the server's business, and goes to its log.
+const (
+	whyOtherLog = "the cursor was issued for another change log"
+	whyAhead    = "the cursor is ahead of the change log"
+	whyRetained = "the change log no longer holds every change after the cursor (retention)"
+	whyTrimmed  = "the change log was trimmed past the cursor while it was replayed"
+)
+
+// needsLog reports whether resuming from c reads the log: it belongs to this log
+// and the ring no longer reaches back to it in some partition. A resume the check
+// will expire needs no slot.
+func (h *Hub) needsLog(c Cursor) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.Topic != h.fingerprint || len(c.Offsets) != len(h.base) {
+		return false
+	}
+	for p, o := range c.Offsets {
+		if o < h.base[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// acquire takes a log replay slot for the resume, waiting up to Config.ReplayWait.
+func (r *resume) acquire(ctx context.Context) error {
+	if r.token {
+		return nil
+	}
+	if err := r.h.replays.acquire(ctx, r.sub.ctx, r.principal, r.h.cfg.ReplayWait); err != nil {
+		if errors.Is(err, ErrReplaysBusy) {
+			r.h.m.resumes.WithLabelValues("busy").Inc()
+		}
+		return err
+	}
+	r.token = true
+	return nil
 }
 
 // outcome is what one step of a resume got to.
@@ -69,16 +112,17 @@ func (r *resume) check(ctx context.Context) (expired string, err error) {
 	h.mu.Unlock()
 	switch {
 	case r.from.Topic != h.fingerprint:
-		return "the cursor was issued for another change log", nil
+		return whyOtherLog, nil
 	case len(r.from.Offsets) != n:
-		return fmt.Sprintf("the cursor names %d partitions; the change log has %d", len(r.from.Offsets), n), nil
+		h.logger.Debug("a cursor names another partition count", "cursor_partitions", len(r.from.Offsets), "partitions", n)
+		return whyOtherLog, nil
 	}
 	ok, err := h.waitFor(ctx, r.sub, r.from.Offsets)
 	if err != nil {
 		return "", err
 	}
 	if !ok {
-		return "the cursor is ahead of the change log", nil
+		return whyAhead, nil
 	}
 	r.at = slices.Clone(r.from.Offsets)
 	return "", nil
@@ -95,7 +139,7 @@ func (r *resume) attach(ctx context.Context) (outcome, error) {
 	}
 	switch res {
 	case ahead:
-		return outcome{expired: "the cursor is ahead of the change log"}, nil
+		return outcome{expired: whyAhead}, nil
 	case attached:
 		if !r.primed {
 			h.m.resumes.WithLabelValues("buffer").Inc()
@@ -116,7 +160,8 @@ func (r *resume) attach(ctx context.Context) (outcome, error) {
 		}
 		for p, o := range r.at {
 			if o < starts[p] {
-				return outcome{expired: fmt.Sprintf("partition %d of the change log starts at %d, after the cursor's %d", p, starts[p], o)}, nil
+				h.logger.Debug("a cursor is older than the change log", "partition", p, "log_start", starts[p], "cursor_offset", o)
+				return outcome{expired: whyRetained}, nil
 			}
 		}
 		// The partitions read start early enough to recognise duplicates of changes
@@ -130,15 +175,10 @@ func (r *resume) attach(ctx context.Context) (outcome, error) {
 		r.marks = newMarks(len(r.at))
 		r.primed = true
 	}
-	if !r.token {
-		select {
-		case h.replays <- struct{}{}:
-			r.token = true
-		case <-ctx.Done():
-			return outcome{}, ctx.Err()
-		case <-r.sub.ctx.Done():
-			return outcome{}, context.Cause(r.sub.ctx)
-		}
+	// Open took the slot when the cursor was already behind the ring; one that fell
+	// behind while the resume caught up takes it here, under the same bounds.
+	if err := r.acquire(ctx); err != nil {
+		return outcome{}, err
 	}
 	r.log.close()
 	r.log = nil
@@ -160,7 +200,8 @@ func (r *resume) read(ctx context.Context) (outcome, error) {
 	stop()
 	cancel()
 	if errors.Is(err, errTrimmed) {
-		return outcome{expired: "the change log was trimmed past the cursor while it was replayed"}, nil
+		h.logger.Debug("the change log was trimmed during a replay", "err", err)
+		return outcome{expired: whyTrimmed}, nil
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -222,7 +263,7 @@ func (r *resume) release() {
 	r.log.close()
 	r.log = nil
 	if r.token {
-		<-r.h.replays
+		r.h.replays.release(r.principal)
 		r.token = false
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
@@ -29,6 +31,9 @@ const (
 	// CodeForbidden: a subscribe named a user the connection's credential may not
 	// watch; ignored.
 	CodeForbidden = "forbidden"
+	// CodeRateLimited: the client sent commands faster than its connection's rate
+	// (Config.CommandRate); the command was ignored.
+	CodeRateLimited = "rate_limited"
 )
 
 // Message is one message for the client, already JSON.
@@ -55,6 +60,9 @@ type Options struct {
 	Operator bool
 	// Cursor, when set, resumes after it instead of starting with a snapshot.
 	Cursor *Cursor
+	// Principal names the credential (a key's name, a user token's user): its
+	// resumes share Config.MaxLogReplaysPerPrincipal replay slots.
+	Principal string
 }
 
 type phase int
@@ -91,6 +99,8 @@ type Session struct {
 	// resume is the way back to the cursor the session was opened with; nil for a
 	// session that starts with a snapshot, and once the resume is done.
 	resume *resume
+	// commands is the connection's command bucket (Config.CommandRate); nil: no bound.
+	commands *rate.Limiter
 
 	closed bool
 }
@@ -119,8 +129,11 @@ type command struct {
 
 // Open starts a session. It fails with ErrNotReady before the hub has found the end
 // of the log, ErrGoingAway while it shuts down, and ErrInvalid for options that
-// cannot be served.
-func (h *Hub) Open(o Options) (*Session, error) {
+// cannot be served. A cursor the hub's memory no longer reaches back to needs a log
+// replay: Open waits for a replay slot (Config.ReplayWait at most, or until ctx
+// ends) and fails with ErrReplaysBusy or ErrPrincipalReplaysBusy when none frees up,
+// so that a transport can refuse the connection before it starts.
+func (h *Hub) Open(ctx context.Context, o Options) (*Session, error) {
 	if o.Firehose && len(o.UserIDs) > 0 {
 		return nil, fmt.Errorf("%w: firehose takes no user ids", ErrInvalid)
 	}
@@ -128,10 +141,10 @@ func (h *Hub) Open(o Options) (*Session, error) {
 	if len(ids) > h.cfg.MaxUsers {
 		return nil, fmt.Errorf("%w: at most %d user ids per connection, got %d", ErrInvalid, h.cfg.MaxUsers, len(ids))
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
+	sctx, cancel := context.WithCancelCause(context.Background())
 	sub := &subscriber{
-		q: newQueue(h.cfg.QueueSize), ctx: ctx, cancel: cancel,
-		operator: o.Operator, firehose: o.Firehose, users: make(map[string]struct{}),
+		q: newQueue(h.cfg.QueueSize), ctx: sctx, cancel: cancel,
+		operator: o.Operator, firehose: o.Firehose, users: make(map[string]int),
 	}
 	h.mu.Lock()
 	switch {
@@ -155,6 +168,9 @@ func (h *Hub) Open(o Options) (*Session, error) {
 	for _, id := range ids {
 		s.wanted[id] = struct{}{}
 	}
+	if h.cfg.CommandRate > 0 {
+		s.commands = rate.NewLimiter(rate.Limit(h.cfg.CommandRate), h.cfg.CommandBurst)
+	}
 	if o.Cursor != nil {
 		// A resumed client has every change of its users up to the cursor: they are
 		// delivered from the start, no snapshot first.
@@ -162,9 +178,22 @@ func (h *Hub) Open(o Options) (*Session, error) {
 			s.users[id] = struct{}{}
 		}
 		s.phase = phaseResume
-		s.resume = &resume{h: h, sub: sub, ids: ids, watches: s.watches, from: *o.Cursor}
+		s.resume = &resume{h: h, sub: sub, ids: ids, watches: s.watches, from: *o.Cursor, principal: o.Principal}
+		if h.needsLog(*o.Cursor) {
+			if err := s.resume.acquire(ctx); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
 	}
 	return s, nil
+}
+
+// AdmitCommand takes a token of the connection's command bucket for one command;
+// false when the client sends faster than Config.CommandRate allows, and the command
+// must be ignored. For the transport's reading goroutine.
+func (s *Session) AdmitCommand() bool {
+	return s.commands == nil || s.commands.Allow()
 }
 
 func kind(firehose bool) string {
@@ -426,7 +455,7 @@ func (s *Session) handle(c command) error {
 		for _, id := range add {
 			s.wanted[id] = struct{}{}
 		}
-		s.h.subscribe(s.sub, add, ids)
+		s.h.subscribe(s.sub, add)
 	case cmdUnsubscribe:
 		if s.firehose {
 			s.pending = append(s.pending, outgoing{msg: errorMessage(CodeInvalidCommand, "a firehose connection cannot unsubscribe users")})

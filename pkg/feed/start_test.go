@@ -46,7 +46,7 @@ func TestRunRetriesUntilKafkaAnswers(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("no retry logged within 10s of an unreachable Kafka")
 			}
-			if _, err := hub.Open(Options{}); !errors.Is(err, ErrNotReady) {
+			if _, err := hub.Open(context.Background(), Options{}); !errors.Is(err, ErrNotReady) {
 				t.Fatalf("Open while Kafka is down = %v, want ErrNotReady", err)
 			}
 			if tt.kafkaUp {
@@ -60,7 +60,7 @@ func TestRunRetriesUntilKafkaAnswers(t *testing.T) {
 						t.Fatal("hub not ready 15s after Kafka came up")
 					}
 				}
-				s, err := hub.Open(Options{UserIDs: []string{"u"}})
+				s, err := hub.Open(context.Background(), Options{UserIDs: []string{"u"}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -110,8 +110,16 @@ type FeedConfig struct {
 	// CatchUpTimeout is how long a resume waits for this instance to reach the
 	// position of a cursor another instance issued.
 	CatchUpTimeout time.Duration
-	// MaxLogReplays bounds the resumes reading Kafka at the same time.
-	MaxLogReplays int
+	// MaxLogReplays bounds the resumes reading Kafka at the same time,
+	// MaxLogReplaysPerPrincipal those of one key or user token; a resume waits up to
+	// ReplayWait for a slot, then is refused with a 503.
+	MaxLogReplays             int
+	MaxLogReplaysPerPrincipal int
+	ReplayWait                time.Duration
+	// CommandRate bounds the WebSocket commands one connection sends per second, up
+	// to CommandBurst at once; 0: no bound.
+	CommandRate  int
+	CommandBurst int
 	// MaxConns bounds the feed connections (WebSocket and SSE) of this instance,
 	// MaxConnsPerKey those of one key or user token; 0: no bound.
 	MaxConns       int
@@ -203,6 +211,18 @@ func (c *Config) vars() []*config.Var {
 			"how long a resume waits for this instance to reach a cursor another instance issued", config.Positive),
 		config.Int(&f.MaxLogReplays, "PULSE_FEED_MAX_LOG_REPLAYS", 8, "most resumes reading Kafka at the same time",
 			config.Between(1, 1000)),
+		config.Int(&f.MaxLogReplaysPerPrincipal, "PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL", 2,
+			"most resumes of one API key or user token reading Kafka at the same time, within PULSE_FEED_MAX_LOG_REPLAYS",
+			config.Between(1, 1000)),
+		config.Duration(&f.ReplayWait, "PULSE_FEED_REPLAY_WAIT", 5*time.Second,
+			"how long a resume that must read Kafka waits for a replay slot; then it is refused with a 503 and Retry-After before any upgrade",
+			config.Between(10*time.Millisecond, time.Minute)),
+		config.Int(&f.CommandRate, "PULSE_FEED_COMMAND_RATE", 10,
+			"WebSocket commands one feed connection may send per second on average; a command beyond it is ignored with a rate_limited error message; 0: no bound",
+			config.NotNegative),
+		config.Int(&f.CommandBurst, "PULSE_FEED_COMMAND_BURST", 20,
+			"WebSocket commands one feed connection may send at once before PULSE_FEED_COMMAND_RATE applies",
+			config.Between(1, 10000)),
 		config.Int(&f.MaxConns, "PULSE_FEED_MAX_CONNECTIONS", 10000,
 			"most feed connections (WebSocket and SSE) this instance holds; the next is refused with a 503 before any upgrade; 0: no bound",
 			config.NotNegative),
@@ -253,14 +273,18 @@ func (c Config) Validate() error {
 // hub is the feed's hub configuration.
 func (c Config) hub() feed.Config {
 	return feed.Config{
-		Kafka:           c.Kafka,
-		QueueSize:       c.Feed.QueueSize,
-		ReplayBuffer:    c.Feed.ReplayBuffer,
-		DedupeLookback:  c.Feed.DedupeLookback,
-		MaxUsers:        c.Feed.MaxUsers,
-		SnapshotTimeout: c.Feed.SnapshotTimeout,
-		CatchUpTimeout:  c.Feed.CatchUpTimeout,
-		MaxLogReplays:   c.Feed.MaxLogReplays,
-		DrainTimeout:    c.HTTP.ShutdownTimeout,
+		Kafka:                     c.Kafka,
+		QueueSize:                 c.Feed.QueueSize,
+		ReplayBuffer:              c.Feed.ReplayBuffer,
+		DedupeLookback:            c.Feed.DedupeLookback,
+		MaxUsers:                  c.Feed.MaxUsers,
+		SnapshotTimeout:           c.Feed.SnapshotTimeout,
+		CatchUpTimeout:            c.Feed.CatchUpTimeout,
+		MaxLogReplays:             c.Feed.MaxLogReplays,
+		MaxLogReplaysPerPrincipal: c.Feed.MaxLogReplaysPerPrincipal,
+		ReplayWait:                c.Feed.ReplayWait,
+		CommandRate:               float64(c.Feed.CommandRate),
+		CommandBurst:              c.Feed.CommandBurst,
+		DrainTimeout:              c.HTTP.ShutdownTimeout,
 	}
 }

@@ -37,10 +37,14 @@ type watcher struct {
 	// credential would still be accepted (checkCredentials).
 	stillValid func(auth.Principal, time.Time) error
 	recheck    time.Duration
+	// rateLimited is the message of a command refused for its rate.
+	rateLimited string
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
-	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerAddr)}
+	return &watcher{hub: hub, cfg: cfg, logger: logger, conns: limits.NewConns(cfg.MaxConns, cfg.MaxConnsPerAddr),
+		rateLimited: fmt.Sprintf("a connection sends at most %v commands a second (PULSE_FEED_COMMAND_RATE=%v), %d at once (PULSE_FEED_COMMAND_BURST); this one was ignored: send it again later",
+			cfg.CommandRate, cfg.CommandRate, cfg.CommandBurst)}
 }
 
 // checkCredentials makes open connections end once their credential would no longer
@@ -149,6 +153,7 @@ var (
 	endUnavail    = ending{websocket.StatusTryAgainLater, "unavailable", "presence state or change log unavailable, reconnect with the cursor"}
 	endInternal   = ending{websocket.StatusInternalError, "internal", "internal error"}
 	endCredential = ending{websocket.StatusPolicyViolation, "credential_ended", "the key was revoked or the token expired; reconnect with a valid credential"}
+	endReplays    = ending{websocket.StatusTryAgainLater, "replay_busy", "no log replay slot freed up in time; reconnect with the cursor in a few seconds"}
 	endClient     = ending{websocket.StatusNormalClosure, "", ""}
 )
 
@@ -170,6 +175,8 @@ func endingFor(err error) ending {
 		return endUnavail
 	case errors.Is(err, errCredentialEnded):
 		return endCredential
+	case errors.Is(err, feed.ErrReplaysBusy):
+		return endReplays
 	}
 	return endInternal
 }
@@ -262,9 +269,13 @@ func watchIDs(values []string, maxUsers int) ([]string, error) {
 	return ids, nil
 }
 
-// open starts the session, or says why not as an HTTP error.
-func (w *watcher) open(o feed.Options) (*feed.Session, error) {
-	s, err := w.hub.Open(o)
+// open starts the session for p, or says why not as an HTTP error. A resume that
+// must read the log waits here, before any upgrade, for a replay slot: when none
+// frees up within PULSE_FEED_REPLAY_WAIT it is a 503 with Retry-After naming the
+// bound that was full.
+func (w *watcher) open(ctx context.Context, o feed.Options, p auth.Principal) (*feed.Session, error) {
+	o.Principal = p.Name
+	s, err := w.hub.Open(ctx, o)
 	switch {
 	case err == nil:
 		return s, nil
@@ -272,8 +283,59 @@ func (w *watcher) open(o feed.Options) (*feed.Session, error) {
 		return nil, httpserver.Unavailable("the change feed is not available on this instance right now", time.Second)
 	case errors.Is(err, feed.ErrInvalid):
 		return nil, httpserver.BadRequest("userIds", err.Error())
+	case errors.Is(err, feed.ErrPrincipalReplaysBusy):
+		return nil, httpserver.Unavailable(fmt.Sprintf(
+			"%s runs its most log replays on this instance (PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL=%d) and none finished within PULSE_FEED_REPLAY_WAIT=%v; retry with the cursor once one has",
+			p.Name, w.cfg.MaxLogReplaysPerPrincipal, w.cfg.ReplayWait), connRetryAfter)
+	case errors.Is(err, feed.ErrReplaysBusy):
+		return nil, httpserver.Unavailable(fmt.Sprintf(
+			"this instance runs its most log replays (PULSE_FEED_MAX_LOG_REPLAYS=%d) and none finished within PULSE_FEED_REPLAY_WAIT=%v; retry with the cursor later or on another instance",
+			w.cfg.MaxLogReplays, w.cfg.ReplayWait), connRetryAfter)
+	case ctx.Err() != nil:
+		return nil, ctx.Err() // the client left while waiting
 	}
 	return nil, fmt.Errorf("opening a feed session: %w", err)
+}
+
+// readLimit is the largest message a connection of p takes: a subscribe naming, once
+// each, every user p may watch (at most maxUsers), with room for spaces. A key may
+// name anyone: maxUsers ids of the longest kind, sent unescaped. A user token names
+// only its own user and its pulse_watch claim's, each as escaped as a JSON encoder
+// may (\uXXXX for non-ASCII, as Python's json does), so its connection cannot make
+// the server read megabytes it could only refuse.
+func readLimit(p auth.Principal, maxUsers int) int64 {
+	const envelope, perID = 256, 8 // {"op":"subscribe","userIds":[…]} and spacing; `"`, `,`, spaces
+	ids, all := p.Watchable()
+	if all {
+		return envelope + int64(maxUsers)*(presence.MaxUserIDLen+perID)
+	}
+	n := int64(envelope)
+	for _, id := range ids[:min(len(ids), maxUsers)] {
+		n += jsonEscapedLen(id) + perID
+	}
+	return n
+}
+
+// jsonEscapedLen is the longest JSON string body id may be sent as: ASCII as is (6
+// bytes for the characters Go escapes), 6 bytes per non-ASCII character of the Basic
+// Multilingual Plane, 12 for the others (a surrogate pair).
+func jsonEscapedLen(id string) int64 {
+	var n int64
+	for _, r := range id {
+		switch {
+		case r == '<', r == '>', r == '&':
+			n += 6
+		case r == '"', r == '\\':
+			n += 2
+		case r < 0x80:
+			n++
+		case r <= 0xffff:
+			n += 6
+		default:
+			n += 12
+		}
+	}
+	return n
 }
 
 // clearDeadlines lifts the server's read and write timeouts, which bound ordinary
@@ -307,7 +369,8 @@ func (w *watcher) websocket(c echo.Context) error {
 		return err
 	}
 	defer release()
-	sess, err := w.open(o)
+	p := auth.PrincipalOf(c)
+	sess, err := w.open(c.Request().Context(), o, p)
 	if err != nil {
 		return err
 	}
@@ -318,13 +381,12 @@ func (w *watcher) websocket(c echo.Context) error {
 		return nil // Accept answered the request
 	}
 	defer conn.CloseNow()
-	// The largest command is a subscribe of MaxUsers ids of the longest kind.
-	conn.SetReadLimit(int64(64 + w.cfg.MaxUsers*(presence.MaxUserIDLen+3)))
+	// A larger message closes the connection with 1009 (message too big).
+	conn.SetReadLimit(readLimit(p, w.cfg.MaxUsers))
 
 	ctx, cancel := context.WithCancelCause(c.Request().Context())
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	p := auth.PrincipalOf(c)
 	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess, p) })
 	wg.Go(func() { w.ping(ctx, cancel, conn) })
 	// A credential that ends stops the writes only: cancelling a read would close the
@@ -367,9 +429,11 @@ func (w *watcher) writeMessages(ctx context.Context, conn *websocket.Conn, sess 
 	}
 }
 
-// readCommands hands the client's commands to the session. A command that cannot
-// be decoded is answered with an invalid_command error message; the connection ends
-// on a binary message, a command flood, or when the client goes.
+// readCommands hands the client's commands to the session. A command beyond the
+// connection's rate (PULSE_FEED_COMMAND_RATE) is ignored, undecoded, with a
+// rate_limited error message; one that cannot be decoded is answered with an
+// invalid_command error message; the connection ends on a binary message, a message
+// over its read limit (1009), a command flood, or when the client goes.
 func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session, p auth.Principal) {
 	for {
 		typ, b, err := conn.Read(ctx)
@@ -380,6 +444,13 @@ func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFu
 		if typ != websocket.MessageText {
 			cancel(errBinaryMessage)
 			return
+		}
+		if !sess.AdmitCommand() {
+			if err := sess.Reject(feed.CodeRateLimited, w.rateLimited); err != nil {
+				cancel(err)
+				return
+			}
+			continue
 		}
 		cmd, err := feed.DecodeCommand(b, w.cfg.MaxUsers)
 		if err != nil {
@@ -431,7 +502,7 @@ func (w *watcher) sse(c echo.Context) error {
 		return err
 	}
 	defer release()
-	sess, err := w.open(o)
+	sess, err := w.open(c.Request().Context(), o, auth.PrincipalOf(c))
 	if err != nil {
 		return err
 	}
