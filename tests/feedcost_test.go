@@ -344,7 +344,7 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 	code, retry, body := resume(testKeys.reader, at(trimmed))
 	waited := time.Since(start)
 	if code != http.StatusServiceUnavailable || retry == "" ||
-		!strings.Contains(body, "PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL=2") {
+		!strings.Contains(body, "key it-reader runs its most log replays on this instance (PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL=2)") {
 		t.Fatalf("the reader key's third resume: %d Retry-After %q %s; want 503 with Retry-After naming PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL", code, retry, body)
 	}
 	if waited < 900*time.Millisecond || waited > 10*time.Second {

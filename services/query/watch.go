@@ -284,9 +284,13 @@ func (w *watcher) open(ctx context.Context, o feed.Options, p auth.Principal) (*
 	case errors.Is(err, feed.ErrInvalid):
 		return nil, httpserver.BadRequest("userIds", err.Error())
 	case errors.Is(err, feed.ErrPrincipalReplaysBusy):
+		who := "key " + p.Name
+		if p.UserID != "" {
+			who = "user " + p.UserID
+		}
 		return nil, httpserver.Unavailable(fmt.Sprintf(
 			"%s runs its most log replays on this instance (PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL=%d) and none finished within PULSE_FEED_REPLAY_WAIT=%v; retry with the cursor once one has",
-			p.Name, w.cfg.MaxLogReplaysPerPrincipal, w.cfg.ReplayWait), connRetryAfter)
+			who, w.cfg.MaxLogReplaysPerPrincipal, w.cfg.ReplayWait), connRetryAfter)
 	case errors.Is(err, feed.ErrReplaysBusy):
 		return nil, httpserver.Unavailable(fmt.Sprintf(
 			"this instance runs its most log replays (PULSE_FEED_MAX_LOG_REPLAYS=%d) and none finished within PULSE_FEED_REPLAY_WAIT=%v; retry with the cursor later or on another instance",
