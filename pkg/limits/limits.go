@@ -209,10 +209,8 @@ var ErrBusy = errors.New("every slot stayed taken for the whole wait")
 // ErrBusy, so a caller can tell a busy instance (retry later) from its own deadline
 // (ctx's error).
 func (s *Slots) Acquire(ctx context.Context, wait time.Duration) (release func(), err error) {
-	select {
-	case s.ch <- struct{}{}:
-		return s.releaser(), nil
-	default:
+	if release, ok := s.TryAcquire(); ok {
+		return release, nil
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -223,6 +221,16 @@ func (s *Slots) Acquire(ctx context.Context, wait time.Duration) (release func()
 		return nil, ctx.Err()
 	case <-t.C:
 		return nil, ErrBusy
+	}
+}
+
+// TryAcquire takes a slot if one is free now.
+func (s *Slots) TryAcquire() (release func(), ok bool) {
+	select {
+	case s.ch <- struct{}{}:
+		return s.releaser(), true
+	default:
+		return nil, false
 	}
 }
 

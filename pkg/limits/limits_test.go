@@ -218,8 +218,16 @@ func TestSlotsBoundWorkInFlight(t *testing.T) {
 	if s.InUse() != 2 {
 		t.Fatalf("in use with r2 and the waiter's: %d, want 2", s.InUse())
 	}
+	if _, ok := s.TryAcquire(); ok {
+		t.Fatal("TryAcquire took a slot while both were taken")
+	}
 	w.release()
 	r2()
+	r3, ok := s.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire found no free slot")
+	}
+	r3()
 	if s.InUse() != 0 || s.Size() != 2 {
 		t.Fatalf("in use %d of %d after every release", s.InUse(), s.Size())
 	}
