@@ -65,11 +65,16 @@ func writeKeysFile(dir string) error {
 	return nil
 }
 
+// testCursorSecret signs the cursors of every query the tests start, so that one
+// instance accepts another's.
+const testCursorSecret = "the tests' cursor secret, thirty-two bytes or more"
+
 // authEnv is what every service the tests start is told about authentication.
 func authEnv() map[string]string {
 	return map[string]string{
 		auth.KeysFileEnv:         testKeys.file,
 		"PULSE_JWT_HS256_SECRET": testKeys.hs256,
+		"PULSE_CURSOR_SECRET":    testCursorSecret,
 	}
 }
 

@@ -372,6 +372,7 @@ start_services() {
 	local name kind names=("$@") pids=() urls=() built=" "
 	((${#names[@]})) || names=("${services[@]}")
 	dev_keys
+	dev_cursor_secret
 	say "building services into $bin"
 	for name in "${names[@]}"; do
 		kind=${name%-[0-9]}

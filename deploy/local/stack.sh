@@ -381,6 +381,7 @@ start_services() {
 	local name names=("$@") pids=()
 	((${#names[@]})) || names=("${services[@]}")
 	dev_keys
+	dev_cursor_secret
 	say "building services into $bin"
 	for name in "${names[@]}"; do
 		(cd "$root" && go build -o "$bin/pulse-$name" "./services/$name") || die "building $name failed"
@@ -482,6 +483,20 @@ dev_verifier() {
 	PULSE_JWT_AUDIENCE=${PULSE_JWT_AUDIENCE:-pulse}
 	export PULSE_JWT_HS256_SECRET PULSE_JWT_ISSUER PULSE_JWT_AUDIENCE
 	DEV_JWT=$1/jwt.secret
+}
+
+# dev_cursor_secret makes, once, the secret query signs its cursors with, in
+# $PULSE_HOME/auth/cursor.secret, so that cursors stay valid across restarts and
+# between the query instances of a cluster. A caller's PULSE_CURSOR_SECRET wins.
+dev_cursor_secret() {
+	[[ -n ${PULSE_CURSOR_SECRET:-} ]] && return
+	local file=$PULSE_HOME/auth/cursor.secret
+	(umask 077 && mkdir -p "${file%/*}")
+	if [[ ! -s $file ]]; then
+		(umask 077 && head -c 48 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$file")
+	fi
+	PULSE_CURSOR_SECRET=$(<"$file")
+	export PULSE_CURSOR_SECRET
 }
 
 cmd_run() {

@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pulse-presence/pulse/pkg/cursor"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/retry"
@@ -71,6 +72,14 @@ type Config struct {
 	CommandBurst int
 	// DrainTimeout bounds how long Run waits, at shutdown, for connections to close.
 	DrainTimeout time.Duration
+	// Cursors sign every cursor the hub hands out; the caller opens those handed back
+	// before DecodeCursor. Nil: cursors go out unsigned.
+	Cursors *cursor.Keys
+}
+
+// cursor is the cursor of the position offsets, signed.
+func (h *Hub) cursor(offsets []int64) string {
+	return h.cfg.Cursors.Sign(EncodeCursor(h.fingerprint, offsets))
 }
 
 // Validate names every setting that cannot work.
@@ -382,7 +391,7 @@ func (h *Hub) applyLocked(recs []decoded) {
 			continue
 		}
 		changes++
-		d.e.cursor = EncodeCursor(h.fingerprint, h.pos)
+		d.e.cursor = h.cursor(h.pos)
 		h.ring.push(d.e, h.base)
 		for _, s := range h.byUser[d.e.userID] {
 			h.offerLocked(s, item{e: d.e})
@@ -576,7 +585,7 @@ func (h *Hub) attachFresh(s *subscriber, ids []string) error {
 		return context.Cause(s.ctx)
 	}
 	h.registerLocked(s, ids)
-	h.offerLocked(s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, cursor: EncodeCursor(h.fingerprint, h.pos)}})
+	h.offerLocked(s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, cursor: h.cursor(h.pos)}})
 	return nil
 }
 
@@ -635,7 +644,7 @@ func (h *Hub) subscribe(s *subscriber, add []string) {
 		return
 	}
 	h.indexLocked(s, add)
-	h.offerLocked(s, item{snap: &snapMarker{ids: add, cursor: EncodeCursor(h.fingerprint, h.pos)}})
+	h.offerLocked(s, item{snap: &snapMarker{ids: add, cursor: h.cursor(h.pos)}})
 	h.kickSlowLocked()
 }
 

@@ -223,7 +223,7 @@ func (r *resume) read(ctx context.Context) (outcome, error) {
 		if derr != nil || r.marks.duplicate(e) || !r.watches(e.userID) {
 			continue
 		}
-		out = append(out, outgoing{e: e, cursor: EncodeCursor(h.fingerprint, r.at)})
+		out = append(out, outgoing{e: e, cursor: h.cursor(r.at)})
 	}
 	return outcome{out: out}, nil
 }
@@ -251,7 +251,7 @@ func (r *resume) fromRing(entries []*entry, walk []int64) []outgoing {
 		}
 		o := outgoing{e: e}
 		if leading > 0 {
-			o.cursor = EncodeCursor(r.h.fingerprint, maxOffsets(r.at, walk))
+			o.cursor = r.h.cursor(maxOffsets(r.at, walk))
 		}
 		out = append(out, o)
 	}

@@ -317,7 +317,7 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		}
 	}
 	if pos.Shard < n {
-		s := online.Cursor{Shards: n, Pos: pos}.Encode()
+		s := h.cursors.Sign(online.Cursor{Shards: n, Pos: pos}.Encode())
 		res.NextCursor = &s
 	}
 	return httpserver.JSON(c, http.StatusOK, res)

@@ -10,6 +10,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/cassx"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/countcache"
+	"github.com/pulse-presence/pulse/pkg/cursor"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
@@ -57,6 +58,9 @@ type Config struct {
 	// Limits bound what one credential may ask of an instance and the Cassandra
 	// reads all requests run at once (limits.go).
 	Limits LimitsConfig
+	// CursorSecret signs every cursor query hands out (listing, history pages, the
+	// feed); CursorSecretPrevious is still accepted while a new secret rolls out.
+	CursorSecret, CursorSecretPrevious string
 }
 
 // LimitsConfig is query's rates per credential, in reads (each route's cost,
@@ -153,6 +157,12 @@ func (c *Config) vars() []*config.Var {
 			config.Between(0, 1024)),
 		config.Int(&c.ReadCoalesce, "PULSE_QUERY_READ_COALESCE", 64, "most single-user reads in one shared pipeline", config.Between(1, 10000)),
 		config.Int64(&c.MaxBody, "PULSE_QUERY_MAX_BODY", 1<<20, "largest request body in bytes", config.AtLeast[int64](1024)),
+		config.String(&c.CursorSecret, "PULSE_CURSOR_SECRET", "",
+			"signs every cursor (HMAC-SHA256), so clients hand back only positions query gave out; the same on every instance; empty: a random secret per process, whose cursors no other instance or restart accepts",
+			validCursorSecret).Secret(),
+		config.String(&c.CursorSecretPrevious, "PULSE_CURSOR_SECRET_PREVIOUS", "",
+			"the secret PULSE_CURSOR_SECRET replaces, still accepted (never used to sign) while the new one rolls out to every instance; empty: none",
+			validCursorSecret).Secret(),
 		config.Duration(&c.Counts.Interval, "PULSE_QUERY_COUNTS_INTERVAL", 100*time.Millisecond,
 			"GET /v1/online/count answers from a read refreshed this often in the background; 0: a read per request",
 			config.NotNegative),
@@ -239,6 +249,22 @@ func (c *Config) vars() []*config.Var {
 			"host patterns (path.Match) of web pages allowed to open a WebSocket, comma-separated; empty: same-origin pages only (clients without Origin are always allowed)",
 			validOrigins),
 	)...)
+}
+
+func validCursorSecret(s string) (string, bool) {
+	return fmt.Sprintf("want empty or at least %d bytes", cursor.MinSecret), s == "" || len(s) >= cursor.MinSecret
+}
+
+// cursorKeys are the keys of the configured secrets; random says none was set.
+func (c Config) cursorKeys() (keys *cursor.Keys, random bool, err error) {
+	if c.CursorSecret == "" {
+		if c.CursorSecretPrevious != "" {
+			return nil, false, errors.New("PULSE_CURSOR_SECRET_PREVIOUS is set without PULSE_CURSOR_SECRET")
+		}
+		return cursor.RandomKeys(), true, nil
+	}
+	keys, err = cursor.NewKeys(c.CursorSecret, c.CursorSecretPrevious)
+	return keys, false, err
 }
 
 // validOrigins wants every pattern to be one path.Match can use.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/auth"
 	"github.com/pulse-presence/pulse/pkg/countcache"
+	"github.com/pulse-presence/pulse/pkg/cursor"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
@@ -21,6 +22,8 @@ import (
 // api answers reads from the state the aggregator keeps in Redis.
 type api struct {
 	store *statestore.Store
+	// cursors sign every cursor handed out and check every one handed back.
+	cursors *cursor.Keys
 	// get reads one user's state: through the coalescer, or straight from the store.
 	get func(ctx context.Context, id string) (*presence.User, error)
 	// counts answers GET /v1/online/count (from memory unless its interval is 0).

@@ -129,7 +129,11 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 	}
 	var cur *timelineCursor
 	if s := q.Get("cursor"); s != "" {
-		tc, err := decodeTimelineCursor(s)
+		raw, err := h.cursors.Open(s)
+		var tc timelineCursor
+		if err == nil {
+			tc, err = decodeTimelineCursor(raw)
+		}
 		if err != nil {
 			return httpserver.BadRequest("cursor", badTimelineCursor)
 		}
@@ -176,7 +180,7 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 	}
 	if more {
 		last := page.Entries[len(page.Entries)-1]
-		next := timelineCursor{At: last.OccurredAt, EntryID: last.EntryID}.Encode()
+		next := h.cursors.Sign(timelineCursor{At: last.OccurredAt, EntryID: last.EntryID}.Encode())
 		page.NextCursor = &next
 	}
 	return httpserver.JSON(c, http.StatusOK, page)
@@ -309,7 +313,11 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 	}
 	var cur *dailyCursor
 	if s := q.Get("cursor"); s != "" {
-		dc, err := decodeDailyCursor(s)
+		raw, err := h.cursors.Open(s)
+		var dc dailyCursor
+		if err == nil {
+			dc, err = decodeDailyCursor(raw)
+		}
 		if err != nil {
 			return httpserver.BadRequest("cursor", badDailyCursor)
 		}
@@ -358,7 +366,7 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		}
 	}
 	if pos.Bucket < n {
-		next := pos.Encode()
+		next := h.cursors.Sign(pos.Encode())
 		page.NextCursor = &next
 	}
 	return httpserver.JSON(c, http.StatusOK, page)

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/pkg/cursor"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/online"
 	"github.com/pulse-presence/pulse/pkg/presence"
@@ -76,7 +77,7 @@ type listQuery struct {
 
 // parseListQuery checks the query parameters; operator says whether the request has
 // the operator view, the only one that lists invisible users.
-func parseListQuery(q url.Values, operator bool) (listQuery, error) {
+func parseListQuery(q url.Values, operator bool, cursors *cursor.Keys) (listQuery, error) {
 	lq := listQuery{limit: defaultListLimit}
 	for name := range q {
 		switch name {
@@ -114,7 +115,11 @@ func parseListQuery(q url.Values, operator bool) (listQuery, error) {
 		lq.limit = n
 	}
 	if s := q.Get("cursor"); s != "" {
-		c, err := online.DecodeCursor(s)
+		raw, err := cursors.Open(s)
+		var c online.Cursor
+		if err == nil {
+			c, err = online.DecodeCursor(raw)
+		}
 		if err != nil {
 			return lq, httpserver.BadRequest("cursor", badListCursor)
 		}
@@ -132,7 +137,7 @@ func parseListQuery(q url.Values, operator bool) (listQuery, error) {
 
 func (h *onlineHandlers) list(c echo.Context) error {
 	operator := auth.OperatorView(c)
-	q, err := parseListQuery(c.QueryParams(), operator)
+	q, err := parseListQuery(c.QueryParams(), operator, h.cursors)
 	if err != nil {
 		return err
 	}
@@ -187,7 +192,7 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		res.Users[i] = onlineUser{UserID: u.ID, Status: u.Status.String()}
 	}
 	if next.Shard < n {
-		s := online.Cursor{Shards: n, Pos: next}.Encode()
+		s := h.cursors.Sign(online.Cursor{Shards: n, Pos: next}.Encode())
 		res.NextCursor = &s
 	}
 	return httpserver.JSON(c, http.StatusOK, res)

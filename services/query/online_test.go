@@ -147,7 +147,7 @@ func TestParseListQuery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		q, _ := url.ParseQuery(tt.query)
-		got, err := parseListQuery(q, tt.operator)
+		got, err := parseListQuery(q, tt.operator, nil)
 		if tt.field != "" {
 			var apiErr *httpserver.Error
 			if !asError(err, &apiErr) || apiErr.Status != 400 || apiErr.Field != tt.field {

@@ -48,6 +48,13 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("authentication: %w", err)
 	}
+	cursors, randomCursors, err := cfg.cursorKeys()
+	if err != nil {
+		return fmt.Errorf("cursors: %w", err)
+	}
+	if randomCursors {
+		logger.Warn("PULSE_CURSOR_SECRET is not set: cursors are signed with a random secret of this process, which other instances and a restart refuse; set the same secret on every instance")
+	}
 	logger.Info("starting", append([]any{"http_addr", cfg.HTTP.Addr, "redis", cfg.Redis, "prefix", cfg.RedisPrefix,
 		"kafka", cfg.Kafka.Brokers, "changes_topic", cfg.Kafka.ChangesTopic, "cassandra", cfg.Cassandra.String(),
 		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey,
@@ -73,15 +80,17 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	// The change feed tails presence.changes on its own; while Kafka is unreachable
 	// its routes answer 503 and every other read keeps working, so Kafka is not a
 	// /readyz dependency of this service.
-	hub, err := feed.NewHub(cfg.hub(), store, logger, reg)
+	hubCfg := cfg.hub()
+	hubCfg.Cursors = cursors
+	hub, err := feed.NewHub(hubCfg, store, logger, reg)
 	if err != nil {
 		return fmt.Errorf("change feed: %w", err)
 	}
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload),
+		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention,
-		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch}
+		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch, cursors: cursors}
 	var reads *coalescer
 	if cfg.ReadPipelines > 0 {
 		reads = newCoalescer(store, cfg.ReadTimeout, cfg.ReadPipelines, cfg.ReadCoalesce)

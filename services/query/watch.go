@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/pkg/cursor"
 	"github.com/pulse-presence/pulse/pkg/feed"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/limits"
@@ -39,6 +40,8 @@ type watcher struct {
 	recheck    time.Duration
 	// rateLimited is the message of a command refused for its rate.
 	rateLimited string
+	// cursors check the cursors clients resume from (the hub signed them).
+	cursors *cursor.Keys
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
@@ -52,6 +55,12 @@ func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
 // interval; 0: only tokens' expiry is watched), a user token at its expiry.
 func (w *watcher) checkCredentials(stillValid func(auth.Principal, time.Time) error, every time.Duration) *watcher {
 	w.stillValid, w.recheck = stillValid, every
+	return w
+}
+
+// checkingCursors makes resumes accept only cursors signed with keys.
+func (w *watcher) checkingCursors(keys *cursor.Keys) *watcher {
+	w.cursors = keys
 	return w
 }
 
@@ -231,7 +240,11 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 		raw, field = c.Request().Header.Get("Last-Event-ID"), "Last-Event-ID"
 	}
 	if raw != "" {
-		cur, err := feed.DecodeCursor(raw)
+		unsigned, err := w.cursors.Open(raw)
+		var cur feed.Cursor
+		if err == nil {
+			cur, err = feed.DecodeCursor(unsigned)
+		}
 		if err != nil {
 			return o, httpserver.BadRequest(field, err.Error()+": send the cursor of the last message received, or none")
 		}

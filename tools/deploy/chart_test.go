@@ -84,6 +84,8 @@ func render(t *testing.T, args ...string) []manifest {
 			obj = &appsv1.Deployment{}
 		case "v1 Service":
 			obj = &corev1.Service{}
+		case "v1 Secret":
+			obj = &corev1.Secret{}
 		case "policy/v1 PodDisruptionBudget":
 			obj = &policyv1.PodDisruptionBudget{}
 		case "autoscaling/v2 HorizontalPodAutoscaler":
@@ -152,7 +154,7 @@ func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
 			}
 			switch name {
 			case "defaults":
-				want := map[string]int{"Deployment": 4, "Service": 8, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2}
+				want := map[string]int{"Deployment": 4, "Service": 8, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2, "Secret": 1}
 				if fmt.Sprint(count) != fmt.Sprint(want) {
 					t.Errorf("rendered %v, want %v", count, want)
 				}
@@ -351,6 +353,50 @@ func TestValuesReachTheServices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every query replica signs cursors with one secret: by default one the chart makes
+// (48 random characters under key cursor), else the Secret named, with the previous
+// secret's key during a rotation.
+func TestQueryCursorSecret(t *testing.T) {
+	refs := func(ms []manifest) map[string]string {
+		out := map[string]string{}
+		for _, m := range ms {
+			d, ok := m.obj.(*appsv1.Deployment)
+			if !ok || d.Spec.Template.Labels["app.kubernetes.io/component"] != "query" {
+				continue
+			}
+			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && strings.HasPrefix(e.Name, "PULSE_CURSOR_SECRET") {
+					out[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+				}
+			}
+		}
+		return out
+	}
+	ms := render(t)
+	var made *corev1.Secret
+	for _, m := range ms {
+		if s, ok := m.obj.(*corev1.Secret); ok {
+			made = s
+		}
+	}
+	if made == nil || made.Name != "pulse-query-cursor" || len(made.Data["cursor"]) != 48 {
+		t.Fatalf("defaults: the chart's cursor Secret is %+v, want pulse-query-cursor with 48 bytes under cursor", made)
+	}
+	if got := refs(ms); fmt.Sprint(got) != fmt.Sprint(map[string]string{"PULSE_CURSOR_SECRET": "pulse-query-cursor/cursor"}) {
+		t.Errorf("defaults: query's cursor secrets %v", got)
+	}
+	ms = render(t, "--set", "query.cursorSecret.name=mine", "--set", "query.cursorSecret.key=new", "--set", "query.cursorSecret.previousKey=old")
+	for _, m := range ms {
+		if m.kind == "Secret" {
+			t.Errorf("with a Secret named, the chart still makes %s", m.name)
+		}
+	}
+	want := map[string]string{"PULSE_CURSOR_SECRET": "mine/new", "PULSE_CURSOR_SECRET_PREVIOUS": "mine/old"}
+	if got := refs(ms); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("a rotation: query's cursor secrets %v, want %v", got, want)
 	}
 }
 

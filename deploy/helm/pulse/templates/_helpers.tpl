@@ -26,6 +26,11 @@ variables name.
 {{- printf "%s-%s" (include "pulse.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Secret query signs cursors with: the user's, or the one the chart makes. */}}
+{{- define "pulse.cursorSecretName" -}}
+{{- .Values.query.cursorSecret.name | default (printf "%s-cursor" (include "pulse.componentName" (dict "root" . "component" "query"))) }}
+{{- end }}
+
 {{- define "pulse.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "pulse.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}

@@ -94,6 +94,13 @@ earlier one, so values always win over what the chart derives.
 {{- if and (eq .component "aggregator") $svc.staticMembership }}
 {{- $all = append $all (dict "name" "PULSE_AGGREGATOR_INSTANCE_ID" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
 {{- end }}
+{{- if eq .component "query" }}
+{{- $cs := $svc.cursorSecret }}
+{{- $all = append $all (dict "name" "PULSE_CURSOR_SECRET" "valueFrom" (dict "secretKeyRef" (dict "name" (include "pulse.cursorSecretName" $root) "key" $cs.key))) }}
+{{- if $cs.previousKey }}
+{{- $all = append $all (dict "name" "PULSE_CURSOR_SECRET_PREVIOUS" "valueFrom" (dict "secretKeyRef" (dict "name" (include "pulse.cursorSecretName" $root) "key" $cs.previousKey))) }}
+{{- end }}
+{{- end }}
 {{- if and (eq .component "query") $svc.peerMetrics }}
 {{- $peers := list }}
 {{- range $c := list "ingest" "aggregator" "history" }}
