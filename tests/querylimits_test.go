@@ -139,3 +139,59 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryHistoryReadsAreBounded: the history routes' Cassandra reads hold the
+// instance's PULSE_QUERY_HISTORY_READS slots; with one slot and a wait of a
+// millisecond, concurrent range requests find it taken, and those that waited too
+// long are 503s with Retry-After naming the variable, counted as history_busy, while
+// the others are answered.
+func TestQueryHistoryReadsAreBounded(t *testing.T) {
+	p := newTopics(t, 2)
+	p.env["PULSE_QUERY_HISTORY_READS"] = "1"
+	p.env["PULSE_QUERY_HISTORY_WAIT"] = "1ms"
+	p.start(t, "query")
+	q := p.svc["query"]
+	from := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -30)
+	conc := fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s", q.url, from.Format(time.RFC3339), from.AddDate(0, 0, 31).Format(time.RFC3339))
+	// Query connects to Cassandra in the background.
+	eventually(t, 60*time.Second, func() string {
+		if code, body := get(t, conc); code != http.StatusOK {
+			return fmt.Sprintf("concurrency before the test: %d %s", code, body)
+		}
+		return ""
+	})
+	type answer struct {
+		code int
+		h    http.Header
+		body string
+	}
+	var busy, ok int
+	for round := 0; round < 5 && busy == 0; round++ {
+		answers := make(chan answer, 16)
+		for range 16 {
+			go func() {
+				code, h, body := authDo(t, http.MethodGet, conc, testKeys.reader, "")
+				answers <- answer{code, h, body}
+			}()
+		}
+		for range 16 {
+			a := <-answers
+			switch {
+			case a.code == http.StatusOK:
+				ok++
+			case a.code == http.StatusServiceUnavailable && a.h.Get("Retry-After") != "" &&
+				strings.Contains(a.body, "runs as many history reads as it may (PULSE_QUERY_HISTORY_READS, 1)"):
+				busy++
+			default:
+				t.Fatalf("a concurrency range among 16 at once: %d %s", a.code, a.body)
+			}
+		}
+	}
+	if busy == 0 || ok == 0 {
+		t.Fatalf("%d answered, %d busy: want both, one slot shared by 16 requests at once", ok, busy)
+	}
+	if v, _ := strconv.ParseFloat(metric(t, q, `pulse_query_requests_refused_total{reason="history_busy"}`), 64); v != float64(busy) {
+		t.Errorf("history_busy refusals = %v, want %d", v, busy)
+	}
+	t.Logf("%d answered, %d refused as busy", ok, busy)
+}

@@ -56,34 +56,37 @@ func (a *api) or(err error, past func() error) error {
 	return past()
 }
 
-// atReader is the history store with the request's deadline, once the instant is
-// known to be final for every shard; otherwise the error to answer.
-func (a *api) atReader(c echo.Context, at time.Time, shards int) (*historystore.Store, context.Context, context.CancelFunc, error) {
-	r := a.history.get()
+// atReader is the history store with the request's deadline and read slots (up to
+// want reads at once, limits.go), once the instant is known to be final for every
+// shard; otherwise the error to answer. done ends the deadline and gives the slots
+// back.
+func (a *api) atReader(c echo.Context, at time.Time, shards, want int) (r *historystore.Store, ctx context.Context, ls *lease, done func(), err error) {
+	r = a.history.get()
 	if r == nil {
-		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
+		return nil, nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), a.historyTimeout)
-	var final time.Time
-	err := a.limits.read(ctx, func() (err error) {
-		final, err = r.FinalThrough(ctx, int32(shards))
-		return err
-	})
-	if err != nil {
+	if ls, err = a.limits.lease(ctx, want); err != nil {
 		cancel()
-		return nil, nil, nil, a.atErr(err)
+		return nil, nil, nil, nil, a.atErr(err)
+	}
+	done = func() { ls.end(); cancel() }
+	final, err := r.FinalThrough(ctx, int32(shards))
+	if err != nil {
+		done()
+		return nil, nil, nil, nil, a.atErr(err)
 	}
 	if at.After(final) || final.IsZero() {
-		cancel()
+		done()
 		wait := time.Until(at.Add(10 * time.Minute)).Round(time.Second)
 		msg := fmt.Sprintf("the state at %s is not final yet: history has every change up to %s (changes may arrive up to 10 minutes late)",
 			at.Format(time.RFC3339Nano), final.Format(time.RFC3339Nano))
 		if final.IsZero() {
 			msg = "history has not written the state of every shard yet"
 		}
-		return nil, nil, nil, httpserver.Unavailable(msg, max(wait, time.Second))
+		return nil, nil, nil, nil, httpserver.Unavailable(msg, max(wait, time.Second))
 	}
-	return r, ctx, cancel, nil
+	return r, ctx, ls, done, nil
 }
 
 // atErr turns a failed point-in-time read into its answer; a limit's refusal is
@@ -111,13 +114,13 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	r, ctx, cancel, err := a.atReader(c, at, n)
+	r, ctx, ls, done, err := a.atReader(c, at, n, n)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	states := make([]*historystore.ShardState, n)
-	err = a.limits.readEach(ctx, n, func(ctx context.Context, shard int) (err error) {
+	err = ls.each(ctx, n, func(ctx context.Context, shard int) (err error) {
 		states[shard], err = r.StateAt(ctx, int32(shard), at)
 		return err
 	})
@@ -165,15 +168,15 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	if err != nil {
 		return nil, err
 	}
-	r, ctx, cancel, err := a.atReader(c, at, n)
+	r, ctx, ls, done, err := a.atReader(c, at, n, len(ids))
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
+	defer done()
 	// Each id is located, then each shard holding one is read once, a few reads at
 	// a time (PULSE_QUERY_HISTORY_READS_PER_REQUEST).
 	locs := make([]location, len(ids))
-	err = a.limits.readEach(ctx, len(ids), func(ctx context.Context, i int) (err error) {
+	err = ls.each(ctx, len(ids), func(ctx context.Context, i int) (err error) {
 		l := &locs[i]
 		l.shard, l.index, l.found, err = r.Locate(ctx, ids[i])
 		return err
@@ -183,7 +186,7 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	}
 	shards := shardsOf(locs)
 	states := make([]*historystore.ShardState, len(shards))
-	err = a.limits.readEach(ctx, len(shards), func(ctx context.Context, i int) (err error) {
+	err = ls.each(ctx, len(shards), func(ctx context.Context, i int) (err error) {
 		states[i], err = r.StateAt(ctx, shards[i], at)
 		return err
 	})
@@ -262,18 +265,15 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		}
 		pos = q.cursor.Pos
 	}
-	r, ctx, cancel, err := h.atReader(c, at, n)
+	// The walk reads one shard after another: one read slot.
+	r, ctx, _, done, err := h.atReader(c, at, n, 1)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	res := onlineList{Users: []onlineUser{}, At: &at}
 	for pos.Shard < n && len(res.Users) < q.limit {
-		var st *historystore.ShardState
-		err := h.limits.read(ctx, func() (err error) {
-			st, err = r.StateAt(ctx, int32(pos.Shard), at)
-			return err
-		})
+		st, err := r.StateAt(ctx, int32(pos.Shard), at)
 		if err != nil {
 			return h.atErr(err)
 		}
@@ -294,11 +294,7 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		for it.HasNext() && len(res.Users)+len(page) < q.limit {
 			page = append(page, it.Next())
 		}
-		var names map[uint32]string
-		err = h.limits.read(ctx, func() (err error) {
-			names, err = r.UserNames(ctx, int32(pos.Shard), page)
-			return err
-		})
+		names, err := r.UserNames(ctx, int32(pos.Shard), page)
 		if err != nil {
 			return h.atErr(err)
 		}

@@ -20,7 +20,7 @@ import (
 // day, read from the history tables of migrations/0003 and 0005 through
 // pkg/historystore. Each request reads a bounded number of partitions (its range is
 // capped, historyquery.go), costs its credential one read per partition (costs.go),
-// and runs each read in one of the instance's slots (limits.go), all under one
+// and holds read slots of the instance while it reads (limits.go), all under one
 // deadline (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot answer the routes
 // are a 503 with Retry-After, and nothing else query serves is affected.
 
@@ -63,14 +63,27 @@ func operatorOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// historyStore is the history store and the request's deadline, or the 503 to answer.
-func (h *historyHandlers) historyStore(c echo.Context) (*historystore.Store, context.Context, context.CancelFunc, error) {
-	s := h.db.get()
+// historyStore is the history store, the request's deadline and one read slot
+// (limits.go) for routes that read one partition after another, or the 503 to
+// answer; done ends the deadline and gives the slot back.
+func (h *historyHandlers) historyStore(c echo.Context) (s *historystore.Store, ctx context.Context, done func(), err error) {
+	s, ctx, _, done, err = h.historyReads(c, 1)
+	return s, ctx, done, err
+}
+
+// historyReads is historyStore with up to want read slots, for a route that reads
+// partitions concurrently.
+func (h *historyHandlers) historyReads(c echo.Context, want int) (s *historystore.Store, ctx context.Context, ls *lease, done func(), err error) {
+	s = h.db.get()
 	if s == nil {
-		return nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
+		return nil, nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), h.timeout)
-	return s, ctx, cancel, nil
+	if ls, err = h.limits.lease(ctx, want); err != nil {
+		cancel()
+		return nil, nil, nil, nil, h.cassErr(err)
+	}
+	return s, ctx, ls, func() { ls.end(); cancel() }, nil
 }
 
 // cassErr turns a failed read into the 503 readers can retry; the server's error
@@ -139,11 +152,11 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		}
 		cur = &tc
 	}
-	s, ctx, cancel, err := h.historyStore(c)
+	s, ctx, done, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 
 	// Walk the day buckets from the newest down; the page takes limit+1 entries to
 	// know whether another follows.
@@ -161,18 +174,16 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		if cur != nil {
 			hi = cur.At.Add(time.Millisecond) // the cursor's millisecond is read, then skipped up to the cursor
 		}
-		err := h.limits.read(ctx, func() error {
-			return s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
-				if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
-					return true
-				}
-				if len(page.Entries) == limit {
-					more = true
-					return false
-				}
-				page.Entries = append(page.Entries, timelineEntryOf(&a))
+		err := s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
+			if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
 				return true
-			})
+			}
+			if len(page.Entries) == limit {
+				more = true
+				return false
+			}
+			page.Entries = append(page.Entries, timelineEntryOf(&a))
+			return true
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -213,26 +224,24 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 	if err := h.limits.charge(c, sessionsCost(from, to)); err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.historyStore(c)
+	s, ctx, done, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	ans := sessionsAnswer{UserID: id, From: from, To: to, Sessions: []sessionView{}}
 	for m := monthOf(to.Add(-time.Microsecond)); !m.Before(monthOf(from)) && !ans.Truncated; m = m.AddDate(0, -1, 0) {
-		err := h.limits.read(ctx, func() error {
-			return s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
-				if len(ans.Sessions) == maxSessions {
-					ans.Truncated = true
-					return false
-				}
-				ans.Sessions = append(ans.Sessions, sessionView{
-					Start: r.Start.UTC(), End: timePtr(r.End.UTC()), Open: r.Open,
-					OnlineSeconds: seconds(r.OnlineMicros), IdleSeconds: seconds(r.IdleMicros), InvisibleSeconds: seconds(r.InvisibleMicros),
-					Through: r.Through.UTC(), Status: r.Status,
-				})
-				return true
+		err := s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
+			if len(ans.Sessions) == maxSessions {
+				ans.Truncated = true
+				return false
+			}
+			ans.Sessions = append(ans.Sessions, sessionView{
+				Start: r.Start.UTC(), End: timePtr(r.End.UTC()), Open: r.Open,
+				OnlineSeconds: seconds(r.OnlineMicros), IdleSeconds: seconds(r.IdleMicros), InvisibleSeconds: seconds(r.InvisibleMicros),
+				Through: r.Through.UTC(), Status: r.Status,
 			})
+			return true
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -268,18 +277,16 @@ func (h *historyHandlers) daily(c echo.Context) error {
 	if err := h.limits.charge(c, userDaysCost(from, to)); err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.historyStore(c)
+	s, ctx, done, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	ans := userDaysAnswer{UserID: id, From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: []userDay{}}
 	for y := to.Year(); y >= from.Year(); y-- {
-		err := h.limits.read(ctx, func() error {
-			return s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
-				ans.Days = append(ans.Days, userDay{Day: r.Day.UTC().Format(time.DateOnly), DayTotals: totalsOf(&r.DayTotals)})
-				return true
-			})
+		err := s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
+			ans.Days = append(ans.Days, userDay{Day: r.Day.UTC().Format(time.DateOnly), DayTotals: totalsOf(&r.DayTotals)})
+			return true
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -323,11 +330,11 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		}
 		cur = &dc
 	}
-	s, ctx, cancel, err := h.historyStore(c)
+	s, ctx, done, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	// The buckets of a day are the shards; the state's shard count says how many.
 	n, err := h.store.Shards(ctx)
 	if err != nil {
@@ -348,15 +355,13 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 		}
 		// One more than wanted tells whether the bucket holds more.
 		got := 0
-		err := h.limits.read(ctx, func() error {
-			return s.DayUsers(ctx, d, pos.Bucket, pos.After, want+1, func(r historystore.DayUser) bool {
-				if got++; got > want {
-					return false
-				}
-				page.Users = append(page.Users, dayUser{UserID: r.UserID, DayTotals: totalsOf(&r.DayTotals)})
-				pos.After = r.UserID
-				return true
-			})
+		err := s.DayUsers(ctx, d, pos.Bucket, pos.After, want+1, func(r historystore.DayUser) bool {
+			if got++; got > want {
+				return false
+			}
+			page.Users = append(page.Users, dayUser{UserID: r.UserID, DayTotals: totalsOf(&r.DayTotals)})
+			pos.After = r.UserID
+			return true
 		})
 		if err != nil {
 			return h.cassErr(err)
@@ -390,11 +395,6 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	if err := h.limits.charge(c, concurrencyCost(from, to)); err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.historyStore(c)
-	if err != nil {
-		return err
-	}
-	defer cancel()
 	// Days are read concurrently, a few at a time (PULSE_QUERY_HISTORY_READS_PER_REQUEST;
 	// a day of 16 shards is 23,040 rows, about half a second of Cassandra's time on
 	// the local stack), and each folded on its own: a point never spans two UTC
@@ -403,8 +403,13 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 	for d := dayOf(from); d.Before(to); d = d.AddDate(0, 0, 1) {
 		days = append(days, d)
 	}
+	s, ctx, ls, done, err := h.historyReads(c, len(days))
+	if err != nil {
+		return err
+	}
+	defer done()
 	perDay := make([][]concurrencyPoint, len(days))
-	err = h.limits.readEach(ctx, len(days), func(ctx context.Context, i int) error {
+	err = ls.each(ctx, len(days), func(ctx context.Context, i int) error {
 		fold := concurrencyFold{step: st}
 		if err := s.Concurrency(ctx, days[i], from, to, func(r historystore.MinuteCounts) bool {
 			fold.add(r)
@@ -452,19 +457,17 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 	if err := h.limits.charge(c, uniquesCost(start, end)); err != nil {
 		return err
 	}
-	s, ctx, cancel, err := h.historyStore(c)
+	s, ctx, done, err := h.historyStore(c)
 	if err != nil {
 		return err
 	}
-	defer cancel()
+	defer done()
 	fold := uniquesFold{period: period, operator: auth.OperatorView(c)}
 	for d := dayOf(start); d.Before(end); d = d.AddDate(0, 0, 1) {
 		var foldErr error
-		err := h.limits.read(ctx, func() error {
-			return s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
-				foldErr = fold.add(r)
-				return foldErr == nil
-			})
+		err := s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
+			foldErr = fold.add(r)
+			return foldErr == nil
 		})
 		if foldErr != nil {
 			return fmt.Errorf("reading unique users: %w", foldErr)

@@ -18,10 +18,10 @@ import (
 
 // What one credential may ask of query (docs/design.md, Security): every request
 // costs its route's reads (costs.go) from a token bucket of its API key, or of its
-// user token's user, the buckets of ingest's rates (pkg/limits); and the Cassandra
-// reads of the history and at= routes hold slots, a few per request and a bounded
-// number on the instance, so no client's ranges or batches can take every core or
-// every connection to Cassandra.
+// user token's user, the buckets of ingest's rates (pkg/limits); and the history and
+// at= routes read Cassandra only while holding read slots, a few per request and a
+// bounded number on the instance, so no client's ranges or batches can take every
+// core or every connection to Cassandra.
 
 // Refusal reasons, the values of pulse_query_requests_refused_total's reason label:
 // a fixed set, so no request can add a series.
@@ -156,69 +156,88 @@ func (l *readLimits) charge(c echo.Context, total int) error {
 // wait: the reads holding them end within PULSE_QUERY_HISTORY_TIMEOUT.
 const historyRetryBusy = time.Second
 
-// read runs one Cassandra read of a request in one of the instance's slots, waiting
-// at most PULSE_QUERY_HISTORY_WAIT for it; past that the request is a 503 with
-// Retry-After (another instance, or this one a moment later, may have room).
-func (l *readLimits) read(ctx context.Context, fn func() error) error {
+// lease is the read slots one request holds for its Cassandra work, and so the
+// most reads it runs at once.
+type lease struct {
+	n       int
+	release []func()
+}
+
+// lease takes up to want slots (at most PULSE_QUERY_HISTORY_READS_PER_REQUEST) for
+// one request: the first waiting at most PULSE_QUERY_HISTORY_WAIT, past which the
+// request is a 503 with Retry-After (another instance, or this one a moment later,
+// may have room); the others only if they are free now. A request holding a slot
+// never waits for another, so it cannot refuse itself, and it always progresses.
+func (l *readLimits) lease(ctx context.Context, want int) (*lease, error) {
 	if l == nil {
-		return fn()
+		return &lease{n: 1}, nil
 	}
-	release, err := l.reads.Acquire(ctx, l.cfg.HistoryWait)
+	want = min(max(want, 1), max(l.cfg.HistoryReadsPerRequest, 1))
+	first, err := l.reads.Acquire(ctx, l.cfg.HistoryWait)
 	if errors.Is(err, limits.ErrBusy) {
-		return refused(reasonBusy, httpserver.Unavailable(fmt.Sprintf(
+		return nil, refused(reasonBusy, httpserver.Unavailable(fmt.Sprintf(
 			"this instance runs as many history reads as it may (PULSE_QUERY_HISTORY_READS, %d); retry after Retry-After seconds",
 			l.reads.Size()), historyRetryBusy))
 	}
 	if err != nil {
-		return fmt.Errorf("waiting for a history read slot: %w", err)
+		return nil, fmt.Errorf("waiting for a history read slot: %w", err)
 	}
-	defer release()
-	return fn()
+	ls := &lease{n: 1, release: []func(){first}}
+	for ls.n < want {
+		more, ok := l.reads.TryAcquire()
+		if !ok {
+			break
+		}
+		ls.n++
+		ls.release = append(ls.release, more)
+	}
+	return ls, nil
 }
 
-// readEach runs fn(ctx, i) for i in [0, n), at most
-// PULSE_QUERY_HISTORY_READS_PER_REQUEST at once, each a read in one of the instance's
-// slots. The first error cancels the reads not yet done and is returned.
-func (l *readLimits) readEach(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	rctx, cancel := context.WithCancel(ctx)
+// end gives the slots back.
+func (ls *lease) end() {
+	for _, r := range ls.release {
+		r()
+	}
+}
+
+// each runs fn(ctx, i) for i in [0, n), as many at once as the lease holds slots.
+// The first error cancels the calls not yet done and is returned.
+func (ls *lease) each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	next := make(chan int)
 	var (
 		mu    sync.Mutex
 		first error
 		wg    sync.WaitGroup
 	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if first == nil {
-			first = err
-			cancel()
-		}
-	}
-	perRequest := 1
-	if l != nil {
-		perRequest = l.cfg.HistoryReadsPerRequest
-	}
-	sem := make(chan struct{}, max(perRequest, 1))
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-rctx.Done():
-		}
-		if rctx.Err() != nil {
-			break
-		}
+	for range min(ls.n, n) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := l.read(rctx, func() error { return fn(rctx, i) }); err != nil {
-				fail(err)
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+				}
 			}
 		})
 	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
 	wg.Wait()
 	if first == nil {
-		// Stopped by the request's own deadline before every read started.
-		first = ctx.Err()
+		first = ctx.Err() // the request's own deadline, before every call ran
 	}
 	return first
 }

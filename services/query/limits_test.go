@@ -192,32 +192,37 @@ func TestChargeUnlimitedAndOpenRoutes(t *testing.T) {
 	}
 }
 
-// Reads run at most PULSE_QUERY_HISTORY_READS_PER_REQUEST at once for one request,
-// and PULSE_QUERY_HISTORY_READS on the instance.
-func TestReadEachBoundsReadsPerRequestAndInTotal(t *testing.T) {
+// A request's reads run at most PULSE_QUERY_HISTORY_READS_PER_REQUEST at once, and
+// the instance's PULSE_QUERY_HISTORY_READS: a request takes its first slot waiting,
+// the others only if free, so requests sharing few slots all progress.
+func TestLeasesBoundReadsPerRequestAndInTotal(t *testing.T) {
 	l, _ := testLimits(t, LimitsConfig{KeyRate: 1, KeyBurst: 1, UserRate: 1, UserBurst: 1, RateUsers: 1,
 		HistoryReads: 3, HistoryReadsPerRequest: 2, HistoryWait: 10 * time.Second})
-	var inFlight, most atomic.Int32
-	perRequest := [2]atomic.Int32{}
-	var mostPerRequest atomic.Int32
-	read := func(req int) func(context.Context, int) error {
+	var inFlight, most, mostPerRequest atomic.Int32
+	read := func(mine *atomic.Int32) func(context.Context, int) error {
 		return func(context.Context, int) error {
-			n := inFlight.Add(1)
-			r := perRequest[req].Add(1)
+			n, r := inFlight.Add(1), mine.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 			for m := mostPerRequest.Load(); r > m && !mostPerRequest.CompareAndSwap(m, r); m = mostPerRequest.Load() {
 			}
-			time.Sleep(2 * time.Millisecond)
-			perRequest[req].Add(-1)
+			time.Sleep(time.Millisecond)
+			mine.Add(-1)
 			inFlight.Add(-1)
 			return nil
 		}
 	}
 	var wg sync.WaitGroup
-	for req := range 2 {
+	for req := range 5 {
 		wg.Go(func() {
-			if err := l.readEach(context.Background(), 40, read(req)); err != nil {
+			ls, err := l.lease(context.Background(), 40)
+			if err != nil {
+				t.Errorf("request %d: %v", req, err)
+				return
+			}
+			defer ls.end()
+			var mine atomic.Int32
+			if err := ls.each(context.Background(), 40, read(&mine)); err != nil {
 				t.Errorf("request %d: %v", req, err)
 			}
 		})
@@ -229,44 +234,52 @@ func TestReadEachBoundsReadsPerRequestAndInTotal(t *testing.T) {
 	if l.reads.InUse() != 0 {
 		t.Fatalf("%d slots still taken", l.reads.InUse())
 	}
+	// One slot and a request wanting four: it runs with the one it has.
+	one, _ := testLimits(t, LimitsConfig{HistoryReads: 1, HistoryReadsPerRequest: 4, HistoryWait: time.Millisecond})
+	ls, err := one.lease(context.Background(), 4)
+	if err != nil || ls.n != 1 {
+		t.Fatalf("a lease of 4 from 1 slot: %+v, %v", ls, err)
+	}
+	ls.end()
 }
 
-// A read that waits past PULSE_QUERY_HISTORY_WAIT for a slot makes its request a
+// A request whose first slot does not free up within PULSE_QUERY_HISTORY_WAIT is a
 // 503 with Retry-After, counted as history_busy; a failed read stops the others.
-func TestReadsBusyAndFailing(t *testing.T) {
+func TestLeaseBusyAndFailingReads(t *testing.T) {
 	l, _ := testLimits(t, LimitsConfig{KeyRate: 1, KeyBurst: 1, UserRate: 1, UserBurst: 1, RateUsers: 1,
 		HistoryReads: 1, HistoryReadsPerRequest: 4, HistoryWait: 20 * time.Millisecond})
-	hold, err := l.reads.Acquire(context.Background(), time.Second)
+	hold, err := l.lease(context.Background(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.read(context.Background(), func() error { t.Fatal("ran without a slot"); return nil })
+	_, err = l.lease(context.Background(), 1)
 	var e *httpserver.Error
-	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.RetryAfter == 0 || !isRefusal(err) {
-		t.Fatalf("a read with every slot taken: %v, want a 503 with Retry-After", err)
+	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.RetryAfter == 0 || !isRefusal(err) ||
+		e.Message != "this instance runs as many history reads as it may (PULSE_QUERY_HISTORY_READS, 1); retry after Retry-After seconds" {
+		t.Fatalf("a lease with every slot taken: %v, want a 503 with Retry-After", err)
 	}
-	hold()
 
 	boom := errors.New("cassandra says no")
 	var ran atomic.Int32
-	err = l.readEach(context.Background(), 1000, func(ctx context.Context, i int) error {
+	err = hold.each(context.Background(), 1000, func(ctx context.Context, i int) error {
 		ran.Add(1)
 		if i == 3 {
 			return boom
 		}
 		return ctx.Err()
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("readEach = %v, want the failure", err)
-	}
-	if ran.Load() > 10 {
-		t.Fatalf("%d reads ran after a failure, want the rest cancelled", ran.Load())
+	if !errors.Is(err, boom) || ran.Load() > 5 {
+		t.Fatalf("each = %v after %d calls, want the failure and the rest cancelled", err, ran.Load())
 	}
 
-	// The caller's own deadline is not a refusal.
+	// The request's own deadline is its error, not a refusal.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := l.readEach(ctx, 5, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) || isRefusal(err) {
-		t.Fatalf("readEach with an ended context = %v", err)
+	if err := hold.each(ctx, 5, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) || isRefusal(err) {
+		t.Fatalf("each with an ended context = %v", err)
+	}
+	hold.end()
+	if l.reads.InUse() != 0 {
+		t.Fatalf("%d slots still taken", l.reads.InUse())
 	}
 }
