@@ -74,8 +74,9 @@ type LimitsConfig struct {
 	// in debt (pkg/limits).
 	RateUsers int
 	// HistoryReads bounds the Cassandra reads in flight on the instance, whatever
-	// the requests; HistoryReadsPerRequest those of one request. A read waits at most
-	// HistoryWait for a slot, then the request is a 503 with Retry-After.
+	// the requests; HistoryReadsPerRequest those of one request. A request waits at
+	// most HistoryWait for its first slot, then it is a 503 with Retry-After; it takes
+	// the others only if they are free.
 	HistoryReads           int
 	HistoryReadsPerRequest int
 	HistoryWait            time.Duration
@@ -189,13 +190,13 @@ func (c *Config) vars() []*config.Var {
 			"user tokens whose PULSE_QUERY_USER_RATE buckets are remembered (about 200 bytes each); past it the least recently used full bucket is forgotten, one still refilling never",
 			config.Positive),
 		config.Int(&c.Limits.HistoryReads, "PULSE_QUERY_HISTORY_READS", 64,
-			"Cassandra reads of the history and at= routes in flight on this instance, all requests together; a read waiting longer than PULSE_QUERY_HISTORY_WAIT for one makes its request a 503 with Retry-After",
+			"Cassandra reads of the history and at= routes in flight on this instance, all requests together; a request waiting longer than PULSE_QUERY_HISTORY_WAIT for its first is a 503 with Retry-After",
 			config.Between(1, 100_000)),
 		config.Int(&c.Limits.HistoryReadsPerRequest, "PULSE_QUERY_HISTORY_READS_PER_REQUEST", 4,
-			"Cassandra reads one history or at= request runs at once (days of a concurrency range, ids of POST /statuses?at=, shards of a count at=)",
+			"Cassandra reads one history or at= request runs at once (days of a concurrency range, ids of POST /statuses?at=, shards of a count at=), taken beyond the first only if free",
 			config.Between(1, 1000)),
 		config.Duration(&c.Limits.HistoryWait, "PULSE_QUERY_HISTORY_WAIT", 2*time.Second,
-			"longest wait of a Cassandra read for a PULSE_QUERY_HISTORY_READS slot before its request is a 503 with Retry-After",
+			"longest wait of a history or at= request for its first PULSE_QUERY_HISTORY_READS slot before it is a 503 with Retry-After",
 			config.Positive),
 		config.Int(&c.Limits.AtMaxBatch, "PULSE_QUERY_AT_MAX_BATCH", 100,
 			"most user ids of one POST /statuses?at= (each is a Cassandra read); more is a 400",
