@@ -155,26 +155,32 @@ func TestAuthEveryRoute(t *testing.T) {
 		}
 	}
 
-	// Browsers put the key in ?access_token=, on the feed's routes only: the firehose
-	// is then a 403 (a reader, known), not a 401, over SSE and WebSocket.
+	// A key in the URL (?access_token=) is refused everywhere; browsers open the feed
+	// with a ticket (tests/tickets_test.go), with which the firehose is a 403 (a
+	// reader, known), not a 401, over SSE and WebSocket.
 	for _, tc := range []struct {
 		target string
 		code   int
 	}{
-		{query + "/v1/watch/sse?firehose=true&access_token=" + testKeys.reader, http.StatusForbidden},
-		{query + "/v1/watch/sse?userIds=a&access_token=pulse_unknown", http.StatusUnauthorized},
+		{query + "/v1/watch/sse?firehose=true&access_token=" + testKeys.reader, http.StatusUnauthorized},
+		{query + "/v1/watch/sse?userIds=a&ticket=pwt_unknown", http.StatusUnauthorized},
 		{query + "/v1/online/count?access_token=" + testKeys.reader, http.StatusUnauthorized},
 	} {
 		if code, _, got := authDo(t, http.MethodGet, tc.target, "", ""); code != tc.code {
 			t.Errorf("GET %s: %d %s; want %d", tc.target, code, got, tc.code)
 		}
 	}
+	tk, _ := watchTicket(t, query, testKeys.reader)
+	if code, _, got := authDo(t, http.MethodGet, query+"/v1/watch/sse?firehose=true&ticket="+url.QueryEscape(tk), "", ""); code != http.StatusForbidden {
+		t.Errorf("SSE firehose with a reader's ticket: %d %s; want 403", code, got)
+	}
 	wsCtx, wsCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wsCancel()
-	_, res, err := websocket.Dial(wsCtx, watchURL(query, "/v1/watch", url.Values{"firehose": {"true"}, "access_token": {testKeys.reader}}),
+	tk, _ = watchTicket(t, query, testKeys.reader)
+	_, res, err := websocket.Dial(wsCtx, watchURL(query, "/v1/watch", url.Values{"firehose": {"true"}, "ticket": {tk}}),
 		&websocket.DialOptions{HTTPClient: bareClient})
 	if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
-		t.Errorf("WebSocket firehose with a reader's access_token: %v, %v; want HTTP 403", res, err)
+		t.Errorf("WebSocket firehose with a reader's ticket: %v, %v; want HTTP 403", res, err)
 	}
 
 	// A user token acts for its own user only.
@@ -192,6 +198,8 @@ func TestAuthEveryRoute(t *testing.T) {
 	for _, op := range guarded(t, "query") {
 		target := opURL(query, op, bob)
 		switch op.Path {
+		case "/v1/watch/tickets":
+			continue // names no user: a ticket acts as alice, which TestWatchTickets checks
 		case "/v1/watch/sse":
 			target += "?userIds=" + bob
 		case "/v1/watch":

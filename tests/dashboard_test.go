@@ -13,10 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -160,6 +162,7 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("a status posted through ingest appears within a second", func(t *testing.T) {
 		now.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 10*time.Second)
+		now.feedURLsCarryNoCredential(t, testKeys.operator)
 		user := p.run + "-arrives"
 		start := time.Now()
 		if err := onlinePost(ingest, []wireEvent{{UserID: user, Kind: "status", Status: "online", DeviceID: "web"}}); err != nil {
@@ -239,6 +242,7 @@ func TestDashboard(t *testing.T) {
 		own := browser.open(t, query, userToken(t, model, time.Now().Add(time.Hour), testKeys.hs256), "#user/"+model+"?day="+day+"&at="+at(13).Format(time.RFC3339))
 		own.wait(t, `document.getElementById('who').textContent === 'user token: `+model+`'`, 5*time.Second)
 		own.wait(t, `document.getElementById('user-status').textContent === 'offline' && document.getElementById('user-feed-state').textContent === 'live'`, 10*time.Second)
+		own.feedURLsCarryNoCredential(t, own.cred)
 		own.wait(t, `document.getElementById('pit-status').textContent === 'idle'`, 15*time.Second)
 		own.wait(t, `document.getElementById('user-history-state').textContent.includes('operator scope')`, 5*time.Second)
 	})
@@ -441,6 +445,49 @@ type dashBrowser struct{ ctx context.Context }
 type dashTab struct {
 	ctx  context.Context
 	name string
+	cred string
+	urls *urlLog
+}
+
+// urlLog is every URL a tab requested, WebSocket handshakes included, as the browser
+// sent them.
+type urlLog struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (l *urlLog) add(u string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.urls = append(l.urls, u)
+}
+
+func (l *urlLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.urls)
+}
+
+// feedURLsCarryNoCredential: the tab opened the change feed, every time with a
+// ticket, and no URL it requested holds cred or an access_token (docs/design.md,
+// Security: browsers never put a long-lived key in a URL).
+func (tab *dashTab) feedURLsCarryNoCredential(t *testing.T, cred string) {
+	t.Helper()
+	feeds := 0
+	for _, u := range tab.urls.all() {
+		if strings.Contains(u, cred) || strings.Contains(u, url.QueryEscape(cred)) || strings.Contains(u, "access_token") {
+			t.Errorf("the page requested a URL holding its credential: %s", strings.ReplaceAll(u, cred, "<credential>"))
+		}
+		if pu, err := url.Parse(u); err == nil && strings.HasPrefix(pu.Path, "/v1/watch") && pu.Path != "/v1/watch/tickets" {
+			feeds++
+			if !strings.HasPrefix(pu.Query().Get("ticket"), "pwt_") {
+				t.Errorf("the page opened the feed without a ticket: %s", strings.ReplaceAll(u, cred, "<credential>"))
+			}
+		}
+	}
+	if feeds == 0 {
+		t.Errorf("the page opened no feed; it requested %v", tab.urls.all())
+	}
 }
 
 // newBrowser starts Debian's chromium (apt-get install chromium), headless.
@@ -468,10 +515,20 @@ func (b *dashBrowser) open(t *testing.T, base, cred, hash string) *dashTab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(b.ctx)
 	t.Cleanup(cancel)
-	tab := &dashTab{ctx: ctx, name: base}
+	tab := &dashTab{ctx: ctx, name: base, cred: cred, urls: &urlLog{}}
 	// The first run makes the tab, which lives as long as that run's context.
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("opening a tab: %v", err)
+	}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			tab.urls.add(ev.Request.URL)
+		case *network.EventWebSocketCreated:
+			tab.urls.add(ev.URL)
+		}
+	}); err != nil {
+		t.Fatalf("listening to the tab's requests: %v", err)
 	}
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer tcancel()

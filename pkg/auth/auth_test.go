@@ -229,7 +229,7 @@ func server(t *testing.T, cfg Config, scope Scope) *echo.Echo {
 		}
 		_ = c.JSON(he.Status, map[string]any{"error": he})
 	}
-	a.Guard(prometheus.NewRegistry(), scope, "/users/:userId").QueryTokenRoutes("/feed").Install(e)
+	a.Guard(prometheus.NewRegistry(), scope, "/users/:userId").TicketRoutes(NewTickets(newMemTickets(), 30*time.Second, time.Second), "/feed").Install(e)
 	e.Use(Views)
 	ok := func(c echo.Context) error {
 		return c.String(http.StatusOK, "ok "+PrincipalOf(c).Name+" operator="+map[bool]string{true: "yes", false: "no"}[OperatorView(c)])
@@ -274,9 +274,12 @@ func TestGuard(t *testing.T) {
 		{"profiles need operator", "/debug/pprof/heap", "Bearer " + readKey, 403,
 			`{"error":{"code":"forbidden","message":"Go's profiles need a key with the operator scope"}}`, ""},
 		{"operator profiles", "/debug/pprof/heap", "Bearer " + operatorKey, 200, "ok op operator=no", ""},
-		{"access_token on a feed route", "/feed?access_token=" + readKey, "", 200, "ok r operator=no", ""},
-		{"bad access_token", "/feed?access_token=pulse_nope", "", 401, `{"error":{"code":"unauthorized","message":"unknown API key"}}`, `Bearer realm="pulse", error="invalid_token"`},
-		{"access_token elsewhere is ignored", "/counts?access_token=" + readKey, "", 401, "", `Bearer realm="pulse"`},
+		{"access_token on a feed route is refused", "/feed?access_token=" + readKey, "", 401,
+			`{"error":{"code":"unauthorized","message":"a credential in the URL (?access_token=) is refused: send Authorization: Bearer, or on the feed a ticket from POST /v1/watch/tickets as ?ticket="}}`,
+			`Bearer realm="pulse", error="invalid_request"`},
+		{"access_token elsewhere is refused", "/counts?access_token=" + readKey, "", 401, "", `Bearer realm="pulse", error="invalid_request"`},
+		{"unknown ticket", "/feed?ticket=pwt_nope", "", 401, `{"error":{"code":"unauthorized","message":"` + ErrBadTicket.Error() + `"}}`, `Bearer realm="pulse", error="invalid_token"`},
+		{"ticket off the feed", "/counts?ticket=pwt_nope", "", 401, "", `Bearer realm="pulse"`},
 		{"the header wins", "/feed?access_token=" + readKey, "Bearer " + operatorKey, 200, "ok op operator=no", ""},
 		{"user reads self", "/users/alice", "Bearer " + alice, 200, "ok user:alice operator=no", ""},
 		{"user reads another", "/users/bob", "Bearer " + alice, 403,

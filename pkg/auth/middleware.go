@@ -1,9 +1,11 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,16 +33,17 @@ type Guard struct {
 	// userRoutes are the route templates a user token may call; on those with a
 	// :userId parameter it must be the token's subject.
 	userRoutes map[string]bool
-	// queryRoutes take the credential from ?access_token= too (QueryTokenRoutes).
-	queryRoutes map[string]bool
-	refused     *prometheus.CounterVec
+	// ticketRoutes take a single-use ticket from ?ticket= (TicketRoutes).
+	ticketRoutes map[string]bool
+	tickets      *Tickets
+	refused      *prometheus.CounterVec
 }
 
 // Guard builds the middleware of a service whose routes need scope. User tokens may
 // call only userRoutes (route templates such as "/v1/users/:userId/status"); every
 // other route answers them 403. The refusals are counted on reg.
 func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes ...string) *Guard {
-	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{}, queryRoutes: map[string]bool{},
+	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{}, ticketRoutes: map[string]bool{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_auth_refused_total",
 			Help: "Requests refused by authentication (401) or authorization (403), by status code.",
@@ -67,18 +70,19 @@ func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes
 	return g
 }
 
-// AccessTokenParam is the query parameter carrying a credential on the routes of
-// QueryTokenRoutes.
+// AccessTokenParam is RFC 6750 §2.3's query parameter for a credential, which Pulse
+// refuses: a key or user token lives for months or hours, and a URL is kept in
+// proxies' logs, the browser's history and Referer headers.
 const AccessTokenParam = "access_token"
 
-// QueryTokenRoutes lets routes take the credential from ?access_token= when the
-// request has no Authorization header (RFC 6750 §2.3): browsers' WebSocket and
-// EventSource cannot set headers. A URL is more easily leaked (proxies' logs, the
-// browser's history) than a header, so it is for those routes only; Pulse logs
-// route templates, never URLs.
-func (g *Guard) QueryTokenRoutes(routes ...string) *Guard {
+// TicketRoutes lets routes take a ticket of t from ?ticket= when the request has no
+// Authorization header: browsers' WebSocket and EventSource cannot set headers, so
+// they ask for a ticket with the header first (POST /v1/watch/tickets) and put only
+// the ticket, single-use and valid for seconds, in the URL.
+func (g *Guard) TicketRoutes(t *Tickets, routes ...string) *Guard {
+	g.tickets = t
 	for _, r := range routes {
-		g.queryRoutes[r] = true
+		g.ticketRoutes[r] = true
 	}
 	return g
 }
@@ -112,10 +116,12 @@ func (g *Guard) Middleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 func (g *Guard) authenticate(c echo.Context) (Principal, error) {
 	h := c.Request().Header.Get(echo.HeaderAuthorization)
-	if h == "" && g.queryRoutes[c.Path()] {
-		if cred := c.QueryParam(AccessTokenParam); cred != "" {
-			h = "Bearer " + cred
-		}
+	if h == "" && c.QueryParam(AccessTokenParam) != "" {
+		return Principal{}, unauthorized(c, "invalid_request",
+			"a credential in the URL (?access_token=) is refused: send Authorization: Bearer, or on the feed a ticket from POST /v1/watch/tickets as ?ticket=")
+	}
+	if h == "" && g.ticketRoutes[c.Path()] && c.QueryParam(TicketParam) != "" {
+		return g.redeem(c, c.QueryParam(TicketParam))
 	}
 	if h == "" {
 		if g.a.off {
@@ -130,6 +136,25 @@ func (g *Guard) authenticate(c echo.Context) (Principal, error) {
 	p, err := g.a.Authenticate(cred)
 	if err != nil {
 		return Principal{}, unauthorized(c, "invalid_token", err.Error())
+	}
+	return p, nil
+}
+
+// redeem authenticates a request by its ticket, which it uses up. The Principal it
+// stands for must still be valid: a key removed, or a token expired, since the ticket
+// was issued takes the ticket with it.
+func (g *Guard) redeem(c echo.Context, ticket string) (Principal, error) {
+	p, err := g.tickets.Redeem(c.Request().Context(), ticket)
+	switch {
+	case errors.Is(err, ErrBadTicket):
+		return Principal{}, unauthorized(c, "invalid_token", err.Error())
+	case err != nil:
+		// The store's error stays in the server's log; the client learns to retry.
+		return Principal{}, fmt.Errorf("redeeming a feed ticket: %w: %w", err,
+			httpserver.Unavailable("tickets cannot be checked right now", time.Second))
+	}
+	if err := g.a.StillValid(p, time.Now()); err != nil {
+		return Principal{}, unauthorized(c, "invalid_token", "the ticket's credential is no longer valid: "+err.Error())
 	}
 	return p, nil
 }

@@ -406,6 +406,7 @@ func TestCheckRoutesNamesEveryDifference(t *testing.T) {
 	e.POST("/v1/online/filter", echo.NotFoundHandler)
 	e.GET("/v1/watch", echo.NotFoundHandler)
 	e.GET("/v1/watch/sse", echo.NotFoundHandler)
+	e.POST("/v1/watch/tickets", echo.NotFoundHandler)
 	for _, p := range []string{"/v1/users/:userId/timeline", "/v1/users/:userId/sessions", "/v1/users/:userId/daily",
 		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily", "/v1/dashboard/pipeline"} {
 		e.GET(p, echo.NotFoundHandler)

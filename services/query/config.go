@@ -94,6 +94,9 @@ const DefaultKeyRate = 10_000
 
 // FeedConfig is the change feed's settings.
 type FeedConfig struct {
+	// TicketTTL is how long a ticket of POST /v1/watch/tickets may open the feed
+	// (tickets.go).
+	TicketTTL time.Duration
 	// QueueSize bounds the changes waiting for one connection; a connection whose
 	// queue fills is closed as a slow consumer.
 	QueueSize int
@@ -249,6 +252,7 @@ func (c *Config) vars() []*config.Var {
 		config.List(&f.Origins, "PULSE_FEED_ORIGINS", nil,
 			"host patterns (path.Match) of web pages allowed to open a WebSocket, comma-separated; empty: same-origin pages only (clients without Origin are always allowed)",
 			validOrigins),
+		ticketTTLVar(&f.TicketTTL),
 	)...)
 }
 

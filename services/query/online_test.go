@@ -50,7 +50,7 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
 	srv := httpserver.New(cfg.HTTP, logger, reg)
-	installAuth(srv.Echo, newAuth(tb, cfg), reg)
+	installTickets(srv.Echo, installAuth(srv.Echo, newAuth(tb, cfg), reg), auth.NewTickets(memTickets{}, time.Minute, time.Second))
 	// Counts read per request (interval 0): tests see every write at once.
 	counts := countcache.New(store.Counts, countcache.Config{Timeout: 5 * time.Second}, logger)
 	// Single-user reads go through the coalescer, as run has them.

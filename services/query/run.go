@@ -27,16 +27,19 @@ import (
 // seed's shapes and in /v1's, and the feed of its own user and of those its
 // pulse_watch claim lists (watcher.options, watcher.readCommands). Everything else
 // (counts, listings, history) needs an API key.
-var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/watch", "/v1/watch/sse"}
+var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/watch", "/v1/watch/sse", TicketsPath}
 
-// feedRoutes take the credential from ?access_token= too, for browsers.
+// feedRoutes take a single-use ticket from ?ticket= too, for browsers (tickets.go).
 var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 
 // installAuth guards every route but the probes, /metrics and /openapi.json: the read
-// scope, and the operator scope for ?view=operator.
-func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) {
-	authn.Guard(reg, auth.ScopeRead, userRoutes...).QueryTokenRoutes(feedRoutes...).Install(e)
+// scope, and the operator scope for ?view=operator. installTickets adds the feed's
+// tickets to the Guard it returns.
+func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) *auth.Guard {
+	g := authn.Guard(reg, auth.ScopeRead, userRoutes...)
+	g.Install(e)
 	e.Use(auth.Views)
+	return g
 }
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
@@ -100,7 +103,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if a.pipeline, err = dashboard.NewPipeline(cfg.Dashboard, reg, stateWhole(store), logger); err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	installAuth(srv.Echo, authn, reg)
+	installTickets(srv.Echo, installAuth(srv.Echo, authn, reg),
+		auth.NewTickets(redisTickets{rdb: rdb, prefix: cfg.RedisPrefix}, cfg.Feed.TicketTTL, ticketTimeout))
 	a.routes(srv.Echo)
 	openapi.Register(srv.Echo)
 

@@ -1,7 +1,8 @@
 // Pulse dashboard: reads the query service's API with the credential pasted into the
-// page (kept in sessionStorage, sent as Authorization: Bearer, and as access_token on
-// the change feed, which browsers' EventSource cannot send headers to). Charts are
-// plain SVG. Every failure is shown as such, never as a zero.
+// page (kept in sessionStorage, sent only as Authorization: Bearer). EventSource cannot
+// send headers, so the change feed is opened with a single-use ticket that
+// POST /v1/watch/tickets issues for the credential: the credential is never in a URL.
+// Charts are plain SVG. Every failure is shown as such, never as a zero.
 'use strict';
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -19,12 +20,12 @@
     }
   }
 
-  async function api(path) {
+  async function api(path, method) {
     const headers = { Accept: 'application/json' };
     if (S.cred) headers.Authorization = 'Bearer ' + S.cred;
     let res;
     try {
-      res = await fetch(path, { headers, cache: 'no-store' });
+      res = await fetch(path, { method: method || 'GET', headers, cache: 'no-store' });
     } catch (e) {
       throw new APIError(0, 'network', 'the query service did not answer');
     }
@@ -171,7 +172,9 @@
   // ---- the change feed (server-sent events) -----------------------------------------
 
   // Feed keeps one EventSource open, reconnecting with the last cursor after a drop,
-  // and shows its condition on badge.
+  // and shows its condition on badge. Every connection takes a fresh ticket (valid
+  // once, for seconds), so the browser's own reconnects, which would reuse the URL,
+  // are replaced by ours.
   class Feed {
     constructor(params, badge, on) {
       this.params = params;
@@ -186,13 +189,27 @@
       this.badge.textContent = text;
       this.badge.className = 'badge ' + (cls || '');
     }
-    open() {
+    retry() {
+      this.failures++;
+      this.show('reconnecting', 'bad');
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.open(), Math.min(1000 * this.failures, 10000));
+    }
+    async open() {
       if (this.stopped) return;
       const q = new URLSearchParams(this.params);
       if (this.cursor && this.failures < 2) q.set('cursor', this.cursor);
-      if (S.cred) q.set('access_token', S.cred);
-      const es = (this.es = new EventSource('/v1/watch/sse?' + q));
       this.show(this.failures ? 'reconnecting' : 'connecting', 'warn');
+      if (S.cred) {
+        try {
+          q.set('ticket', (await api('/v1/watch/tickets', 'POST')).ticket);
+        } catch (e) {
+          this.retry();
+          return;
+        }
+        if (this.stopped) return;
+      }
+      const es = (this.es = new EventSource('/v1/watch/sse?' + q));
       es.onopen = () => { this.failures = 0; this.show('live', 'live'); };
       const take = (type) => (ev) => {
         if (ev.lastEventId) this.cursor = ev.lastEventId;
@@ -209,12 +226,10 @@
           try { const m = JSON.parse(ev.data); if (m.code === 'cursor_expired') this.cursor = ''; } catch (e) { /* ignore */ }
           return;
         }
-        this.failures++;
-        this.show('reconnecting', 'bad');
-        if (es.readyState === EventSource.CLOSED) {
-          clearTimeout(this.timer);
-          this.timer = setTimeout(() => this.open(), Math.min(1000 * this.failures, 10000));
-        }
+        // The ticket is spent: close, so the browser does not retry with it, and
+        // reconnect with a new one.
+        es.close();
+        this.retry();
       });
     }
     stop() {
