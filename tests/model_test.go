@@ -15,6 +15,10 @@ import (
 type modelDevice struct {
 	status string // online, idle, offline
 	last   time.Time
+	// pub is when readers who are not operators last saw the device, hidden whether
+	// they never learnt of it (first seen while its user was invisible).
+	pub    time.Time
+	hidden bool
 }
 
 type modelUser struct {
@@ -42,6 +46,9 @@ type modelChange struct {
 	eventID           string
 	previous, current string
 	at                time.Time
+	// publicAt is when readers who are not operators see the change take effect,
+	// when they see one.
+	publicAt time.Time
 }
 
 type model struct {
@@ -76,7 +83,7 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 				m.stale++
 				continue
 			}
-			m.settle(u, e, time.UnixMicro(e.OccurredAtUs).UTC())
+			m.settle(u, e, time.UnixMicro(e.OccurredAtUs).UTC(), nil, "offline", false)
 			continue
 		}
 		t := time.UnixMicro(e.ReceivedAtUs).UTC()
@@ -88,10 +95,12 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			m.stale++
 			continue
 		}
+		added := d == nil
 		if d == nil {
 			d = &modelDevice{status: "offline"}
 			u.devices[e.DeviceId] = d
 		}
+		before := d.status
 		d.last = t
 		switch e.Kind {
 		case pulsev1.Kind_KIND_STATUS:
@@ -115,7 +124,7 @@ func (m *model) fold(events []*pulsev1.Event, seen map[string]bool) {
 			u.lastActive = maxTime(u.lastActive, t)
 		}
 		u.lastSeen = maxTime(u.lastSeen, t)
-		m.settle(u, e, t)
+		m.settle(u, e, t, d, before, added)
 	}
 }
 
@@ -145,8 +154,9 @@ func (m *model) timeout(u *modelUser, e *pulsev1.Event) bool {
 	return true
 }
 
-// settle recomputes the effective status after e, of time t.
-func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time) {
+// settle recomputes the effective status after e, of time t, an event of device d
+// (nil for a timeout) whose status was before, added by e when it was new.
+func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time, d *modelDevice, before string, added bool) {
 	best := "offline"
 	for _, dv := range u.devices {
 		if rank[dv.status] > rank[best] {
@@ -156,6 +166,7 @@ func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time) {
 	if u.invisible && best != "offline" {
 		best = "invisible"
 	}
+	pt := m.publicTime(u, best, t, d, before, added)
 	if best == u.status {
 		return
 	}
@@ -163,16 +174,60 @@ func (m *model) settle(u *modelUser, e *pulsev1.Event, t time.Time) {
 	if !at.After(u.lastUpdated) {
 		at = u.lastUpdated.Add(time.Microsecond)
 	}
-	u.changes = append(u.changes, modelChange{eventID: e.EventId, previous: u.status, current: best, at: at})
+	c := modelChange{eventID: e.EventId, previous: u.status, current: best, at: at}
 	if public(u.status) != public(best) {
-		pat := at
-		if !pat.After(u.publicLastUpdated) {
-			pat = u.publicLastUpdated.Add(time.Microsecond)
+		if !pt.After(u.publicLastUpdated) {
+			pt = u.publicLastUpdated.Add(time.Microsecond)
 		}
-		u.publicLastUpdated, u.publicChanged = pat, true
+		u.publicLastUpdated, u.publicChanged, c.publicAt = pt, true, pt
 	}
+	u.changes = append(u.changes, c)
 	u.status, u.lastUpdated, u.changed = best, at, true
 	u.rows++
+}
+
+// publicTime is the instant readers who are not operators see the event of time t
+// happen, when the user's status goes to best, and moves their last-seen of the
+// devices: a reader sees an invisible user as one whose devices all disconnected when
+// it went invisible and connected again when it came back, and no device is seen
+// before it was last seen (device clocks disagree).
+func (m *model) publicTime(u *modelUser, best string, t time.Time, d *modelDevice, before string, added bool) time.Time {
+	visible := func(s string) bool { return s == "online" || s == "idle" }
+	switch {
+	case visible(u.status) && best == "invisible":
+		var live []*modelDevice
+		for _, dv := range u.devices {
+			if dv != d && dv.status != "offline" && !dv.hidden || dv == d && before != "offline" {
+				live = append(live, dv)
+				t = maxTime(t, dv.pub)
+			}
+		}
+		for _, dv := range live {
+			dv.pub = t
+		}
+		if added {
+			d.hidden = true
+		}
+	case best == "invisible" || u.status == "invisible" && best == "offline":
+		if added {
+			d.hidden = true
+		}
+	case u.status == "invisible":
+		for _, dv := range u.devices {
+			if dv.status != "offline" {
+				t = maxTime(t, dv.pub)
+			}
+		}
+		for _, dv := range u.devices {
+			if dv.status != "offline" {
+				dv.pub, dv.hidden = t, false
+			}
+		}
+	case d != nil:
+		t = maxTime(t, d.pub)
+		d.pub, d.hidden = t, false
+	}
+	return t
 }
 
 func maxTime(a, b time.Time) time.Time {

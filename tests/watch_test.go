@@ -185,6 +185,7 @@ func watchExpect(m *model, users []string, operator bool) (map[string][]modelCha
 				if c.previous == c.current {
 					continue
 				}
+				c.at = c.publicAt
 			}
 			out[id] = append(out[id], c)
 			n++

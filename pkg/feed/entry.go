@@ -24,8 +24,10 @@ type entry struct {
 
 	userID            string
 	previous, current presence.Status
-	at                time.Time
-	timeout           bool
+	// at is when the change took effect, publicAt when readers who are not operators
+	// see it take effect (the same but after a period the user spent invisible).
+	at, publicAt time.Time
+	timeout      bool
 	// sourcePartition and sourceOffset are the causing event's position in
 	// presence.events: the key duplicates are recognised by.
 	sourcePartition int32
@@ -67,6 +69,7 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 		previous:        presence.StatusFromPB(c.GetPrevious()),
 		current:         presence.StatusFromPB(c.GetCurrent()),
 		at:              presence.FromMicros(c.GetChangedAtUs()),
+		publicAt:        presence.FromMicros(c.GetChangedAtUs()),
 		timeout:         c.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
 		sourcePartition: c.GetSourcePartition(),
 		sourceOffset:    c.GetSourceOffset(),
@@ -76,6 +79,9 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 	}
 	if e.at.IsZero() {
 		return nil, errors.New("no changed_at")
+	}
+	if p := c.GetPublicChangedAtUs(); p != 0 {
+		e.publicAt = presence.FromMicros(p)
 	}
 	return e, nil
 }
@@ -100,7 +106,7 @@ func (e *entry) render(operator bool, cursor string) []byte {
 	if operator {
 		m.Status, m.Previous = e.current.String(), e.previous.String()
 	} else {
-		m.Status, m.Previous = e.current.Public().String(), e.previous.Public().String()
+		m.Status, m.Previous, m.At = e.current.Public().String(), e.previous.Public().String(), e.publicAt
 	}
 	b, _ := json.Marshal(m) // cannot fail: strings and a time
 	return b

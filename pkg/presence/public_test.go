@@ -47,7 +47,10 @@ func sameView(a, b publicView) bool {
 // TestInvisibleReadsAsATwinWhoWasOffline applies random events — statuses including
 // invisible, heartbeats, activity and timeouts on up to four devices — to a user, and
 // the events presencetest.TwinEvents derives to a twin; after every event the user's
-// public view must equal the twin's, computed from the twin's own times.
+// public view must equal the twin's, computed from the twin's own times, and the change
+// a reader sees (public statuses and PublicAt) the twin's own change. Each device's
+// clock is off by its own few seconds, so times run backwards from one device to
+// another.
 func TestInvisibleReadsAsATwinWhoWasOffline(t *testing.T) {
 	devices := []string{"a", "b", "c", "d"}
 	statuses := []presence.Status{presence.Online, presence.Idle, presence.Offline, presence.Invisible}
@@ -56,11 +59,15 @@ func TestInvisibleReadsAsATwinWhoWasOffline(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		u, twin := presence.NewUser(0), presence.NewUser(0)
 		now := t0
+		skew := map[string]time.Duration{}
+		for _, d := range devices {
+			skew[d] = time.Duration(rng.IntN(6000)-3000) * time.Millisecond
+		}
 		var log []string
 		for step := range 60 {
 			now = now.Add(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
 			dev := devices[rng.IntN(len(devices))]
-			e := &presence.Event{ID: fmt.Sprint(step), UserID: "u", DeviceID: dev, OccurredAt: now, ReceivedAt: now, Source: presence.SourceAPI}
+			e := &presence.Event{ID: fmt.Sprint(step), UserID: "u", DeviceID: dev, OccurredAt: now.Add(skew[dev]), ReceivedAt: now, Source: presence.SourceAPI}
 			switch k := rng.IntN(10); {
 			case k < 4:
 				e.Kind, e.Status = presence.KindStatus, statuses[rng.IntN(len(statuses))]
@@ -80,8 +87,17 @@ func TestInvisibleReadsAsATwinWhoWasOffline(t *testing.T) {
 			}
 			out := u.Apply(e)
 			log = append(log, fmt.Sprintf("%d: %v %v %v %s → %v", step, e.Source, e.Kind, e.Status, e.DeviceID, u.Status))
+			var seen, twinSaw []string
+			if !out.PublicAt.IsZero() {
+				seen = append(seen, fmt.Sprintf("%v→%v at %v", out.Previous.Public(), out.Current.Public(), out.PublicAt))
+			}
 			for _, te := range presencetest.TwinEvents("twin", e, out, u, twin) {
-				twin.Apply(te)
+				if to := twin.Apply(te); to.Changed {
+					twinSaw = append(twinSaw, fmt.Sprintf("%v→%v at %v", to.Previous, to.Current, to.At))
+				}
+			}
+			if !slices.Equal(seen, twinSaw) {
+				t.Fatalf("seed %d step %d: a reader sees the change %v, the twin's is %v\nevents:\n%v", seed, step, seen, twinSaw, append(log, fmt.Sprint(e)))
 			}
 			if twin.Status == presence.Invisible {
 				t.Fatalf("seed %d: the twin became invisible", seed)

@@ -67,7 +67,13 @@ type User struct {
 //     moves it; devices first seen then are Hidden;
 //   - becoming visible again at t reads as every live device connecting at t.
 //
-// Outside those periods it follows the user's own times.
+// Outside those periods it follows the user's own times. Device clocks may disagree:
+// a device is never seen publicly at an instant before its public last-seen, so the t
+// above is the latest of the event's time and the public last-seen of those devices,
+// and any other event of a device counts from its public last-seen at the earliest,
+// as the events of a user who really went offline would have to. A change readers see
+// takes effect at that instant, or a microsecond after the public last-updated
+// (Outcome.PublicAt).
 type Public struct {
 	LastUpdated, LastActive, LastSeen time.Time
 }
@@ -86,6 +92,10 @@ type Outcome struct {
 	Previous, Current Status
 	// At is when the change took effect (LastUpdated afterwards).
 	At time.Time
+	// PublicAt is when readers who are not operators see a change take effect
+	// (Public.LastUpdated afterwards): At but for a user who was invisible since the
+	// last change they saw (see Public); zero when they see no change.
+	PublicAt time.Time
 	// DevicesDropped counts live devices dropped because the user had more than
 	// MaxLiveDevices.
 	DevicesDropped int
@@ -117,7 +127,7 @@ func (u *User) Apply(e *Event) Outcome {
 	if e.Source == SourceTimeout {
 		out := u.applyTimeout(e)
 		if !out.Stale {
-			u.publish(out, e.DeviceID, time.Time{}, false, Offline, false)
+			u.publish(&out, e.DeviceID, e.Time(), false, false, Offline, false)
 		}
 		return out
 	}
@@ -131,7 +141,7 @@ func (u *User) Apply(e *Event) Outcome {
 	}
 	before := u.Devices[i].Status
 	out := u.apply(e, i, t)
-	u.publish(out, e.DeviceID, t, e.Kind != KindHeartbeat, before, !found)
+	u.publish(&out, e.DeviceID, t, true, e.Kind != KindHeartbeat, before, !found)
 	return out
 }
 
@@ -200,28 +210,36 @@ func (u *User) applyTimeout(e *Event) Outcome {
 	return u.settle(e.Time())
 }
 
-// publish moves the Public times after an applied event of the device (t zero for a
-// timeout, which moves no last-seen; active for status and activity events; before the
-// device's status before the event; added when the event made the device known), as
-// the comment on Public says.
-func (u *User) publish(out Outcome, device string, t time.Time, active bool, before Status, added bool) {
+// publish moves the Public times after an applied event of the device at t (seen is
+// false for a timeout, which moves no last-seen; active for status and activity events;
+// before the device's status before the event; added when the event made the device
+// known), as the comment on Public says, and sets out.PublicAt.
+func (u *User) publish(out *Outcome, device string, t time.Time, seen, active bool, before Status, added bool) {
 	p := &u.Public
 	switch {
 	case (out.Previous == Online || out.Previous == Idle) && out.Current == Invisible:
 		// An invisible status from online or idle: every device that was live
-		// disconnects now. The device that sent it, if it was not live, shows nothing
-		// new (and stays unknown if it is new).
+		// disconnects, no earlier than any of them was last seen. The device that
+		// sent it, if it was not live, shows nothing new (and stays unknown if it is
+		// new).
+		live := func(d *Device) bool {
+			return d.ID != device && d.Status != Offline && !d.Hidden || d.ID == device && before != Offline
+		}
 		for i := range u.Devices {
-			d := &u.Devices[i]
-			switch {
-			case d.ID != device && d.Status != Offline && !d.Hidden, d.ID == device && before != Offline:
-				d.PublicLastSeen = later(d.PublicLastSeen, t)
+			if d := &u.Devices[i]; live(d) {
+				t = later(t, d.PublicLastSeen)
+			}
+		}
+		for i := range u.Devices {
+			switch d := &u.Devices[i]; {
+			case live(d):
+				d.PublicLastSeen = t
 			case d.ID == device && added:
 				d.Hidden = true
 			}
 		}
 		p.LastSeen, p.LastActive = later(p.LastSeen, t), later(p.LastActive, t)
-		p.LastUpdated = publicChange(p.LastUpdated, out.At)
+		u.publicChange(out, t)
 	case out.Current == Invisible || out.Previous == Invisible && out.Current == Offline:
 		// Invisible, or offline from invisible: offline throughout to such a reader,
 		// who does not learn of a device first seen now.
@@ -231,19 +249,26 @@ func (u *User) publish(out Outcome, device string, t time.Time, active bool, bef
 			}
 		}
 	case out.Previous == Invisible:
-		// Visible again (an online or idle status): every live device connects now.
+		// Visible again (an online or idle status): every live device connects, no
+		// earlier than any of them was last seen.
 		for i := range u.Devices {
 			if d := &u.Devices[i]; d.Status != Offline {
-				d.PublicLastSeen, d.Hidden = later(d.PublicLastSeen, t), false
+				t = later(t, d.PublicLastSeen)
+			}
+		}
+		for i := range u.Devices {
+			if d := &u.Devices[i]; d.Status != Offline {
+				d.PublicLastSeen, d.Hidden = t, false
 			}
 		}
 		p.LastSeen, p.LastActive = later(p.LastSeen, t), later(p.LastActive, t)
-		p.LastUpdated = publicChange(p.LastUpdated, out.At)
+		u.publicChange(out, t)
 	default:
-		if !t.IsZero() {
+		if seen {
 			if i, ok := u.device(device); ok {
 				d := &u.Devices[i]
-				d.PublicLastSeen, d.Hidden = later(d.PublicLastSeen, t), false
+				t = later(t, d.PublicLastSeen)
+				d.PublicLastSeen, d.Hidden = t, false
 			}
 			p.LastSeen = later(p.LastSeen, t)
 			if active {
@@ -251,18 +276,18 @@ func (u *User) publish(out Outcome, device string, t time.Time, active bool, bef
 			}
 		}
 		if out.Changed && out.Previous.Public() != out.Current.Public() {
-			p.LastUpdated = publicChange(p.LastUpdated, out.At)
+			u.publicChange(out, t)
 		}
 	}
 }
 
-// publicChange is the public last-updated after a change at at: like LastUpdated it
-// grows, by a microsecond when at does not.
-func publicChange(last, at time.Time) time.Time {
-	if !at.After(last) {
-		return last.Add(time.Microsecond)
+// publicChange records a change readers see at t: like LastUpdated, the public
+// last-updated grows, by a microsecond when t does not.
+func (u *User) publicChange(out *Outcome, t time.Time) {
+	if !t.After(u.Public.LastUpdated) {
+		t = u.Public.LastUpdated.Add(time.Microsecond)
 	}
-	return at
+	u.Public.LastUpdated, out.PublicAt = t, t
 }
 
 // ResetPublic makes the public times the user's own, for a state made from times no

@@ -113,17 +113,22 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		if e.Source == presence.SourceTimeout {
 			cause = pulsev1.Cause_CAUSE_TIMEOUT
 		}
+		var publicAt int64
+		if !out.PublicAt.IsZero() && !out.PublicAt.Equal(out.At) {
+			publicAt = presence.Micros(out.PublicAt)
+		}
 		w.Outbox.Changes = append(w.Outbox.Changes, &pulsev1.Change{
-			UserId:          e.UserID,
-			EventId:         e.ID,
-			Previous:        presence.StatusToPB(out.Previous),
-			Current:         presence.StatusToPB(out.Current),
-			ChangedAtUs:     presence.Micros(out.At),
-			Cause:           cause,
-			DeviceId:        e.DeviceID,
-			SourcePartition: st.partition,
-			SourceOffset:    r.offset,
-			UserIndex:       u.Index,
+			UserId:            e.UserID,
+			EventId:           e.ID,
+			Previous:          presence.StatusToPB(out.Previous),
+			Current:           presence.StatusToPB(out.Current),
+			ChangedAtUs:       presence.Micros(out.At),
+			Cause:             cause,
+			DeviceId:          e.DeviceID,
+			SourcePartition:   st.partition,
+			SourceOffset:      r.offset,
+			UserIndex:         u.Index,
+			PublicChangedAtUs: publicAt,
 		})
 	}
 	w.Outbox.LastOffset = w.LastOffset

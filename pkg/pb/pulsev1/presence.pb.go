@@ -408,9 +408,14 @@ type Change struct {
 	SourceOffset    int64 `protobuf:"varint,9,opt,name=source_offset,json=sourceOffset,proto3" json:"source_offset,omitempty"`
 	// The user's dense index in the shard (docs/design.md guarantee 8), the same the
 	// aggregator's bitmaps use: history numbers unique users by it without a lookup.
-	UserIndex     uint32 `protobuf:"varint,10,opt,name=user_index,json=userIndex,proto3" json:"user_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UserIndex uint32 `protobuf:"varint,10,opt,name=user_index,json=userIndex,proto3" json:"user_index,omitempty"`
+	// When readers who are not operators see the transition take effect, microseconds
+	// since the Unix epoch, when that differs from changed_at_us: a user invisible since
+	// the last change such readers saw, whose own change times kept growing meanwhile
+	// (docs/design.md, "Invisible looks offline"). 0: changed_at_us.
+	PublicChangedAtUs int64 `protobuf:"varint,11,opt,name=public_changed_at_us,json=publicChangedAtUs,proto3" json:"public_changed_at_us,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
@@ -509,6 +514,13 @@ func (x *Change) GetSourceOffset() int64 {
 func (x *Change) GetUserIndex() uint32 {
 	if x != nil {
 		return x.UserIndex
+	}
+	return 0
+}
+
+func (x *Change) GetPublicChangedAtUs() int64 {
+	if x != nil {
+		return x.PublicChangedAtUs
 	}
 	return 0
 }
@@ -773,7 +785,7 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\x0ereceived_at_us\x18\a \x01(\x03R\freceivedAtUs\x12(\n" +
 	"\x06source\x18\b \x01(\x0e2\x10.pulse.v1.SourceR\x06source\x12 \n" +
 	"\flast_seen_us\x18\t \x01(\x03R\n" +
-	"lastSeenUs\"\xed\x02\n" +
+	"lastSeenUs\"\x9e\x03\n" +
 	"\x06Change\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12,\n" +
@@ -786,7 +798,8 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\rsource_offset\x18\t \x01(\x03R\fsourceOffset\x12\x1d\n" +
 	"\n" +
 	"user_index\x18\n" +
-	" \x01(\rR\tuserIndex\"v\n" +
+	" \x01(\rR\tuserIndex\x12/\n" +
+	"\x14public_changed_at_us\x18\v \x01(\x03R\x11publicChangedAtUs\"v\n" +
 	"\vDeviceState\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12 \n" +

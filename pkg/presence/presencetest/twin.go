@@ -3,7 +3,11 @@
 // operators must not tell the two apart (docs/design.md, "Invisible looks offline").
 package presencetest
 
-import "github.com/pulse-presence/pulse/pkg/presence"
+import (
+	"time"
+
+	"github.com/pulse-presence/pulse/pkg/presence"
+)
 
 // TwinEvents are the events the twin twinID receives for the user's event e, given
 // what applying e did (out), the user afterwards (u) and the twin before (twin):
@@ -14,12 +18,25 @@ import "github.com/pulse-presence/pulse/pkg/presence"
 //     status, online ones first;
 //   - any other event is the user's own, a timeout decided on the twin's own basis.
 //
+// A device cannot send an event older than its last one, so each event made for a
+// device here is dated no earlier than the twin last saw it: the disconnects and
+// connects at the latest of the user's event's time and the last-seen of every twin
+// device they touch, any other event at the later of its time and its device's.
+//
 // A stale event of the user gives none. The events made here have no id.
 func TwinEvents(twinID string, e *presence.Event, out presence.Outcome, u, twin *presence.User) []*presence.Event {
 	if out.Stale {
 		return nil
 	}
 	t := e.Time()
+	seen := func(device string) time.Time {
+		for _, d := range twin.Devices {
+			if d.ID == device {
+				return d.LastSeen
+			}
+		}
+		return time.Time{}
+	}
 	status := func(device string, s presence.Status) *presence.Event {
 		return &presence.Event{UserID: twinID, Kind: presence.KindStatus, Status: s, DeviceID: device,
 			OccurredAt: t, ReceivedAt: e.ReceivedAt, Source: presence.SourceAPI}
@@ -28,6 +45,11 @@ func TwinEvents(twinID string, e *presence.Event, out presence.Outcome, u, twin 
 	// status) for every device of ds in state first, then in state then, so that the
 	// twin's status moves once.
 	each := func(ds []presence.Device, first, then, s presence.Status) []*presence.Event {
+		for _, d := range ds {
+			if d.Status == first || d.Status == then {
+				t = latest(t, seen(d.ID))
+			}
+		}
 		var evs []*presence.Event
 		for _, want := range []presence.Status{first, then} {
 			for _, d := range ds {
@@ -52,6 +74,9 @@ func TwinEvents(twinID string, e *presence.Event, out presence.Outcome, u, twin 
 	}
 	te := *e
 	te.UserID = twinID
+	if e.Source != presence.SourceTimeout {
+		te.OccurredAt = latest(t, seen(e.DeviceID))
+	}
 	if e.Source == presence.SourceTimeout {
 		if e.DeviceID == presence.AllDevices {
 			te.LastSeen = twin.LastActive
@@ -67,4 +92,11 @@ func TwinEvents(twinID string, e *presence.Event, out presence.Outcome, u, twin 
 		}
 	}
 	return []*presence.Event{&te}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
