@@ -793,6 +793,7 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 	}
 	t.Logf("point in time: %d instants over %s, each equal to the model (counts, users by status, 3 single users); every 10th through the API too",
 		len(instants), time.Duration(last-first)*time.Microsecond)
+	pitInvisibleCheck(t, queryURL, all, instants, first)
 
 	// Instants at= refuses, each with a clear answer and nothing read.
 	for _, c := range []struct {
@@ -834,6 +835,52 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 	if !slices.Equal(gotCSV, wantCSV) {
 		t.Fatalf("pulsectl online -at %s: %d rows, model %d; first: %v", x.Format(time.RFC3339Nano), len(gotCSV), len(wantCSV), firstLines(gotCSV, 3))
 	}
+}
+
+// pitInvisibleCheck: at= tells a reader nothing a user history never saw would not.
+// At every 10th instant, each of up to two users invisible then reads, byte for byte but
+// the id, as a user of no event at all; so do both before history began, where the
+// answer is that history holds no state of the instant.
+func pitInvisibleCheck(t *testing.T, queryURL string, all []*rollupTimeline, instants []int64, first int64) {
+	t.Helper()
+	ghost := "ghost-" + randomID(t)
+	reads := func(id string, at time.Time) []string {
+		ts := url.QueryEscape(at.Format(time.RFC3339Nano))
+		code1, b1 := get(t, queryURL+"/status/"+id+"?at="+ts)
+		code2, b2 := get(t, queryURL+"/v1/users/"+id+"/status?at="+ts)
+		code3, b3 := postJSON(t, queryURL+"/statuses?at="+ts, map[string]any{"userIds": []string{id}})
+		return []string{fmt.Sprint(code1, " ", b1), fmt.Sprint(code2, " ", b2), fmt.Sprint(code3, " ", string(b3))}
+	}
+	same := func(at time.Time, id string) {
+		t.Helper()
+		got, want := reads(id, at), reads(ghost, at)
+		for k := range got {
+			if strings.ReplaceAll(got[k], id, "ID") != strings.ReplaceAll(want[k], ghost, "ID") {
+				t.Fatalf("at %s a reader tells %s from a user history never saw:\n  %s\n  %s", at.Format(time.RFC3339Nano), id, got[k], want[k])
+			}
+		}
+	}
+	compared := 0
+	for i := 0; i < len(instants); i += 10 {
+		x := instants[i]
+		n := 0
+		for _, tl := range all {
+			if n < 2 && tl.statusAt(x) == presence.Invisible {
+				same(time.UnixMicro(x).UTC(), tl.user)
+				n++
+			}
+		}
+		compared += n
+	}
+	if compared == 0 {
+		t.Fatal("no user was invisible at any instant compared")
+	}
+	before := time.UnixMicro(first).UTC().Add(-2 * time.Hour)
+	if code, body := get(t, queryURL+"/status/"+all[0].user+"?at="+url.QueryEscape(before.Format(time.RFC3339Nano))); code != http.StatusNotFound {
+		t.Fatalf("at %s, before history began: %d %s, want 404", before.Format(time.RFC3339Nano), code, body)
+	}
+	same(before, all[0].user)
+	t.Logf("at=: %d invisible users read as a user history never saw, and so does one before history began", compared)
 }
 
 // pitAPICheck asks query for the counts (operator and public view), the whole

@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/online"
 	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/pkg/shard"
 )
 
 // Point in time (Q5): at=T on the count, the listing and the statuses answers from
@@ -179,6 +180,12 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	err = ls.each(ctx, len(ids), func(ctx context.Context, i int) (err error) {
 		l := &locs[i]
 		l.shard, l.index, l.found, err = r.Locate(ctx, ids[i])
+		if err == nil && !l.found {
+			// The shard is read all the same, so that a user history never saw (a
+			// twin who stayed offline) gets the same answer, errors included, as one
+			// it saw only while invisible.
+			l.shard = int32(shard.For(ids[i], n))
+		}
 		return err
 	})
 	if err != nil {
@@ -209,19 +216,19 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 }
 
 // location is where history keeps a user's bit: found is false for a user whose
-// status never changed.
+// status never changed, whose shard is then the one the user's events would go to.
 type location struct {
 	shard int32
 	index uint32
 	found bool
 }
 
-// shardsOf is the shards holding the found locations, each once.
+// shardsOf is the shards of the locations, each once.
 func shardsOf(locs []location) []int32 {
 	seen := map[int32]bool{}
 	var out []int32
 	for _, l := range locs {
-		if l.found && !seen[l.shard] {
+		if !seen[l.shard] {
 			seen[l.shard] = true
 			out = append(out, l.shard)
 		}
