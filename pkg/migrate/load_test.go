@@ -237,6 +237,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{6, "0006_user_sessions_microseconds.cql", 2},
 		{7, "0007_point_in_time.cql", 4},
 		{8, "0008_shard_progress.cql", 1},
+		{9, "0009_uniques_shown.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)

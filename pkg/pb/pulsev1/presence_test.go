@@ -40,6 +40,8 @@ func timeoutChange() *pulsev1.Change {
 		SourcePartition: 7,
 		SourceOffset:    123_456_789,
 		UserIndex:       300,
+		// The user was invisible since the last change readers saw.
+		PublicChangedAtUs: 1_700_000_060_000_456,
 	}
 }
 
@@ -117,7 +119,8 @@ func TestWireGolden(t *testing.T) {
 				"3a05" + "70686f6e65" + // 7 device_id
 				"4007" + // 8 source_partition
 				"48" + "959aef3a" + // 9 source_offset
-				"50" + "ac02", // 10 user_index
+				"50" + "ac02" + // 10 user_index
+				"58" + "c891c7ddc1c48203", // 11 public_changed_at_us
 		},
 	}
 	for _, tt := range tests {
