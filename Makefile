@@ -82,9 +82,9 @@ build: ## Build the four services and pulsectl into bin/
 		$(MODULE)/services/history $(MODULE)/services/query $(MODULE)/cmd/pulsectl
 
 .PHONY: config-doc
-config-doc: ## Rewrite README.md's configuration tables from the services' tables in code
-	go test -count=1 -p 1 -run '^TestREADMEDocuments(Shared|Service)Variables$$' \
-		$(MODULE)/pkg/config $(addprefix $(MODULE)/services/,ingest aggregator history query) -args -update-readme
+config-doc: ## Rewrite docs/configuration.md's tables from the services' tables in code
+	go test -count=1 -p 1 -run '^TestConfigDocDocuments(Shared|Service)Variables$$' \
+		$(MODULE)/pkg/config $(addprefix $(MODULE)/services/,ingest aggregator history query) -args -update-docs
 
 fmt: ## Format all Go code
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

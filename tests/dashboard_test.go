@@ -35,7 +35,7 @@ import (
 // — with a query service whose Cassandra is a closed port — say that history is
 // unavailable while the live part keeps updating. Screenshots are saved with
 // t.ArtifactDir (go test -artifacts keeps them); PULSE_DASHBOARD_SCREENSHOT=path also
-// writes the "now" view there (the README's picture).
+// writes the "now" view there (docs/dashboard.md's picture).
 func TestDashboard(t *testing.T) {
 	browser := newBrowser(t)
 

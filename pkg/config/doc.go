@@ -49,7 +49,7 @@ func helpDefault(v *Var) string {
 	return strings.Join(parts, ", ")
 }
 
-// Markdown renders vars as the rows of a README table, header included: variable,
+// Markdown renders vars as the rows of a Markdown table, header included: variable,
 // default, meaning, valid values. Secrets are marked and their defaults masked.
 func Markdown(vars []*Var) string {
 	var b strings.Builder

@@ -2,7 +2,7 @@
 // one Config struct and a table of Vars bound to its fields (table.go); an Env loads
 // the table and collects every bad value, so a start-up failure names all of them at
 // once instead of one per attempt. The same table prints the service's -help and the
-// README's configuration tables (doc.go).
+// configuration tables of docs/configuration.md (doc.go).
 package config
 
 import (

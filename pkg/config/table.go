@@ -11,7 +11,7 @@ import (
 // A service's configuration is a table of Vars: each row names an environment
 // variable, its default, what it means and what it must be, and is bound to the field
 // it fills. The same table loads the settings (Env.Load), prints `-help` (WriteHelp)
-// and renders the README's configuration tables (Markdown), so what a service reads,
+// and renders docs/configuration.md's tables (Markdown), so what a service reads,
 // what it accepts and what is documented cannot drift apart. Shared settings (HTTP,
 // Kafka, Redis, Cassandra, logging) contribute their rows from their own packages;
 // checks that involve two variables stay in the service's Validate method.
@@ -22,7 +22,7 @@ type Var struct {
 	usage  string
 	group  string
 	def    string // the default as people read it
-	docDef string // replaces def in the README when set
+	docDef string // replaces def in docs/configuration.md when set
 	want   []string
 	secret bool
 	load   func(e *Env, v *Var)
@@ -53,7 +53,7 @@ func (v *Var) Secret() *Var {
 	return v
 }
 
-// DocDefault makes the README show text as the default instead of the value, for a
+// DocDefault makes docs/configuration.md show text as the default instead of the value, for a
 // shared variable whose default depends on the service ("the service's port").
 // -help still shows the service's own value.
 func (v *Var) DocDefault(text string) *Var {
@@ -89,8 +89,8 @@ func (v *Var) invalid(shown, want string) error {
 }
 
 // Rule is one check of a variable's value. want describes what the rule accepts, for
-// error messages, -help and the README ("must be positive", "want 1..100"); it must
-// not depend on v. ok reports whether v passes.
+// error messages, -help and docs/configuration.md ("must be positive", "want
+// 1..100"); it must not depend on v. ok reports whether v passes.
 type Rule[T any] func(v T) (want string, ok bool)
 
 // Want returns r described by text instead of its own description.

@@ -2,7 +2,7 @@
 // Cassandra and Redis. They are Pulse's own, away from the usual ones, so the stack never
 // clashes with a developer's other servers. Every default address in Go code is built
 // from these constants; deploy/local/stack.sh keeps the same numbers as its defaults
-// (a test keeps them equal), and README.md's Ports table lists them.
+// (a test keeps them equal), and the Ports table of docs/configuration.md lists them.
 package ports
 
 import "strconv"

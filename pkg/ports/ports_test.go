@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// byVariable is every port by the variable that moves it, in stack.sh and the README.
+// byVariable is every port by the variable that moves it, in stack.sh and docs/configuration.md.
 var byVariable = map[string]int{
 	"PULSE_INGEST_PORT":            Ingest,
 	"PULSE_QUERY_PORT":             Query,
@@ -64,16 +64,16 @@ func TestStackScriptDefaultsAreTheseConstants(t *testing.T) {
 	}
 }
 
-// README.md's Ports table pairs each port with its variable: "| Kafka | 19092
-// (controller 19093) | `PULSE_KAFKA_PORT`, `PULSE_KAFKA_CONTROLLER_PORT` |".
-func TestREADMEPortsTableIsTheseConstants(t *testing.T) {
-	src, err := os.ReadFile("../../README.md")
+// docs/configuration.md's Ports table pairs each port with its variable: "| Kafka |
+// 19092 (controller 19093) | `PULSE_KAFKA_PORT`, `PULSE_KAFKA_CONTROLLER_PORT` |".
+func TestConfigDocPortsTableIsTheseConstants(t *testing.T) {
+	src, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(src), "### Ports\n")
+	_, table, ok := strings.Cut(string(src), "## Ports\n")
 	if !ok {
-		t.Fatal("README.md has no ### Ports section")
+		t.Fatal("docs/configuration.md has no ## Ports section")
 	}
 	var rows []string
 	for _, line := range strings.Split(table, "\n") {
@@ -94,7 +94,7 @@ func TestREADMEPortsTableIsTheseConstants(t *testing.T) {
 		nums := number.FindAllString(cells[1], -1)
 		vars := variable.FindAllStringSubmatch(cells[2], -1)
 		if len(nums) != len(vars) {
-			t.Errorf("README Ports row %q: %d ports for %d variables", row, len(nums), len(vars))
+			t.Errorf("docs/configuration.md Ports row %q: %d ports for %d variables", row, len(nums), len(vars))
 			continue
 		}
 		for i, v := range vars {
@@ -102,16 +102,16 @@ func TestREADMEPortsTableIsTheseConstants(t *testing.T) {
 			want, ok := byVariable[v[1]]
 			switch {
 			case !ok:
-				t.Errorf("README Ports row %q: %s is no port pkg/ports knows", row, v[1])
+				t.Errorf("docs/configuration.md Ports row %q: %s is no port pkg/ports knows", row, v[1])
 			case n != want:
-				t.Errorf("README Ports: %s is %d, pkg/ports says %d", v[1], n, want)
+				t.Errorf("docs/configuration.md Ports: %s is %d, pkg/ports says %d", v[1], n, want)
 			}
 			seen[v[1]] = true
 		}
 	}
 	for name, port := range byVariable {
 		if !seen[name] {
-			t.Errorf("README Ports table lacks %s (%d)", name, port)
+			t.Errorf("docs/configuration.md Ports table lacks %s (%d)", name, port)
 		}
 	}
 }

@@ -41,11 +41,12 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 	}
 }
 
-// The table is sound and README.md documents every row of it (make config-doc).
-func TestREADMEDocumentsServiceVariables(t *testing.T) {
+// The table is sound and docs/configuration.md documents every row of it (make
+// config-doc).
+func TestConfigDocDocumentsServiceVariables(t *testing.T) {
 	vars := new(Config).vars()
 	configtest.Table(t, vars)
-	configtest.README(t, "../../README.md", vars, "aggregator")
+	configtest.Doc(t, "../../docs/configuration.md", vars, "aggregator")
 }
 
 // -help lists every variable the service reads, logging's first, once each.

@@ -72,11 +72,12 @@ func TestLoadConfigHorizonCoversSkew(t *testing.T) {
 	}
 }
 
-// The table is sound and README.md documents every row of it (make config-doc).
-func TestREADMEDocumentsServiceVariables(t *testing.T) {
+// The table is sound and docs/configuration.md documents every row of it (make
+// config-doc).
+func TestConfigDocDocumentsServiceVariables(t *testing.T) {
 	vars := new(Config).vars()
 	configtest.Table(t, vars)
-	configtest.README(t, "../../README.md", vars, "history")
+	configtest.Doc(t, "../../docs/configuration.md", vars, "history")
 }
 
 // -help lists every variable the service reads, logging's first, once each.

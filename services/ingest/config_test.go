@@ -78,11 +78,12 @@ func TestLoadConfigWantsAckTimeoutBelowHTTPTimeouts(t *testing.T) {
 	}
 }
 
-// The table is sound and README.md documents every row of it (make config-doc).
-func TestREADMEDocumentsServiceVariables(t *testing.T) {
+// The table is sound and docs/configuration.md documents every row of it (make
+// config-doc).
+func TestConfigDocDocumentsServiceVariables(t *testing.T) {
 	vars := new(Config).vars()
 	configtest.Table(t, vars)
-	configtest.README(t, "../../README.md", vars, "ingest")
+	configtest.Doc(t, "../../docs/configuration.md", vars, "ingest")
 }
 
 // -help lists every variable the service reads, logging's first, once each.

@@ -35,11 +35,12 @@ func TestLoadConfigRejectsBadValues(t *testing.T) {
 	}
 }
 
-// The table is sound and README.md documents every row of it (make config-doc).
-func TestREADMEDocumentsServiceVariables(t *testing.T) {
+// The table is sound and docs/configuration.md documents every row of it (make
+// config-doc).
+func TestConfigDocDocumentsServiceVariables(t *testing.T) {
 	vars := new(Config).vars()
 	configtest.Table(t, vars)
-	configtest.README(t, "../../README.md", vars, "query")
+	configtest.Doc(t, "../../docs/configuration.md", vars, "query")
 }
 
 // -help lists every variable the service reads, logging's first, once each.

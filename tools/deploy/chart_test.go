@@ -205,11 +205,12 @@ func ports(t *testing.T) map[string]int32 {
 	return got
 }
 
-// readmeVariables are the PULSE_* names README.md documents: the services' tables are
-// generated from the code, so a name missing there is one no service reads.
-func readmeVariables(t *testing.T) map[string]bool {
+// documentedVariables are the PULSE_* names docs/configuration.md documents: the
+// services' tables are generated from the code, so a name missing there is one no
+// service reads.
+func documentedVariables(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	b, err := os.ReadFile(filepath.Join(repo, "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func readmeVariables(t *testing.T) map[string]bool {
 
 func TestChartWiring(t *testing.T) {
 	want := ports(t)
-	documented := readmeVariables(t)
+	documented := documentedVariables(t)
 	for name, args := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			ms := render(t, args...)
@@ -518,7 +519,7 @@ func envMap(c corev1.Container) map[string]string {
 	return m
 }
 
-// checkEnv: every variable is one README documents, named once, and every *_FILE path
+// checkEnv: every variable is one docs/configuration.md documents, named once, and every *_FILE path
 // lies in a directory a Secret volume is mounted on.
 func checkEnv(t *testing.T, what string, c corev1.Container, volumes []corev1.Volume, documented map[string]bool) {
 	t.Helper()
@@ -537,7 +538,7 @@ func checkEnv(t *testing.T, what string, c corev1.Container, volumes []corev1.Vo
 		}
 		seen[e.Name] = true
 		if !documented[e.Name] {
-			t.Errorf("%s sets %s, which README.md's tables do not document: no service reads it", what, e.Name)
+			t.Errorf("%s sets %s, which docs/configuration.md's tables do not document: no service reads it", what, e.Name)
 		}
 		if strings.HasSuffix(e.Name, "_FILE") && !secretDirs[filepath.Dir(e.Value)] {
 			t.Errorf("%s: %s=%s is not in a mounted Secret", what, e.Name, e.Value)

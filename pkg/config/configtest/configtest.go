@@ -1,9 +1,10 @@
 // Package configtest checks configuration tables (pkg/config) in unit tests: a table is
-// sound, and README.md documents every row of it exactly as the table renders it.
+// sound, and docs/configuration.md documents every row of it exactly as the table
+// renders it.
 //
-// README.md holds one generated block per group of variables, between the lines
-// <!-- config:GROUP:begin --> and <!-- config:GROUP:end -->. The test owning a group
-// compares its block with the table; run with -update-readme (make config-doc) it
+// docs/configuration.md holds one generated block per group of variables, between the
+// lines <!-- config:GROUP:begin --> and <!-- config:GROUP:end -->. The test owning a
+// group compares its block with the table; run with -update-docs (make config-doc) it
 // rewrites the block instead.
 package configtest
 
@@ -18,7 +19,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/config"
 )
 
-var update = flag.Bool("update-readme", false, "rewrite README.md's generated configuration blocks from the tables")
+var update = flag.Bool("update-docs", false, "rewrite docs/configuration.md's generated configuration blocks from the tables")
 
 var nameRE = regexp.MustCompile(`^PULSE_[A-Z0-9_]*[A-Z0-9]$`)
 
@@ -49,11 +50,11 @@ func Table(t testing.TB, vars []*config.Var) {
 	}
 }
 
-// README checks the README at path against vars: the block of each of groups holds
-// exactly the rows of vars in that group, and every row of vars appears in README
-// (a shared row in the block its package owns). With -update-readme the blocks of
-// groups are rewritten instead, and only their rows checked.
-func README(t testing.TB, path string, vars []*config.Var, groups ...string) {
+// Doc checks the configuration document at path against vars: the block of each of
+// groups holds exactly the rows of vars in that group, and every row of vars appears in
+// the document (a shared row in the block its package owns). With -update-docs the
+// blocks of groups are rewritten instead, and only their rows checked.
+func Doc(t testing.TB, path string, vars []*config.Var, groups ...string) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -24,13 +24,14 @@ import (
 )
 
 const (
-	root   = "../.."
-	readme = root + "/README.md"
+	root      = "../.."
+	configDoc = root + "/docs/configuration.md"
 )
 
 // The shared rows every service's table takes from pkg/ are documented once, in the
-// README blocks this test owns; each service's own rows are its config test's.
-func TestREADMEDocumentsSharedVariables(t *testing.T) {
+// blocks of docs/configuration.md this test owns; each service's own rows are its
+// config test's.
+func TestConfigDocDocumentsSharedVariables(t *testing.T) {
 	var (
 		lc logging.Config
 		hc httpserver.Config
@@ -47,15 +48,15 @@ func TestREADMEDocumentsSharedVariables(t *testing.T) {
 	vars = append(vars, cassx.Vars(&cc)...)
 	vars = append(vars, auth.Vars(&ac)...)
 	configtest.Table(t, vars)
-	configtest.README(t, readme, vars, "logging", "http", "tls", "kafka", "redis", "cassandra", "auth")
+	configtest.Doc(t, configDoc, vars, "logging", "http", "tls", "kafka", "redis", "cassandra", "auth")
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local
-// stack's script must be in README.md: the generated tables hold what the services
-// read, hand-written tables the stack's, the tests' and the benchmark's. Tests of the
-// configuration machinery make variables up; those start with PULSE_TEST_.
-func TestREADMEDocumentsEveryVariableTheCodeNames(t *testing.T) {
-	raw, err := os.ReadFile(readme)
+// stack's script must be in docs/configuration.md: the generated tables hold what the
+// services read, hand-written tables the stack's, the tests' and the benchmark's. Tests
+// of the configuration machinery make variables up; those start with PULSE_TEST_.
+func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
+	raw, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestREADMEDocumentsEveryVariableTheCodeNames(t *testing.T) {
 	}
 	sort.Strings(missing)
 	for _, m := range missing {
-		t.Errorf("README.md does not document %s", m)
+		t.Errorf("docs/configuration.md does not document %s", m)
 	}
 }
 
