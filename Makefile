@@ -39,7 +39,7 @@ TOPOLOGY_SKIP := -skip '^TestClusterFailover'
 endif
 GO_TEST_FLAGS ?= -count=1
 # Integration tests share one stack; -p 1 keeps packages from racing for it.
-INTEGRATION_TIMEOUT ?= 20m
+INTEGRATION_TIMEOUT ?= 30m
 
 include mk/generate.mk
 
