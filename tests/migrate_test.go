@@ -260,6 +260,9 @@ func assertColumns(t *testing.T, got map[string]column) {
 	}
 }
 
+// repoVersions are the versions of the repository's migrations/, in order.
+var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
+
 func TestMigrateCreatesSchema(t *testing.T) {
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
@@ -270,8 +273,8 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Pending before Apply: %v", err)
 	}
-	if got := versionsOf(pending); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Fatalf("Pending before Apply = %v, want [1 2 3 4 5 6 7 8]", got)
+	if got := versionsOf(pending); !reflect.DeepEqual(got, repoVersions) {
+		t.Fatalf("Pending before Apply = %v, want %v", got, repoVersions)
 	}
 
 	start := time.Now()
@@ -279,8 +282,8 @@ func TestMigrateCreatesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Fatalf("Apply applied %v, want [1 2 3 4 5 6 7 8]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, repoVersions) {
+		t.Fatalf("Apply applied %v, want %v", got, repoVersions)
 	}
 
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))
@@ -416,8 +419,8 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 	if !errors.As(err, &se) {
 		t.Fatalf("Apply error = %v, want *migrate.StatementError", err)
 	}
-	if got := versionsOf(applied); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Errorf("Apply applied %v before failing, want [1 2 3 4 5 6 7 8]", got)
+	if got := versionsOf(applied); !reflect.DeepEqual(got, repoVersions) {
+		t.Errorf("Apply applied %v before failing, want %v", got, repoVersions)
 	}
 	wantStmt := "CREATE TABLE IF NOT EXISTS " + ks + ".broken (\n  id text PRIMARY KEY,\n  value no_such_type\n)"
 	if se.File != "9001_broken.cql" || se.Index != 2 || se.Statement != wantStmt {
@@ -432,9 +435,9 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 		t.Errorf("error text =\n%s\nwant\n%s", err.Error(), wantMsg)
 	}
 
-	// 1..8 stay recorded, 9001 is not; Cassandra has no transactional DDL, so the statement
-	// before the failing one stays applied and the one after never ran.
-	assertRecorded(t, session, ks, migrations[:8], start)
+	// The repository's stay recorded, 9001 is not; Cassandra has no transactional DDL, so
+	// the statement before the failing one stays applied and the one after never ran.
+	assertRecorded(t, session, ks, migrations[:len(repoVersions)], start)
 	if got, want := migTables(t, session, ks), []string{"broken_ok", "concurrency", "daily_users", "rollup_checkpoints", "schema_migrations", "schema_migrations_lock", "shard_changes", "shard_progress", "shard_snapshots", "shard_users", "uniques", "user_activity", "user_daily", "user_indexes", "user_sessions", "user_status"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("tables = %v, want %v", got, want)
 	}
@@ -514,8 +517,8 @@ func TestMigrateConcurrent(t *testing.T) {
 	t.Logf("migrator a applied %v, b applied %v", versionsOf(applied[0]), versionsOf(applied[1]))
 	all := append(versionsOf(applied[0]), versionsOf(applied[1])...)
 	sort.Ints(all)
-	if !reflect.DeepEqual(all, []int{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Errorf("applied by the two migrators: %v and %v, want 1 to 8 once in all", versionsOf(applied[0]), versionsOf(applied[1]))
+	if !reflect.DeepEqual(all, repoVersions) {
+		t.Errorf("applied by the two migrators: %v and %v, want each of %v once in all", versionsOf(applied[0]), versionsOf(applied[1]), repoVersions)
 	}
 	assertRecorded(t, session, ks, migrations, start)
 	assertColumns(t, migColumns(t, session, ks, "user_status", "user_activity"))
