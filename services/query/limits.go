@@ -215,6 +215,9 @@ func (ls *lease) each(ctx context.Context, n int, fn func(ctx context.Context, i
 	for range min(ls.n, n) {
 		wg.Go(func() {
 			for i := range next {
+				if ctx.Err() != nil {
+					continue // failed or ended: what is still handed out is not read
+				}
 				if err := fn(ctx, i); err != nil {
 					mu.Lock()
 					if first == nil {
