@@ -34,7 +34,7 @@ func startAckedLoad(ingestURL, userPrefix string, posters int) *ackedLoad {
 	l := &ackedLoad{stop: make(chan struct{})}
 	statuses := []string{"online", "idle", "offline", "online", "invisible"}
 	// The suite's key transport sends the producer key.
-	client := &http.Client{Timeout: 30 * time.Second, Transport: http.DefaultClient.Transport}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: keyedClient.Transport}
 	for w := range posters {
 		l.wg.Add(1)
 		go func() {

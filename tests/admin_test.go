@@ -29,9 +29,9 @@ func TestAdminListenerServesMetricsAlone(t *testing.T) {
 			want   int
 		}{
 			{bareClient, s.url + "/metrics", http.StatusNotFound},
-			{http.DefaultClient, s.url + "/metrics", http.StatusNotFound},
+			{keyedClient, s.url + "/metrics", http.StatusNotFound},
 			{bareClient, s.url + "/debug/pprof/", http.StatusNotFound},
-			{http.DefaultClient, s.url + "/debug/pprof/cmdline", http.StatusNotFound},
+			{keyedClient, s.url + "/debug/pprof/cmdline", http.StatusNotFound},
 			{bareClient, s.url + "/healthz", http.StatusOK},
 			{bareClient, s.url + "/readyz", http.StatusOK},
 			{bareClient, "http://" + admin[name] + "/debug/pprof/cmdline", http.StatusOK},

@@ -690,7 +690,7 @@ func TestBackendTLSCassandra(t *testing.T) {
 				t.Fatal(err)
 			}
 			req.Header.Set("Authorization", "Bearer "+testKeys.operator)
-			res, err := http.DefaultClient.Do(req)
+			res, err := keyedClient.Do(req)
 			if err != nil {
 				return err.Error()
 			}

@@ -162,7 +162,7 @@ func sseStatus(t *testing.T, ctx context.Context, target string) (int, string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+onlineToken)
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", target, err)
 	}

@@ -511,7 +511,7 @@ func (w *faultWatcher) run(ctx context.Context) {
 		if _, _, cursor := w.log.counts(); cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		c, res, err := websocket.Dial(ctx, watchURL(w.base, "/v1/watch", q), nil)
+		c, res, err := websocket.Dial(ctx, watchURL(w.base, "/v1/watch", q), &websocket.DialOptions{HTTPClient: keyedClient})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -663,7 +663,7 @@ func (s *faultSampler) do(method, path string, body any) ([]byte, bool) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		s.problem(fmt.Sprintf("%s %s: %v", method, path, err))
 		return nil, false
@@ -872,7 +872,7 @@ func (f *faultLoad) markerShows(user string) func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.p.svc["query"].url+"/status/"+url.PathEscape(user), nil)
-		res, err := http.DefaultClient.Do(req)
+		res, err := keyedClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -1416,7 +1416,7 @@ func TestFaultLoadKafkaKilled(t *testing.T) {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.p.svc["ingest"].url+"/v1/events", bytes.NewReader(b))
 			req.Header.Set("Content-Type", "application/json")
 			pr := probe{at: time.Now(), id: id}
-			if res, err := http.DefaultClient.Do(req); err == nil {
+			if res, err := keyedClient.Do(req); err == nil {
 				pr.code, pr.retryHint = res.StatusCode, res.Header.Get("Retry-After") != ""
 				res.Body.Close()
 			}

@@ -151,7 +151,7 @@ func hapiGetRaw(t *testing.T, target string) (int, string) {
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -733,7 +733,7 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 		for k, v := range header {
 			req.Header[k] = v
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := keyedClient.Do(req)
 		if err != nil {
 			cancel()
 			t.Fatalf("GET %s: %v", target, err)

@@ -902,7 +902,7 @@ func pitAPICheck(t *testing.T, queryURL string, at time.Time, all []*rollupTimel
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := keyedClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

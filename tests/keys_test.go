@@ -14,9 +14,10 @@ import (
 // The services the tests start authenticate every request, as in production
 // (docs/design.md, Security): TestMain writes the digests of testKeys to a keys
 // file, stackEnv points every service at it, and every request the tests make
-// through http.DefaultClient — the helpers', the WebSocket dialer's — carries the
-// key its service wants unless it sets Authorization itself: the producer key for
-// ingest, the reader key for query. Tests of refusals use bareClient.
+// through keyedClient — the helpers', the WebSocket dialers' — carries the key its
+// service wants unless it sets Authorization itself: the producer key for ingest,
+// the reader key for query. Tests of refusals use bareClient. http.DefaultClient is
+// left as it is.
 
 // testKeys are this run's API keys, made at start and never written down in plain text.
 var testKeys = newTestKeys()
@@ -101,6 +102,5 @@ func (t keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // bareClient sends requests as they are, without a key.
 var bareClient = &http.Client{Transport: http.DefaultTransport}
 
-func installKeyTransport() {
-	http.DefaultClient.Transport = keyTransport{base: http.DefaultTransport}
-}
+// keyedClient sends requests with the key of their service (keyTransport).
+var keyedClient = &http.Client{Transport: keyTransport{base: http.DefaultTransport}}

@@ -35,7 +35,6 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		installKeyTransport()
 		return m.Run()
 	}()
 	os.Exit(code)

@@ -47,7 +47,7 @@ func onlineDo(t *testing.T, method, target, token string, body any) (int, []byte
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, target, err)
 	}
@@ -104,7 +104,7 @@ func onlinePost(ingest string, events []wireEvent) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST /v1/events: %w", err)
 	}

@@ -56,7 +56,7 @@ func openapiProbe(t *testing.T, method, target string) int {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusOK
 	}

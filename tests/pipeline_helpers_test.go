@@ -173,7 +173,7 @@ func postRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", contentType)
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}

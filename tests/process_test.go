@@ -111,7 +111,7 @@ func get(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := keyedClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

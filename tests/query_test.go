@@ -72,7 +72,7 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 	stateRDB(t, addr).Set(t.Context(), env["PULSE_REDIS_PREFIX"]+":shards", 4, 0)
 	stopRedis()
 	start := time.Now()
-	res, err := http.Get(q.url + "/status/alice")
+	res, err := keyedClient.Get(q.url + "/status/alice")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func watchDialWS(t *testing.T, ctx context.Context, u string, log *watchLog) *wa
 	t.Helper()
 	var conn *websocket.Conn
 	eventually(t, 20*time.Second, func() string {
-		c, res, err := websocket.Dial(ctx, u, &websocket.DialOptions{})
+		c, res, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: keyedClient})
 		if err != nil {
 			if res != nil && res.StatusCode == http.StatusServiceUnavailable {
 				return "feed not ready: " + err.Error()
@@ -127,7 +127,7 @@ func watchSSE(t *testing.T, ctx context.Context, u string, log *watchLog) {
 	var res *http.Response
 	eventually(t, 20*time.Second, func() string {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		r, err := http.DefaultClient.Do(req)
+		r, err := keyedClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	var fconn *websocket.Conn
 	eventually(t, 20*time.Second, func() string {
 		c, res, err := websocket.Dial(ctx, watchURL(base, "/v1/watch", fh), &websocket.DialOptions{
-			HTTPHeader: http.Header{"Authorization": {"Bearer " + watchToken}}})
+			HTTPClient: keyedClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + watchToken}}})
 		if err != nil {
 			return fmt.Sprintf("firehose dial: %v (%v)", err, res)
 		}
@@ -444,7 +444,7 @@ func TestWatchRefusesWithoutOperatorToken(t *testing.T) {
 		{"websocket bad cursor", watchURL(q.url, "/v1/watch", url.Values{"userIds": {"a"}, "cursor": {"nope"}}), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := &websocket.DialOptions{}
+			opts := &websocket.DialOptions{HTTPClient: keyedClient}
 			if strings.HasSuffix(tc.url, "#wrong") {
 				opts.HTTPHeader = http.Header{"Authorization": {"Bearer not-the-token-at-all"}}
 			}
