@@ -52,17 +52,23 @@ func TestConfigDocDocumentsSharedVariables(t *testing.T) {
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local
-// stack's script must be in docs/configuration.md: the generated tables hold what the
-// services read, hand-written tables the stack's, the tests' and the benchmark's. Tests
-// of the configuration machinery make variables up; those start with PULSE_TEST_.
+// stack's scripts must be documented: in docs/configuration.md, whose generated tables
+// hold what the services read and hand-written tables the stack's, the tests' and the
+// benchmark's, or, for the cluster topology's PULSE_CLUSTER_* variables, in
+// docs/cluster.md. Tests of the configuration machinery make variables up; those start
+// with PULSE_TEST_.
 func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
-	raw, err := os.ReadFile(configDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	documented := map[string]bool{}
-	for _, name := range varRE.FindAllString(string(raw), -1) {
-		documented[name] = true
+	for _, doc := range []string{configDoc, root + "/docs/cluster.md"} {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range varRE.FindAllString(string(raw), -1) {
+			if doc == configDoc || strings.HasPrefix(name, "PULSE_CLUSTER_") {
+				documented[name] = true
+			}
+		}
 	}
 	named := map[string][]string{} // variable → the files naming it
 	for _, dir := range []string{"services", "pkg", "cmd", "tests"} {
@@ -82,13 +88,17 @@ func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stack := filepath.Join(root, "deploy/local/stack.sh")
-	src, err := os.ReadFile(stack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range varNames(string(src)) {
-		named[n] = append(named[n], stack)
+	for _, script := range []string{"deploy/local/stack.sh", "deploy/local/cluster.sh"} {
+		path := filepath.Join(root, script)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range varNames(string(src)) {
+			if !slices.Contains(named[n], path) {
+				named[n] = append(named[n], path)
+			}
+		}
 	}
 	if len(named) < 50 {
 		t.Fatalf("found only %d variables: is the scan looking in the right place (%s)?", len(named), root)
@@ -101,7 +111,7 @@ func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
 	}
 	sort.Strings(missing)
 	for _, m := range missing {
-		t.Errorf("docs/configuration.md does not document %s", m)
+		t.Errorf("neither docs/configuration.md nor (for PULSE_CLUSTER_*) docs/cluster.md documents %s", m)
 	}
 }
 
