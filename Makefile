@@ -93,6 +93,7 @@ lint: ## gofmt, go vet and staticcheck over every module
 	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet $(MODULE)/...
+	go vet -tags faulttest $(MODULE)/services/aggregator
 	@mkdir -p bin/tools
 	cd tools && GOWORK=off go build -o ../bin/tools/ honnef.co/go/tools/cmd/staticcheck
 	bin/tools/staticcheck $(MODULE)/...

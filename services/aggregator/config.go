@@ -89,7 +89,8 @@ type Config struct {
 	// CrashAfterWrite, for fault tests, ends the process (exit code 3) right after its
 	// N-th window reached Redis, before the window's changes are produced and its
 	// offset committed: the one point a crash must not lose or double a change at.
-	// 0, the default, never does.
+	// 0, the default, never does. Only a binary built with -tags faulttest reads it
+	// (crash.go); a production binary has no crash point at all.
 	CrashAfterWrite int
 }
 
@@ -99,7 +100,7 @@ func (c *Config) vars() []*config.Var {
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-aggregator")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
 	vars = append(vars, cassx.Vars(&c.Cassandra)...)
-	return append(vars, config.Group("aggregator",
+	vars = append(vars, config.Group("aggregator",
 		config.String(&c.RedisPrefix, "PULSE_REDIS_PREFIX", "pulse", "first part of every Redis key of Pulse's state"),
 		config.String(&c.Group, "PULSE_AGGREGATOR_GROUP", "pulse-aggregator",
 			"Kafka consumer group; every aggregator of a deployment shares it, so each partition has one owner"),
@@ -147,10 +148,8 @@ func (c *Config) vars() []*config.Var {
 			"longest such a rebuild waits for history to write the changes produced so far before it tries again", config.Positive),
 		config.Duration(&c.HistoryStatusInterval, "PULSE_HISTORY_STATUS_INTERVAL", 30*time.Second,
 			"history's setting: such a rebuild waits this much longer, until history has written the last-seen times of the events it committed", config.NotNegative),
-		config.Int(&c.CrashAfterWrite, "PULSE_AGGREGATOR_CRASH_AFTER_WRITE", 0,
-			"fault testing only: exit (code 3) right after the N-th window reached Redis, before its changes are produced and its offset committed; 0: never",
-			config.NotNegative),
 	)...)
+	return append(vars, crashVars(&c.CrashAfterWrite)...)
 }
 
 func loadConfig(env *config.Env) (Config, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -140,20 +139,4 @@ func registerShards(ctx context.Context, cl *kgo.Client, store *statestore.Store
 		return 0, fmt.Errorf("topic %s: not found within a minute (run pulsectl topics): %w", topic, err)
 	}
 	return partitions, store.RegisterShards(ctx, partitions, buckets)
-}
-
-// crashAfter is the crash point of PULSE_AGGREGATOR_CRASH_AFTER_WRITE: a function that
-// ends the process at its n-th call, over all partitions; nil when n is 0.
-func crashAfter(n int, logger *slog.Logger) func() {
-	if n == 0 {
-		return nil
-	}
-	logger.Warn("fault testing: the aggregator exits after a window write", "windows", n)
-	var calls atomic.Int64
-	return func() {
-		if calls.Add(1) == int64(n) {
-			logger.Error("fault testing: exiting between a window's Redis write and its changes and commit", "windows", n)
-			os.Exit(3)
-		}
-	}
 }
