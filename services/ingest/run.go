@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -38,8 +39,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		// that it took a quarter of BenchmarkPostStatus's CPU.
 		debug.SetGCPercent(cfg.GCPercent)
 	}
-	go authn.WarnWhileOff(ctx, logger, time.Minute)
-	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
+	loops := app.NewLoops(ctx)
+	defer func() { _ = loops.Stop() }() // on an early return; the last one reports the loops' errors
+	loops.Go("auth warning", func(ctx context.Context) error { authn.WarnWhileOff(ctx, logger, time.Minute); return nil })
+	loops.Go("keys reload", func(ctx context.Context) error { authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload); return nil })
 
 	reg := app.NewRegistry()
 	client, err := kafkax.NewClient(cfg.Kafka, logger, reg, producerOpts(cfg)...)
@@ -50,7 +53,8 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	defer client.Close()
 
 	srv, _ := newServer(cfg, logger, reg, client, authn)
-	return srv.Run(ctx)
+	err = srv.Run(ctx)
+	return errors.Join(err, loops.Stop())
 }
 
 // producerOpts are the Kafka client settings ingest's guarantees rest on.

@@ -63,8 +63,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		"feed_max_connections", cfg.Feed.MaxConns, "feed_max_connections_per_key", cfg.Feed.MaxConnsPerKey,
 		"feed_max_connections_per_user", cfg.Feed.MaxConnsPerUser, "feed_max_connections_per_address", cfg.Feed.MaxConnsPerAddr,
 		"key_rate", cfg.Limits.KeyRate, "user_rate", cfg.Limits.UserRate, "history_reads", cfg.Limits.HistoryReads}, authn.Describe()...)...)
-	go authn.WarnWhileOff(ctx, logger, time.Minute)
-	go authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload)
+	loops := app.NewLoops(ctx)
+	defer func() { _ = loops.Stop() }() // on an early return; the last one reports the loops' errors
+	loops.Go("auth warning", func(ctx context.Context) error { authn.WarnWhileOff(ctx, logger, time.Minute); return nil })
+	loops.Go("keys reload", func(ctx context.Context) error { authn.WatchKeys(ctx, logger, cfg.Auth.KeysReload); return nil })
 
 	reg := app.NewRegistry()
 	rdb := redisx.NewClient(cfg.Redis)
@@ -110,25 +112,16 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 
 	// On shutdown the hub closes every feed connection (going away) while the server
 	// drains, so the server's wait for SSE streams ends as soon as they have said so.
-	hctx, stopHub := context.WithCancel(ctx)
-	defer stopHub()
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- hub.Run(hctx) }()
-	countsDone := make(chan error, 1)
-	go func() { countsDone <- counts.Run(hctx) }()
+	loops.Go("change feed", hub.Run)
+	loops.Go("counts", counts.Run)
 	// History's Cassandra is connected in the background: query serves the live
 	// routes, and is ready, whether or not Cassandra answers.
-	historyDone := make(chan error, 1)
-	go func() { historyDone <- a.history.Run(hctx) }()
-	readsDone := make(chan error, 1)
+	loops.Go("history connection", a.history.Run)
 	if reads != nil {
-		go func() { readsDone <- reads.Run(hctx) }()
-	} else {
-		readsDone <- nil
+		loops.Go("read pipelines", reads.Run)
 	}
 	err = srv.Run(ctx)
-	stopHub()
-	return errors.Join(err, <-hubDone, <-countsDone, <-historyDone, <-readsDone)
+	return errors.Join(err, loops.Stop())
 }
 
 // stateWhole is nil while every shard's state is whole, statestore.ErrRebuilding
