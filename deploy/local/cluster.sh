@@ -160,8 +160,8 @@ start_kafka_node() {
 
 start_cassandra_node() {
 	local n=$1
-	local addr=${CASSANDRA_ADDRS[n - 1]} dir=$data/cassandra-$n lib=$cache/cassandra/lib
-	local yaml=$conf/cassandra-$n/cassandra.yaml jamm token
+	local addr=${CASSANDRA_ADDRS[n - 1]} dir=$data/cassandra-$n
+	local yaml=$conf/cassandra-$n/cassandra.yaml token
 	alive "cassandra-$n" && return 0
 	mkdir -p "$dir/tmp" "$logs"
 	# Tokens split the ring evenly: node 1 at its start, node 2 half way.
@@ -169,23 +169,7 @@ start_cassandra_node() {
 	((n == 1)) || token=0
 	render "$here/cassandra/cluster.yaml.in" "$yaml" ADDRESS="$addr" SEEDS="${CASSANDRA_ADDRS[0]}:$CASSANDRA_STORAGE_PORT" \
 		INITIAL_TOKEN="$token" CQL_PORT="$CASSANDRA_PORT" STORAGE_PORT="$CASSANDRA_STORAGE_PORT" DATA_DIR="$dir"
-	jamm=$(find "$lib" -name 'jamm-*.jar' | head -n 1)
-	[[ -n $jamm ]] || die "no jamm jar in $lib: remove $cache/cassandra to fetch again"
-	local opts=()
-	mapfile -t opts < <(grep -v '^[[:space:]]*\(#\|$\)' "$here/cassandra/jvm.options")
-	launch "cassandra-$n" "$logs/cassandra-$n.log" nice -n "$CASSANDRA_NICE" java "${opts[@]}" \
-		-Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -javaagent:"$jamm" \
-		-Djava.io.tmpdir="$dir/tmp" \
-		-Dcassandra-foreground=yes \
-		-Dcassandra.config="file://$yaml" \
-		-Dcassandra.storagedir="$dir" \
-		-Dcassandra.logdir="$logs/cassandra-$n" \
-		-Dlogback.configurationFile="$here/cassandra/logback.xml" \
-		-Dcassandra.skip_wait_for_gossip_to_settle=0 \
-		-Dcassandra.ring_delay_ms=1000 \
-		${PULSE_CASSANDRA_FAST:+-Dcassandra.skip_sync=true -Dcassandra.unsafesystem=true} \
-		-cp "$lib/*" org.apache.cassandra.service.CassandraDaemon
-	session_nice "cassandra-$n" "$CASSANDRA_NICE"
+	launch_cassandra "cassandra-$n" "$dir" "$yaml"
 }
 
 # wait_for NAME FLAG ADDR: pulsectl wait for one server, failing at once when its
@@ -433,22 +417,5 @@ $keys
 
 Stop with Ctrl-C here, or 'make down TOPOLOGY=cluster' from another terminal.
 EOF
-	trap 'echo; cmd_down; exit 0' INT TERM
-	local name
-	while true; do
-		for name in "${services[@]}"; do
-			[[ -f $run/$name.pid ]] || {
-				say "services were stopped; exiting"
-				exit 0
-			}
-			if ! alive "$name"; then
-				echo "stack: $name exited unexpectedly; last lines of $logs/$name.log:" >&2
-				tail -n 30 "$logs/$name.log" >&2
-				cmd_down
-				exit 1
-			fi
-		done
-		sleep 1 &
-		wait $! || true
-	done
+	watch_services
 }

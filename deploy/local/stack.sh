@@ -232,27 +232,34 @@ start_kafka() {
 
 start_cassandra() {
 	alive cassandra && return 0
-	local dir=$data/cassandra lib=$cache/cassandra/lib yaml=$conf/cassandra/cassandra.yaml jamm
+	local dir=$data/cassandra yaml=$conf/cassandra/cassandra.yaml
 	mkdir -p "$dir/tmp" "$logs"
 	render "$here/cassandra/cassandra.yaml.in" "$yaml" \
 		CQL_PORT="$CASSANDRA_PORT" STORAGE_PORT="$CASSANDRA_STORAGE_PORT" DATA_DIR="$dir"
+	launch_cassandra cassandra "$dir" "$yaml"
+}
+
+# launch_cassandra NAME DIR YAML starts a Cassandra node named NAME (its log file and
+# log directory are named after it) with its data in DIR and its settings in YAML.
+launch_cassandra() {
+	local name=$1 dir=$2 yaml=$3 lib=$cache/cassandra/lib jamm
 	jamm=$(find "$lib" -name 'jamm-*.jar' | head -n 1)
 	[[ -n $jamm ]] || die "no jamm jar in $lib: run '$0 clean' and remove $cache/cassandra to fetch again"
 	local opts=()
 	mapfile -t opts < <(grep -v '^[[:space:]]*\(#\|$\)' "$here/cassandra/jvm.options")
-	launch cassandra "$logs/cassandra.log" nice -n "$CASSANDRA_NICE" java "${opts[@]}" \
+	launch "$name" "$logs/$name.log" nice -n "$CASSANDRA_NICE" java "${opts[@]}" \
 		-Xms"$CASSANDRA_HEAP" -Xmx"$CASSANDRA_HEAP" -javaagent:"$jamm" \
 		-Djava.io.tmpdir="$dir/tmp" \
 		-Dcassandra-foreground=yes \
 		-Dcassandra.config="file://$yaml" \
 		-Dcassandra.storagedir="$dir" \
-		-Dcassandra.logdir="$logs/cassandra" \
+		-Dcassandra.logdir="$logs/$name" \
 		-Dlogback.configurationFile="$here/cassandra/logback.xml" \
 		-Dcassandra.skip_wait_for_gossip_to_settle=0 \
 		-Dcassandra.ring_delay_ms=1000 \
 		${PULSE_CASSANDRA_FAST:+-Dcassandra.skip_sync=true -Dcassandra.unsafesystem=true} \
 		-cp "$lib/*" org.apache.cassandra.service.CassandraDaemon
-	session_nice cassandra "$CASSANDRA_NICE"
+	session_nice "$name" "$CASSANDRA_NICE"
 }
 
 # session_nice sets the nice of the session a launched server leads. With autogroup
@@ -556,6 +563,13 @@ $keys
 
 Stop with Ctrl-C here, or 'make down' from another terminal.
 EOF
+	watch_services
+}
+
+# watch_services stays in the foreground while the services run: Ctrl-C or TERM stops
+# everything; a service that exits stops everything and shows its last log lines;
+# pid files gone (`make down` ran elsewhere) end the wait.
+watch_services() {
 	trap 'echo; cmd_down; exit 0' INT TERM
 	local name
 	while true; do
