@@ -15,8 +15,8 @@ import (
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/dedupe"
 	"github.com/pulse-presence/pulse/pkg/health"
-	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/redisx"
@@ -60,7 +60,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		return &worker{
 			cfg: cfg, topic: topic, cl: cons.Client(), store: store, metrics: m,
 			register: register, rebuilding: &rebuilding, written: written, history: hist,
-			readRange: horizon.FromKafka(cfg.Kafka, logger),
+			readRange: dedupe.FromKafka(cfg.Kafka, logger),
 			logger:    logger.With("partition", partition),
 			st:        shardState{partition: partition},
 			now:       time.Now,

@@ -13,10 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/pkg/deadletter"
-	"github.com/pulse-presence/pulse/pkg/horizon"
+	"github.com/pulse-presence/pulse/pkg/dedupe"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/retry"
 	"github.com/pulse-presence/pulse/pkg/statestore"
@@ -35,7 +34,7 @@ type worker struct {
 	metrics *metrics
 	// readRange re-reads the partition to rebuild the duplicate horizon, and the
 	// shard's state when Redis lost it.
-	readRange horizon.ReadRange
+	readRange dedupe.ReadRange
 	// register records the shard layout again; rebuilding counts the shards being
 	// rebuilt in this process, for /readyz.
 	register   func(context.Context) error
@@ -48,7 +47,7 @@ type worker struct {
 	written func()
 
 	st     shardState
-	dedupe *recent.Window
+	dedupe *dedupe.Window
 	// evicted is how many of dedupe's early evictions the metrics have counted.
 	evicted  uint64
 	timeouts *timeouts.Tracker
@@ -220,7 +219,7 @@ func (w *worker) start(ctx context.Context) error {
 // rebalances.
 func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 	const what = "rebuilding the duplicate horizon"
-	res, err := horizon.Rebuild(ctx, horizon.Spec{
+	res, err := dedupe.Rebuild(ctx, dedupe.Spec{
 		Read:      w.readRange,
 		Topic:     w.topic,
 		Partition: w.st.partition,
@@ -230,7 +229,7 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 		Retry: w.policy(what, 2*time.Minute),
 		What:  what,
 		Now:   w.now,
-	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
+	}, w.logger, first, func(win *dedupe.Window, e *presence.Event) {
 		win.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
 	if err != nil {
@@ -527,7 +526,7 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 			return err
 		}
 		w.st.offset, w.st.next, w.st.bitmaps, w.st.written = loaded.Offset, loaded.Next, loaded.Bitmaps, loaded.Offset+1
-		w.dedupe, w.evicted = recent.New(w.cfg.DedupeHorizon), 0
+		w.dedupe, w.evicted = dedupe.NewWindow(w.cfg.DedupeHorizon), 0
 		w.dedupe.LimitIDs(w.cfg.DedupeMaxIDs)
 		// The fold arms deadlines as it goes; rebuildDeadlines replaces them at the end.
 		w.timeouts = timeouts.New(w.cfg.OfflineAfter, w.cfg.IdleAfter)

@@ -21,7 +21,7 @@ type Config struct {
 	Group string
 	// Horizon is how much log time each partition worker remembers to drop duplicate
 	// event ids and flag stale events; rebuilt from the log on assignment. It must be
-	// at least 2×MaxSkew (see pkg/recent for why that makes staleness exact).
+	// at least 2×MaxSkew (see pkg/dedupe for why that makes staleness exact).
 	Horizon time.Duration
 	// MaxSkew is ingest's PULSE_INGEST_MAX_SKEW: how far an event's occurred-at may be
 	// from the server clock. Read here only to check Horizon against it.

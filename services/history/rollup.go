@@ -12,8 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pulse-presence/pulse/pkg/dedupe"
 	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/retry"
 	"github.com/pulse-presence/pulse/pkg/rollup"
@@ -183,7 +183,7 @@ func (w *worker) restoreRollup(ctx context.Context, first *kgo.Record) error {
 	// Changes after the checkpoint are stamped (by the aggregator, on producing them) no
 	// earlier than their changed_at minus ingest's skew, and no earlier than the
 	// watermark minus the fold's lateness: reading from there on finds all of them.
-	since := st.maxAt.Add(-h.lateness() - h.cfg.MaxSkew - horizon.Slack)
+	since := st.maxAt.Add(-h.lateness() - h.cfg.MaxSkew - dedupe.Slack)
 	if epoch := time.UnixMilli(0); since.Before(epoch) {
 		// Kafka reads negative times as "latest" (-1) and "earliest" (-2).
 		since = epoch

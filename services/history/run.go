@@ -11,9 +11,9 @@ import (
 	"github.com/pulse-presence/pulse/pkg/app"
 	"github.com/pulse-presence/pulse/pkg/config"
 	"github.com/pulse-presence/pulse/pkg/consume"
+	"github.com/pulse-presence/pulse/pkg/dedupe"
 	"github.com/pulse-presence/pulse/pkg/health"
 	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/httpserver"
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 )
@@ -43,7 +43,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		writer: newWriter(store, cfg.Cassandra.Timeout, cfg.WriteConcurrency, logger, m),
 		// Workers start only once cons.Run runs, so cons is set by then.
 		commit:      func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
-		readRange:   horizon.FromKafka(cfg.Kafka, logger),
+		readRange:   dedupe.FromKafka(cfg.Kafka, logger),
 		checkpoints: store,
 		produce: func(ctx context.Context, recs ...*kgo.Record) error {
 			return cons.Client().ProduceSync(ctx, recs...).FirstErr()

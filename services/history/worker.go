@@ -10,10 +10,9 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/consume"
 	"github.com/pulse-presence/pulse/pkg/deadletter"
+	"github.com/pulse-presence/pulse/pkg/dedupe"
 	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/horizon"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/retry"
 )
@@ -30,7 +29,7 @@ type history struct {
 	cfg       Config
 	writer    *writer
 	commit    committer
-	readRange horizon.ReadRange
+	readRange dedupe.ReadRange
 	// checkpoints reads the rollup folds' checkpoints (the writer writes them).
 	checkpoints checkpointLoader
 	// produce writes dead letters (presence.changes.dlq) and waits for the acks.
@@ -50,7 +49,7 @@ func (h *history) newWorker(topic string, partition int32) consume.Worker {
 		logger:    h.logger.With("topic", topic, "partition", partition),
 	}
 	if w.events {
-		w.window = recent.New(h.cfg.Horizon)
+		w.window = dedupe.NewWindow(h.cfg.Horizon)
 	}
 	return w
 }
@@ -63,7 +62,7 @@ type worker struct {
 	events    bool
 	logger    *slog.Logger
 
-	window    *recent.Window // events only
+	window    *dedupe.Window // events only
 	windowLen int            // last Len reported to the gauge
 
 	plan      *batchPlan  // gathered since the last flush; nil: nothing
@@ -342,7 +341,7 @@ const activityDevice = "\x00activity"
 // by the same rules (pkg/presence): per device for events; for a timeout, whether
 // something newer than its basis came first — a newer event of the device for an
 // offline timeout, newer activity of the user for an idle timeout.
-func observe(win *recent.Window, e *presence.Event) bool {
+func observe(win *dedupe.Window, e *presence.Event) bool {
 	if e.Source == presence.SourceTimeout {
 		device := e.DeviceID
 		if e.DeviceID == presence.AllDevices {
@@ -418,14 +417,14 @@ func (w *worker) commitPending(ctx context.Context) {
 // this worker had seen the partition all along. It retries until it succeeds or ctx ends.
 func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 	start := time.Now()
-	res, err := horizon.Rebuild(ctx, horizon.Spec{
+	res, err := dedupe.Rebuild(ctx, dedupe.Spec{
 		Read:      w.h.readRange,
 		Topic:     w.topic,
 		Partition: w.partition,
 		Horizon:   w.h.cfg.Horizon,
 		Retry:     retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.RebuildTimeout},
 		What:      "rebuilding the horizon",
-	}, w.logger, first, func(win *recent.Window, e *presence.Event) {
+	}, w.logger, first, func(win *dedupe.Window, e *presence.Event) {
 		// The user_status rows of a crashed process may not have been written: the
 		// horizon's fresh events plan them again (they carry the log's timestamps, so
 		// rewriting what was written changes nothing).

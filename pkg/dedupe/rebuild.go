@@ -1,13 +1,4 @@
-// Package horizon rebuilds what a partition worker remembers of the recent log when the
-// group assigns it a partition. The aggregator (to drop duplicates) and the history
-// writer (to drop duplicates and flag stale events) each keep a recent.Window per events
-// partition; a Window lives in memory only, so a worker that starts on a partition,
-// after a restart or a rebalance, replays the horizon just before the first record it
-// is handed. Its decisions are then the ones a worker that never stopped would make.
-//
-// The package sits above recent and kafkax so that recent stays a pure data structure
-// that knows nothing of Kafka.
-package horizon
+package dedupe
 
 import (
 	"context"
@@ -18,10 +9,15 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/retry"
 )
+
+// A Window lives in memory only. The aggregator (to drop duplicates) and the history
+// writer (to drop duplicates and flag stale events) each keep one per events
+// partition, so a worker that starts on a partition, after a restart or a rebalance,
+// rebuilds it (Rebuild) by replaying the horizon just before the first record it is
+// handed: its decisions are then the ones a worker that never stopped would make.
 
 // Slack widens the log time re-read before the horizon. Record timestamps are stamped
 // by ingest just after received-at (or by the broker, on append), and ingest instances'
@@ -48,7 +44,7 @@ type Spec struct {
 	Partition int32
 	// Horizon is how much log time the Window remembers, and so how much is re-read.
 	Horizon time.Duration
-	// MaxIDs bounds the event ids the Window remembers (recent.Window.LimitIDs); 0: no
+	// MaxIDs bounds the event ids the Window remembers (Window.LimitIDs); 0: no
 	// bound but the horizon's.
 	MaxIDs int
 	// Retry is how a failed read is retried; its TryTimeout bounds one whole read,
@@ -62,7 +58,7 @@ type Spec struct {
 
 // Result is a rebuilt Window and what went into it.
 type Result struct {
-	Window *recent.Window
+	Window *Window
 	// Since is the log time the read started from.
 	Since time.Time
 	// Records counts the records read, undecodable ones included; Events the events
@@ -79,7 +75,7 @@ type Result struct {
 // A failed read is retried by s.Retry from a new Window, so feed sees each event once
 // per attempt and the Result only the last, complete one. Rebuild returns an error only
 // when ctx ends (it wraps ctx's error) or s.Retry gives up.
-func Rebuild(ctx context.Context, s Spec, logger *slog.Logger, first *kgo.Record, feed func(*recent.Window, *presence.Event)) (Result, error) {
+func Rebuild(ctx context.Context, s Spec, logger *slog.Logger, first *kgo.Record, feed func(*Window, *presence.Event)) (Result, error) {
 	now := time.Now
 	if s.Now != nil {
 		now = s.Now
@@ -90,7 +86,7 @@ func Rebuild(ctx context.Context, s Spec, logger *slog.Logger, first *kgo.Record
 	}
 	res := Result{Since: from.Add(-s.Horizon - Slack)}
 	err := retry.Do(ctx, s.Retry, logger, s.What, func(ctx context.Context) error {
-		res.Window, res.Records, res.Events = recent.New(s.Horizon), 0, 0
+		res.Window, res.Records, res.Events = NewWindow(s.Horizon), 0, 0
 		res.Window.LimitIDs(s.MaxIDs)
 		return s.Read(ctx, s.Topic, s.Partition, res.Since, first.Offset, func(r *kgo.Record) error {
 			res.Records++

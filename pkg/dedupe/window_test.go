@@ -1,4 +1,4 @@
-package recent
+package dedupe
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func TestDuplicate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := New(10 * time.Minute)
+			w := NewWindow(10 * time.Minute)
 			for i, c := range tt.calls {
 				if got := w.Duplicate("u", c.id, at(c.at)); got != c.want {
 					t.Fatalf("call %d Duplicate(%q, +%v) = %v, want %v", i, c.id, c.at, got, c.want)
@@ -88,7 +88,7 @@ func TestStale(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := New(10 * time.Minute)
+			w := NewWindow(10 * time.Minute)
 			for i, c := range tt.calls {
 				if got := w.Stale(c.user, c.device, at(c.t), at(c.at)); got != c.want {
 					t.Fatalf("call %d Stale(%q, %q, +%v, +%v) = %v, want %v", i, c.user, c.device, c.t, c.at, got, c.want)
@@ -99,7 +99,7 @@ func TestStale(t *testing.T) {
 }
 
 func TestLenExpires(t *testing.T) {
-	w := New(time.Minute)
+	w := NewWindow(time.Minute)
 	for i := range 1000 {
 		id := strconv.Itoa(i)
 		w.Duplicate("u", id, at(time.Duration(i)*time.Millisecond))
@@ -123,7 +123,7 @@ func TestLenExpires(t *testing.T) {
 // sequence that wraps and resizes the FIFOs and shrinks the maps several times.
 func TestAgainstModel(t *testing.T) {
 	const horizon = 2 * time.Second
-	w := New(horizon)
+	w := NewWindow(horizon)
 	seenAt := map[string]time.Time{}
 	newestT := map[string]time.Time{}
 	setAt := map[string]time.Time{}
@@ -203,7 +203,7 @@ func TestFIFOWrapsAndResizes(t *testing.T) {
 // BenchmarkDuplicate is the steady state of a busy partition: the window holds about
 // 600k ids (1000 events/s over 10 minutes) and every call expires one.
 func BenchmarkDuplicate(b *testing.B) {
-	w := New(10 * time.Minute)
+	w := NewWindow(10 * time.Minute)
 	ids := make([]string, 1<<20)
 	for i := range ids {
 		ids[i] = "0197c6f1-8a2b-7c3d-9e4f-" + strconv.FormatInt(int64(100000000000+i), 10)
@@ -237,7 +237,7 @@ func BenchmarkMemoryPerID(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		w := New(time.Hour)
+		w := NewWindow(time.Hour)
 		for i, id := range ids {
 			w.Duplicate("u", id, at(time.Duration(i)))
 		}
@@ -252,7 +252,7 @@ func BenchmarkMemoryPerID(b *testing.B) {
 // A bound on the ids remembered forgets the oldest first, counts what it forgot
 // before its horizon, and leaves staleness alone.
 func TestLimitIDs(t *testing.T) {
-	w := New(time.Hour)
+	w := NewWindow(time.Hour)
 	w.LimitIDs(3)
 	t0 := time.Unix(1_700_000_000, 0)
 	for i, id := range []string{"a", "b", "c", "d", "e"} {
@@ -283,7 +283,7 @@ func TestLimitIDs(t *testing.T) {
 
 // Event ids are scoped to their user: the same id of another user is no duplicate.
 func TestDuplicateIsPerUser(t *testing.T) {
-	w := New(time.Minute)
+	w := NewWindow(time.Minute)
 	at := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
 	if w.Duplicate("alice", "e1", at) || w.Duplicate("bob", "e1", at) {
 		t.Fatal("a first sighting was a duplicate")

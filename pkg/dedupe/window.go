@@ -1,4 +1,7 @@
-// Package recent remembers what one Kafka partition saw within a horizon of log time:
+// Package dedupe is what a partition worker remembers of the recent log, to drop
+// duplicate events and flag stale ones.
+//
+// A Window remembers what one Kafka partition saw within a horizon of log time:
 // the event ids it carried, per user (to drop duplicates) and, per (user, device), the newest
 // event time (to flag stale events). A partition worker rebuilds a Window from the log
 // when it is assigned the partition, so its answers survive restarts and rebalances.
@@ -36,7 +39,7 @@
 // (a 24-byte map slot and a 24-byte FIFO slot, plus the spare capacity of both), however
 // long the ids are; keeping a 36-byte UUID string instead would add its 48-byte
 // allocation and a 16-byte header in both the map and the FIFO.
-package recent
+package dedupe
 
 import (
 	"hash/maphash"
@@ -78,8 +81,8 @@ type Window struct {
 	devFIFO fifo
 }
 
-// New returns an empty Window that remembers for horizon of log time.
-func New(horizon time.Duration) *Window {
+// NewWindow returns an empty Window that remembers for horizon of log time.
+func NewWindow(horizon time.Duration) *Window {
 	return &Window{
 		horizon: int64(horizon),
 		s1:      maphash.MakeSeed(),

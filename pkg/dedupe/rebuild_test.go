@@ -1,4 +1,4 @@
-package horizon
+package dedupe
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/pulse-presence/pulse/pkg/kafkax"
 	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/recent"
 	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/retry"
 )
@@ -79,7 +78,7 @@ func TestRebuildFromKafka(t *testing.T) {
 		Read: FromKafka(cfg, discard), Topic: "events", Partition: 0,
 		Horizon: 14 * time.Minute, What: "rebuilding",
 		Retry: retry.Policy{TryTimeout: 20 * time.Second},
-	}, discard, first, func(w *recent.Window, e *presence.Event) {
+	}, discard, first, func(w *Window, e *presence.Event) {
 		fed = append(fed, e.ID)
 		w.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
@@ -147,11 +146,11 @@ func TestRebuildRetriesFromANewWindow(t *testing.T) {
 		base := time.Now()
 		l := &fakeLog{recs: fakeRecords(t, base, "a", "b", "c"), fail: func(read int) bool { return read <= 2 }}
 		retries := 0
-		var windows []*recent.Window
+		var windows []*Window
 		res, err := Rebuild(t.Context(), Spec{
 			Read: l.read, Topic: "events", Horizon: time.Minute, What: "rebuilding",
 			Retry: retry.Policy{Initial: 100 * time.Millisecond, OnRetry: func(int, error) { retries++ }},
-		}, discard, &kgo.Record{Offset: 3, Timestamp: base.Add(3 * time.Second)}, func(w *recent.Window, e *presence.Event) {
+		}, discard, &kgo.Record{Offset: 3, Timestamp: base.Add(3 * time.Second)}, func(w *Window, e *presence.Event) {
 			if len(windows) == 0 || windows[len(windows)-1] != w {
 				windows = append(windows, w)
 			}
@@ -192,7 +191,7 @@ func TestRebuildSince(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := &fakeLog{}
 			res, err := Rebuild(t.Context(), Spec{Read: l.read, Horizon: 10 * time.Minute, Now: func() time.Time { return now }},
-				discard, &kgo.Record{Offset: 0, Timestamp: tt.stamp}, func(*recent.Window, *presence.Event) {})
+				discard, &kgo.Record{Offset: 0, Timestamp: tt.stamp}, func(*Window, *presence.Event) {})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +209,7 @@ func TestRebuildStopsWhenContextEnds(t *testing.T) {
 		time.AfterFunc(time.Minute, cancel)
 		l := &fakeLog{recs: fakeRecords(t, time.Now().Add(-time.Second), "a", "b"), fail: func(int) bool { return true }}
 		res, err := Rebuild(ctx, Spec{Read: l.read, Horizon: time.Minute, What: "rebuilding"},
-			discard, &kgo.Record{Offset: 2, Timestamp: time.Now()}, func(*recent.Window, *presence.Event) {})
+			discard, &kgo.Record{Offset: 2, Timestamp: time.Now()}, func(*Window, *presence.Event) {})
 		if !errors.Is(err, context.Canceled) || res.Window != nil {
 			t.Fatalf("Rebuild = %+v, %v; want no window and context.Canceled", res, err)
 		}
