@@ -15,16 +15,8 @@ FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath
 
-# The workspace's module files first, so the download layer is reused while only code
-# changes. The integration tests' module is not part of the image: it leaves the workspace.
-COPY go.work go.work.sum ./
-COPY cmd/go.mod cmd/go.sum cmd/
-COPY pkg/go.mod pkg/go.sum pkg/
-COPY services/aggregator/go.mod services/aggregator/go.sum services/aggregator/
-COPY services/history/go.mod services/history/go.sum services/history/
-COPY services/ingest/go.mod services/ingest/go.sum services/ingest/
-COPY services/query/go.mod services/query/go.sum services/query/
-RUN go work edit -dropuse=./tests
+# The module files first, so the download layer is reused while only code changes.
+COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 
 COPY cmd/ cmd/

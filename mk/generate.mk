@@ -10,7 +10,7 @@
 PULSE_GEN_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
 PULSE_GEN_BIN := $(PULSE_GEN_ROOT)/bin/tools
 PULSE_GEN_SCHEMAS := $(PULSE_GEN_ROOT)/schemas
-# tools/ is its own module outside go.work; GOWORK=off keeps the workspace
+# tools/ is a module of its own; GOWORK=off keeps any go.work a developer made
 # from resolving the tools' dependencies.
 PULSE_GEN_GO := cd $(PULSE_GEN_ROOT)/tools && GOWORK=off go
 PULSE_GEN_BUF := cd $(PULSE_GEN_SCHEMAS) && PATH="$(PULSE_GEN_BIN):$$PATH" $(PULSE_GEN_BIN)/buf

@@ -1,6 +1,6 @@
 // Package tests holds Pulse's integration and end-to-end tests. They run against the
 // real Kafka, Cassandra and Redis of the local stack (make up; make test-integration
-// starts it) and against the service binaries built from this workspace.
+// starts it) and against the service binaries built from this tree.
 //
 // Addresses come from the same variables the services read (PULSE_KAFKA_BROKERS,
 // PULSE_REDIS_ADDR, PULSE_CASSANDRA_HOSTS, PULSE_CASSANDRA_PORT), defaulting to the
