@@ -10,7 +10,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/pkg/presence"
 	"github.com/pulse-presence/pulse/pkg/statestore"
-	"github.com/pulse-presence/pulse/pkg/timeouts"
+	"github.com/pulse-presence/pulse/services/aggregator/internal/timeouts"
 )
 
 var base = time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)

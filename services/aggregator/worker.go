@@ -19,7 +19,7 @@ import (
 	"github.com/pulse-presence/pulse/pkg/records"
 	"github.com/pulse-presence/pulse/pkg/retry"
 	"github.com/pulse-presence/pulse/pkg/statestore"
-	"github.com/pulse-presence/pulse/pkg/timeouts"
+	"github.com/pulse-presence/pulse/services/aggregator/internal/timeouts"
 )
 
 // worker owns one partition of presence.events, and so one shard of state, while the
