@@ -20,6 +20,7 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 
 COPY cmd/ cmd/
+COPY internal/ internal/
 COPY pkg/ pkg/
 COPY services/ services/
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \

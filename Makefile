@@ -11,8 +11,8 @@ SHELL := /usr/bin/env bash
 MODULE := github.com/pulse-presence/pulse
 # Every module but tests/. Unit tests run anywhere; the few that use Redis skip without
 # it, except under `make test` and CI, which start the stack first and fail such a test
-# instead of skipping it (pkg/servertest).
-UNIT_PKGS := $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/...
+# instead of skipping it (internal/platform/servertest).
+UNIT_PKGS := $(MODULE)/internal/... $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/...
 STACK := deploy/local/stack.sh
 # TOPOLOGY=single (the default): one node of each server. TOPOLOGY=cluster: Redis
 # Cluster (3 masters, 3 replicas), three Kafka brokers, two Cassandra nodes and two
@@ -84,7 +84,7 @@ build: ## Build the four services and pulsectl into bin/
 .PHONY: config-doc
 config-doc: ## Rewrite docs/configuration.md's tables from the services' tables in code
 	go test -count=1 -p 1 -run '^TestConfigDocDocuments(Shared|Service)Variables$$' \
-		$(MODULE)/pkg/config $(addprefix $(MODULE)/services/,ingest aggregator history query) -args -update-docs
+		$(MODULE)/internal/platform/config $(addprefix $(MODULE)/services/,ingest aggregator history query) -args -update-docs
 
 fmt: ## Format all Go code
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

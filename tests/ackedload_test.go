@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 type ackedEvent struct{ id, user, status string }

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
 )
 
 // The backend hops over TLS (docs/design.md, Security): the services and pulsectl

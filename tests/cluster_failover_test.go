@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // The failover tests of the cluster topology (make test TOPOLOGY=cluster): one node of

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cursor"
-	"github.com/pulse-presence/pulse/pkg/feed"
-	"github.com/pulse-presence/pulse/pkg/online"
+	"github.com/pulse-presence/pulse/internal/platform/cursor"
+	"github.com/pulse-presence/pulse/services/query/feed"
+	"github.com/pulse-presence/pulse/services/query/online"
 )
 
 // TestCursorsAreSigned: every cursor query hands out (the listing's, the feed's) is

@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/deadletter"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/deadletter"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // docs/design.md guarantee 11: poison records written straight to Kafka — bytes that

@@ -12,7 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/internal/api/auth"
 )
 
 // TestFeedEndsWhenItsCredentialDoes: an open feed stream ends, with a

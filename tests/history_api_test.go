@@ -20,7 +20,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // The analysts' read API against the real Cassandra: known rows are written straight

@@ -23,10 +23,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/historystore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // The analysts' tables written by history from presence.changes (sessions, daily
@@ -35,7 +35,7 @@ import (
 // past no other test uses, so that the tables' partitions (by day) hold this test's
 // rows alone; occurred-at times straddle that day's midnight.
 
-const rollupLateness = 10 * time.Minute // pkg/rollup.DefaultLateness
+const rollupLateness = 10 * time.Minute // internal/domain/rollup.DefaultLateness
 
 // rollupTimeline is one user's effective statuses, as presence.changes says.
 type rollupTimeline struct {

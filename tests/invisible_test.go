@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/presence/presencetest"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence/presencetest"
 )
 
 // TestInvisibleLooksExactlyLikeOffline sends random sequences of statuses (invisible

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/internal/api/auth"
 )
 
 // The services the tests start authenticate every request, as in production

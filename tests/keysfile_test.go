@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/internal/api/auth"
 )
 
 // A keys file that disappears leaves no key valid (every request 401) and says so in

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/openapi"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
 )
 
 // The running ingest and query binaries serve the embedded OpenAPI document, and

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/deadletter"
+	"github.com/pulse-presence/pulse/internal/platform/deadletter"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 

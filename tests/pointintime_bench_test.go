@@ -13,9 +13,9 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/migrate"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/migrate"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // pitBench is a keyspace holding one minute of point-in-time rows for 16 shards with

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/records"
+	"github.com/pulse-presence/pulse/internal/domain/records"
 )
 
 // TestEventsNameTheirPrincipalAndRequestsAreLogged: every event ingest writes carries

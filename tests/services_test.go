@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 type readyReport struct {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // envOr returns the environment variable key, or def when it is unset or empty.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // BenchmarkWriteWindow is the aggregator's one Redis round trip per window: 500 user

@@ -13,11 +13,11 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/shard"
-	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 // stateRDB is a client of the Redis at addr, closed when the test ends: one server, or

@@ -16,7 +16,7 @@ import (
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
-	pulseports "github.com/pulse-presence/pulse/pkg/ports"
+	pulseports "github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // config is the parsed command line.

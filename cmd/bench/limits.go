@@ -340,7 +340,7 @@ func (m *markdown) limits(r *Results) {
 			num(x.WriteWindow.UsersPerSec), num(float64(x.WriteWindow.Users)), x.WriteWindow.Seconds, x.WriteWindow.RedisCPUCore)
 	}
 	if c := l.Cassandra; c != nil {
-		m.p("**Cassandra**: a minimal gocql writer of history's user_activity inserts and user_status updates (pkg/historystore's statements, heartbeats without an activity row as history's default), %d users under `%s` in keyspace %s, packed as history packs them (≤ %d statements and ≤ %d partition keys per unlogged batch), %d requests in flight: **%s rows/s** (%s user_activity, %s user_status rows in %.1f s; %d requests, %d failed; request p50 %s, p99 %s; Cassandra %.2f cores, bench %.2f).\n\n",
+		m.p("**Cassandra**: a minimal gocql writer of history's user_activity inserts and user_status updates (internal/stores/historystore's statements, heartbeats without an activity row as history's default), %d users under `%s` in keyspace %s, packed as history packs them (≤ %d statements and ≤ %d partition keys per unlogged batch), %d requests in flight: **%s rows/s** (%s user_activity, %s user_status rows in %.1f s; %d requests, %d failed; request p50 %s, p99 %s; Cassandra %.2f cores, bench %.2f).\n\n",
 			c.Users, c.UserPrefix, c.Keyspace, c.MaxStatements, c.MaxKeys, c.Concurrency, num(c.RowsPerSec), num(float64(c.RowsByTable["user_activity"])),
 			num(float64(c.RowsByTable["user_status"])), c.Seconds, c.Requests, c.Failed, fmtMs(c.WriteMs.P50, c.WriteMs.Count), fmtMs(c.WriteMs.P99, c.WriteMs.Count),
 			c.CPU["cassandra"], c.CPU["bench"])

@@ -11,11 +11,11 @@ import (
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
 )
 
-// History's statements (pkg/historystore) the minimal writer runs, and the
+// History's statements (internal/stores/historystore) the minimal writer runs, and the
 // defaults it packs and bounds them with (PULSE_HISTORY_MAX_BATCH_STATEMENTS,
 // PULSE_HISTORY_BATCH_PARTITIONS, PULSE_HISTORY_WRITE_CONCURRENCY).
 const (

@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
 // bareStatus is the POST /status body, as ingest reads it.

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/records"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
 )
 
 // perfReportEvery is how often ProducerPerformance prints a window's figures;

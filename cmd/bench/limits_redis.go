@@ -12,8 +12,8 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pulse-presence/pulse/pkg/shard"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // Prefixes of the Redis limit's two passes, apart from any deployment's and from the

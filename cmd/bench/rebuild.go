@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // RebuildResult is the rebuild phase: every shard of the stack's state rebuilt from

@@ -14,10 +14,10 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pulse-presence/pulse/pkg/countcache"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/shard"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/services/query/countcache"
 )
 
 // Prefixes of the bulk-loaded layouts: apart from any deployment's, and fixed, so a

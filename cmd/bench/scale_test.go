@@ -6,7 +6,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
 // TestScaleShardWindows checks the windows the bulk load writes: indexes continue

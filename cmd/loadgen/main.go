@@ -65,7 +65,7 @@ import (
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 func main() {

@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/deadletter"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/platform/deadletter"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // pulsectl dlq list|replay: the dead letters of a topic (records a service could not

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
-	"github.com/pulse-presence/pulse/pkg/historyapi"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/api/historyapi"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // The analysts' commands: history, sessions and stats read the query service's

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/internal/api/auth"
 )
 
 // keys new makes an API key (docs/design.md, Security): it prints the key once, for

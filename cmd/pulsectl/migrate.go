@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/migrate"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/migrate"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // migrateFlags are pulsectl migrate's settings.

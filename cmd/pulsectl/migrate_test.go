@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
 )
 
 func TestParseMigrateFlags(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // pulsectl rebuild [-shard N]: has the aggregators rebuild shards of the state in

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
+	"github.com/pulse-presence/pulse/internal/api/auth"
 )
 
 // token mints a user token for the verifier the services are configured with through

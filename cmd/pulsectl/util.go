@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
 )
 
 // kafkaConfig is the Kafka client of a pulsectl command that talks to the brokers in

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
 )
 
 // target is one server being waited for.

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // Config is everything pulse-aggregator reads at start.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/internal/platform/config"
 )
 
 // The crash point the fault tests use (tests/faultload_test.go), built only with

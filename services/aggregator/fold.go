@@ -3,9 +3,9 @@ package main
 import (
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/statestore"
 )
 
 // record is one decoded event of the window with its log position.

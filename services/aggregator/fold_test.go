@@ -7,9 +7,9 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/statestore"
 	"github.com/pulse-presence/pulse/services/aggregator/internal/timeouts"
 )
 

@@ -5,6 +5,6 @@
 // environment variables it reads.
 package main
 
-import "github.com/pulse-presence/pulse/pkg/app"
+import "github.com/pulse-presence/pulse/internal/platform/app"
 
 func main() { app.Main("aggregator", new(Config).vars(), run) }

@@ -5,7 +5,7 @@ package main
 import (
 	"log/slog"
 
-	"github.com/pulse-presence/pulse/pkg/config"
+	"github.com/pulse-presence/pulse/internal/platform/config"
 )
 
 // A production binary has no crash point (crash.go, -tags faulttest).

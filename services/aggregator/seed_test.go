@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // Users restored from history take the next indexes in the order given, join the

@@ -12,13 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/deadletter"
-	"github.com/pulse-presence/pulse/pkg/dedupe"
+	"github.com/pulse-presence/pulse/internal/domain/dedupe"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/internal/platform/deadletter"
+	"github.com/pulse-presence/pulse/internal/platform/retry"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/records"
-	"github.com/pulse-presence/pulse/pkg/retry"
-	"github.com/pulse-presence/pulse/pkg/statestore"
 	"github.com/pulse-presence/pulse/services/aggregator/internal/timeouts"
 )
 

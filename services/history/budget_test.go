@@ -14,10 +14,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/historystore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
 )
 
 // countingStore counts what history sends to Cassandra: statements by table and
@@ -69,7 +69,7 @@ const (
 
 // defaultMix drives one partition with loadgen's default mix (status=1, heartbeat=3,
 // activity=1; statuses online 5, idle 2, offline 2, invisible 1; two devices a user)
-// for a minute of the synctest clock, folds the events through pkg/presence as the
+// for a minute of the synctest clock, folds the events through internal/domain/presence as the
 // aggregator would, and feeds the events to one history worker and the changes they
 // made to another.
 func defaultMix(t *testing.T, mod func(*Config)) (events, changes int, ev, ch *countingStore) {

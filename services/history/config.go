@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // Config is everything pulse-history reads at start.
@@ -21,7 +21,7 @@ type Config struct {
 	Group string
 	// Horizon is how much log time each partition worker remembers to drop duplicate
 	// event ids and flag stale events; rebuilt from the log on assignment. It must be
-	// at least 2×MaxSkew (see pkg/dedupe for why that makes staleness exact).
+	// at least 2×MaxSkew (see internal/domain/dedupe for why that makes staleness exact).
 	Horizon time.Duration
 	// MaxSkew is ingest's PULSE_INGEST_MAX_SKEW: how far an event's occurred-at may be
 	// from the server clock. Read here only to check Horizon against it.

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/config/configtest"
+	"github.com/pulse-presence/pulse/internal/platform/app"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/config/configtest"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {

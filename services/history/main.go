@@ -4,6 +4,6 @@
 // `pulse-history -help` lists the environment variables it reads.
 package main
 
-import "github.com/pulse-presence/pulse/pkg/app"
+import "github.com/pulse-presence/pulse/internal/platform/app"
 
 func main() { app.Main("history", new(Config).vars(), run) }

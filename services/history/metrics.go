@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pulse-presence/pulse/pkg/historystore"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // metrics are pulse-history's own; the consumer and the Kafka client add theirs.

@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/historystore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 var base = time.Date(2026, 3, 1, 23, 59, 59, 0, time.UTC)

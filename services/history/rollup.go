@@ -12,11 +12,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/dedupe"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/retry"
-	"github.com/pulse-presence/pulse/pkg/rollup"
+	"github.com/pulse-presence/pulse/internal/domain/dedupe"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/rollup"
+	"github.com/pulse-presence/pulse/internal/platform/retry"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // checkpointLoader reads the newest complete checkpoint of a partition; ok is false

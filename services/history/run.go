@@ -8,14 +8,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/consume"
-	"github.com/pulse-presence/pulse/pkg/dedupe"
-	"github.com/pulse-presence/pulse/pkg/health"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
+	"github.com/pulse-presence/pulse/internal/domain/dedupe"
+	"github.com/pulse-presence/pulse/internal/platform/app"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/consume"
+	"github.com/pulse-presence/pulse/internal/platform/health"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {

@@ -8,13 +8,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/consume"
-	"github.com/pulse-presence/pulse/pkg/deadletter"
-	"github.com/pulse-presence/pulse/pkg/dedupe"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/records"
-	"github.com/pulse-presence/pulse/pkg/retry"
+	"github.com/pulse-presence/pulse/internal/domain/dedupe"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/internal/platform/consume"
+	"github.com/pulse-presence/pulse/internal/platform/deadletter"
+	"github.com/pulse-presence/pulse/internal/platform/retry"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // poisonLogEvery is the most often one partition logs undecodable records; the
@@ -338,7 +338,7 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 const activityDevice = "\x00activity"
 
 // observe records e in the window and reports whether the aggregator found it stale,
-// by the same rules (pkg/presence): per device for events; for a timeout, whether
+// by the same rules (internal/domain/presence): per device for events; for a timeout, whether
 // something newer than its basis came first — a newer event of the device for an
 // offline timeout, newer activity of the user for an idle timeout.
 func observe(win *dedupe.Window, e *presence.Event) bool {

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/retry"
+	"github.com/pulse-presence/pulse/internal/platform/retry"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // store writes one request: the history store, or the tests' fakes, which record,

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // Config is everything pulse-ingest reads at start.
@@ -31,14 +31,14 @@ type Config struct {
 	MaxBody int64
 	// MaxBatch is the most events one POST /v1/events may carry.
 	MaxBatch int
-	// Auth is who may post (pkg/auth): keys with the write scope, user tokens for
+	// Auth is who may post (internal/api/auth): keys with the write scope, user tokens for
 	// their own user.
 	Auth auth.Config
 	// KeyRate bounds the events per second one key (or user token) may post, on
 	// average; 0: no bound. Its burst is a second's worth, at least a full batch.
 	KeyRate int
 	// RateUsers bounds the user ids whose buckets ingest remembers, but for those in
-	// debt (pkg/limits).
+	// debt (internal/platform/limits).
 	RateUsers int
 	// UserRate bounds the events per second posted for one user id, whichever key
 	// posts them, up to UserBurst at once; 0: no bound.

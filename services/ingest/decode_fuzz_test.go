@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
 // FuzzDecodeBatch feeds arbitrary bodies to the POST /v1/events decoder. It must

@@ -22,11 +22,11 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
-	"github.com/pulse-presence/pulse/pkg/records"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -56,7 +56,7 @@ func newHarness(t testing.TB, env map[string]string) *harness {
 	vars := map[string]string{
 		"PULSE_KAFKA_BROKERS": strings.Join(cluster.ListenAddrs(), ","),
 		"PULSE_HTTP_ADDR":     "127.0.0.1:0",
-		// Authentication is tested in pkg/auth and tests/auth_test.go.
+		// Authentication is tested in internal/api/auth and tests/auth_test.go.
 		"PULSE_AUTH": "off",
 	}
 	for k, v := range env {

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/pulse-presence/pulse/pkg/openapi"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
 )
 
 // The OpenAPI document lists exactly the routes ingest serves.

@@ -11,13 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/health"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/openapi"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
+	"github.com/pulse-presence/pulse/internal/platform/app"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/health"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
 )
 
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {

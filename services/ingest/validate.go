@@ -9,8 +9,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
 // eventJSON is one event as producers send it. Pointers tell an absent (or null)

@@ -10,16 +10,16 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/online"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/shard"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
+	"github.com/pulse-presence/pulse/services/query/online"
 )
 
 // Point in time (Q5): at=T on the count, the listing and the statuses answers from
-// history's snapshots and changes (pkg/historystore) instead of Redis, for the instant T:
+// history's snapshots and changes (internal/stores/historystore) instead of Redis, for the instant T:
 // the status of a user at T is the one set by their latest change at or before T. The
 // views are the present's: invisible users read as offline except to operators.
 

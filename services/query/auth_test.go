@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pulse-presence/pulse/pkg/openapi"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
 )
 
 // The routes a user token may call are those whose security the OpenAPI document

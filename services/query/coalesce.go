@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // coalescer gathers concurrent single-user reads into shared round trips to Redis.

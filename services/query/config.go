@@ -6,17 +6,17 @@ import (
 	"path"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/countcache"
-	"github.com/pulse-presence/pulse/pkg/cursor"
-	"github.com/pulse-presence/pulse/pkg/feed"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/kafkax"
-	"github.com/pulse-presence/pulse/pkg/ports"
-	"github.com/pulse-presence/pulse/pkg/redisx"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/cursor"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/services/query/countcache"
 	"github.com/pulse-presence/pulse/services/query/dashboard"
+	"github.com/pulse-presence/pulse/services/query/feed"
 )
 
 // Config is everything pulse-query reads at start.
@@ -36,14 +36,14 @@ type Config struct {
 	ReadCoalesce  int
 	// MaxBody bounds request bodies.
 	MaxBody int64
-	// Auth is who may read (pkg/auth): keys with the read scope, operator keys for
+	// Auth is who may read (internal/api/auth): keys with the read scope, operator keys for
 	// ?view=operator and the firehose, user tokens for their own status.
 	Auth auth.Config
 	// Kafka is where the change feed reads presence.changes.
 	Kafka kafkax.Config
 	// Feed is the live change feed's settings (GET /v1/watch, /v1/watch/sse).
 	Feed FeedConfig
-	// Counts is how GET /v1/online/count is served from memory (pkg/countcache).
+	// Counts is how GET /v1/online/count is served from memory (services/query/countcache).
 	Counts countcache.Config
 	// Cassandra is where the history routes read the analysts' tables.
 	Cassandra cassx.Config
@@ -71,7 +71,7 @@ type LimitsConfig struct {
 	KeyRate, KeyBurst   int
 	UserRate, UserBurst int
 	// RateUsers bounds the user tokens whose buckets are remembered, but for those
-	// in debt (pkg/limits).
+	// in debt (internal/platform/limits).
 	RateUsers int
 	// HistoryReads bounds the Cassandra reads in flight on the instance, whatever
 	// the requests; HistoryReadsPerRequest those of one request. A request waits at

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/config/configtest"
+	"github.com/pulse-presence/pulse/internal/platform/app"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/config/configtest"
 )
 
 func TestLoadConfigDefaults(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
 // FuzzWatchIDs: whatever ?userIds= holds is a list of valid ids within the bound, or

@@ -9,16 +9,16 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/historyapi"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/historyapi"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // The analysts' read API (docs/analytics.md): a user's timeline, sessions and daily
 // totals, and the service's concurrency, unique users and every user's totals of a
 // day, read from the history tables of migrations/0003 and 0005 through
-// pkg/historystore. Each request reads a bounded number of partitions (its range is
+// internal/stores/historystore. Each request reads a bounded number of partitions (its range is
 // capped, historyquery.go), costs its credential one read per partition (costs.go),
 // and holds read slots of the instance while it reads (limits.go), all under one
 // deadline (PULSE_QUERY_HISTORY_TIMEOUT); while Cassandra cannot answer the routes

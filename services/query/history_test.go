@@ -16,11 +16,11 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/cursor"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/rollup"
+	"github.com/pulse-presence/pulse/internal/domain/rollup"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/platform/cursor"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 var now = time.Date(2026, 11, 23, 12, 30, 0, 0, time.UTC)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pulse-presence/pulse/pkg/cassx"
-	"github.com/pulse-presence/pulse/pkg/historystore"
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // historyDB is query's connection to the history tables in Cassandra. Nothing on the

@@ -10,14 +10,14 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/pulse-presence/pulse/pkg/cursor"
-	"github.com/pulse-presence/pulse/pkg/historystore"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/rollup"
+	"github.com/pulse-presence/pulse/internal/domain/rollup"
+	"github.com/pulse-presence/pulse/internal/platform/cursor"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
 // The history routes' inputs and the arithmetic that turns the analysts' rows
-// (migrations/0005, pkg/rollup) into answers: pure, so it is tested without Cassandra.
+// (migrations/0005, internal/domain/rollup) into answers: pure, so it is tested without Cassandra.
 
 // Range bounds: each keeps one request to a bounded number of partition reads.
 const (
@@ -176,7 +176,7 @@ func monthOf(t time.Time) time.Time {
 // seconds turns a stored microsecond total into seconds.
 func seconds(us int64) float64 { return float64(us) / 1e6 }
 
-// Cursors. Both are pkg/cursor envelopes; their bodies are positions in a walk.
+// Cursors. Both are internal/platform/cursor envelopes; their bodies are positions in a walk.
 
 // timelineCursor is the last entry a timeline page returned: the next page starts
 // just after it, in (occurred_at DESC, entry_id DESC) order.

@@ -11,14 +11,14 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/limits"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/limits"
 )
 
 // What one credential may ask of query (docs/design.md, Security): every request
 // costs its route's reads (costs.go) from a token bucket of its API key, or of its
-// user token's user, the buckets of ingest's rates (pkg/limits); and the history and
+// user token's user, the buckets of ingest's rates (internal/platform/limits); and the history and
 // at= routes read Cassandra only while holding read slots, a few per request and a
 // bounded number on the instance, so no client's ranges or batches can take every
 // core or every connection to Cassandra.

@@ -3,6 +3,6 @@
 // `pulse-query -help` lists the environment variables it reads.
 package main
 
-import "github.com/pulse-presence/pulse/pkg/app"
+import "github.com/pulse-presence/pulse/internal/platform/app"
 
 func main() { app.Main("query", new(Config).vars(), run) }

@@ -9,12 +9,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/cursor"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/online"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/platform/cursor"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/services/query/online"
 )
 
 // Who is online. GET /v1/online walks the shards' bitmaps in (shard, index) order

@@ -12,8 +12,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/online"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/services/query/online"
 )
 
 // BenchmarkOnline measures GET /v1/online and POST /v1/online/filter, handler and

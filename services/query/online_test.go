@@ -19,17 +19,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/countcache"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/online"
-	"github.com/pulse-presence/pulse/pkg/openapi"
-	"github.com/pulse-presence/pulse/pkg/presence"
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/servertest"
-	"github.com/pulse-presence/pulse/pkg/shard"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/platform/servertest"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/services/query/countcache"
+	"github.com/pulse-presence/pulse/services/query/online"
 )
 
 const testToken = "test-operator-token-0123456789"
@@ -41,7 +41,7 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 		"PULSE_HTTP_ADDR":      "127.0.0.1:0",
 		"PULSE_OPERATOR_TOKEN": testToken,
 		// Requests without credentials read in the public view; the routes' guard
-		// is tested in pkg/auth and tests/auth_test.go.
+		// is tested in internal/api/auth and tests/auth_test.go.
 		"PULSE_AUTH": "off",
 	})))
 	if err != nil {
@@ -235,7 +235,7 @@ func TestFilterRefusesBadInput(t *testing.T) {
 
 // ---- against Redis ----
 
-// testStore is a store under a prefix of its own in the Redis of pkg/servertest.Redis.
+// testStore is a store under a prefix of its own in the Redis of internal/platform/servertest.Redis.
 func testStore(tb testing.TB) (*statestore.Store, redis.UniversalClient) {
 	tb.Helper()
 	rdb, prefix := servertest.Redis(tb, func(cfg *redisx.Config) {

@@ -10,17 +10,17 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pulse-presence/pulse/pkg/app"
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/countcache"
-	"github.com/pulse-presence/pulse/pkg/feed"
-	"github.com/pulse-presence/pulse/pkg/health"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/openapi"
-	"github.com/pulse-presence/pulse/pkg/redisx"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/openapi"
+	"github.com/pulse-presence/pulse/internal/platform/app"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/health"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/services/query/countcache"
 	"github.com/pulse-presence/pulse/services/query/dashboard"
+	"github.com/pulse-presence/pulse/services/query/feed"
 )
 
 // userRoutes are the routes a user token may read: its own user's status, in the

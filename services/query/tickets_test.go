@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/servertest"
+	"github.com/pulse-presence/pulse/internal/platform/servertest"
 )
 
 // memTickets is a ticket store that keeps nothing: enough for the routes' tests,

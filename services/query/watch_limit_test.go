@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
 // A connection's read limit follows what its principal may name: a key maxUsers ids

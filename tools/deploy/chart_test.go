@@ -171,10 +171,10 @@ func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
 	}
 }
 
-// ports reads pkg/ports' constants, so the chart's ports cannot drift from the code's.
+// ports reads internal/platform/ports' constants, so the chart's ports cannot drift from the code's.
 func ports(t *testing.T) map[string]int32 {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repo, "pkg", "ports", "*.go"))
+	files, err := filepath.Glob(filepath.Join(repo, "internal", "platform", "ports", "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, ports map[string]int32,
 		wantPorts = 2
 	}
 	if len(c.Ports) != wantPorts || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != ports[component] {
-		t.Errorf("Deployment %s: ports %+v, want http on %d (pkg/ports)", d.Name, c.Ports, ports[component])
+		t.Errorf("Deployment %s: ports %+v, want http on %d (internal/platform/ports)", d.Name, c.Ports, ports[component])
 	}
 	if admin {
 		checkAdminPort(t, d, c)

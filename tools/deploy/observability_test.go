@@ -15,7 +15,7 @@ import (
 
 var observabilityDir = filepath.Join(repo, "deploy", "observability")
 
-// kafkaClientMetrics are the franz-go kprom counters pkg/kafkax registers under the
+// kafkaClientMetrics are the franz-go kprom counters internal/platform/kafkax registers under the
 // pulse_kafka namespace (kprom's defaults; they are not spelt out in Pulse's code).
 var kafkaClientMetrics = []string{
 	"pulse_kafka_connects_total", "pulse_kafka_connect_errors_total", "pulse_kafka_disconnects_total",
@@ -29,7 +29,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	quoted := regexp.MustCompile(`"(pulse_[a-z0-9_]+)"`)
-	for _, dir := range []string{"services", "pkg"} {
+	for _, dir := range []string{"services", "internal"} {
 		err := filepath.WalkDir(filepath.Join(repo, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -47,7 +47,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 			t.Fatal(err)
 		}
 	}
-	kafkax, err := os.ReadFile(filepath.Join(repo, "pkg", "kafkax", "kafkax.go"))
+	kafkax, err := os.ReadFile(filepath.Join(repo, "internal", "platform", "kafkax", "kafkax.go"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/pulse-presence/pulse/pkg/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
 //go:embed static

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 func serve(t *testing.T, e *echo.Echo, method, target string) *httptest.ResponseRecorder {

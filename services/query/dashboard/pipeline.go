@@ -19,11 +19,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/pulse-presence/pulse/pkg/auth"
-	"github.com/pulse-presence/pulse/pkg/config"
-	"github.com/pulse-presence/pulse/pkg/httpserver"
-	"github.com/pulse-presence/pulse/pkg/ports"
-	"github.com/pulse-presence/pulse/pkg/statestore"
+	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/platform/config"
+	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/ports"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
 // PipelinePath is the operator's JSON view of the pipeline's health.

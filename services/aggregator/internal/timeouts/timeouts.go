@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
 // Kind is what a deadline decides.

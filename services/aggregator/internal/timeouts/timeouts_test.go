@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pulse-presence/pulse/pkg/presence"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
 var t0 = time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)

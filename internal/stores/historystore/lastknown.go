@@ -1,0 +1,131 @@
+package historystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+)
+
+// The last known state of a shard's users: who the shard ever held (shard_users) and
+// each one's status and times (user_status). The aggregator rebuilds a shard from it
+// for the users whose every event is older than the start of presence.events, which
+// the log alone can no longer bring back (docs/design.md guarantee 10).
+
+// LastKnown is what history last recorded of one user.
+type LastKnown struct {
+	// Status is the user's effective status (operator view) as of its last change.
+	Status presence.Status
+	// LastUpdated is when Status last changed; LastActive the newest status or
+	// activity event; LastSeen the newest event of any kind. Zero when unknown.
+	LastUpdated, LastActive, LastSeen time.Time
+}
+
+// ErrNoHistory is returned by LastKnownOfShard when history's tables hold nobody of
+// the shard.
+var ErrNoHistory = errors.New("history holds no user of the shard")
+
+// lastKnownBatch is how many users one user_status read asks for;
+// lastKnownParallel how many such reads run at once.
+const (
+	lastKnownBatch    = 100
+	lastKnownParallel = 8
+)
+
+const (
+	shardUsersCQL = `SELECT user_id FROM shard_users WHERE shard = ? AND block = ?`
+	userStatusCQL = `SELECT user_id, status, last_updated, last_active, last_seen FROM user_status WHERE user_id IN ?`
+)
+
+// ShardUsers is every user history ever indexed in shard: shard_users holds dense
+// indexes from 0 in blocks of ShardUsersBlock, so the first empty block ends them.
+func (s *Store) ShardUsers(ctx context.Context, shard int32) ([]string, error) {
+	var ids []string
+	for block := 0; ; block++ {
+		it := s.session.Query(shardUsersCQL, int(shard), block).PageSize(ShardUsersBlock).IterContext(ctx)
+		n := 0
+		var id string
+		for it.Scan(&id) {
+			ids = append(ids, id)
+			n++
+		}
+		if err := it.Close(); err != nil {
+			return nil, fmt.Errorf("reading the users of shard %d, block %d: %w", shard, block, err)
+		}
+		if n == 0 {
+			return ids, nil
+		}
+	}
+}
+
+// LastKnownStates reads the last known state of each of ids; a user without a
+// user_status row, or without a status in it, is left out.
+func (s *Store) LastKnownStates(ctx context.Context, ids []string) (map[string]LastKnown, error) {
+	out := make(map[string]LastKnown, len(ids))
+	var mu sync.Mutex
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(lastKnownParallel)
+	for lo := 0; lo < len(ids); lo += lastKnownBatch {
+		part := ids[lo:min(lo+lastKnownBatch, len(ids))]
+		g.Go(func() error {
+			it := s.session.Query(userStatusCQL, part).IterContext(ctx)
+			var (
+				id, status            string
+				updated, active, seen time.Time
+			)
+			for it.Scan(&id, &status, &updated, &active, &seen) {
+				if status == "" {
+					continue
+				}
+				st, err := presence.ParseStatus(status)
+				if err != nil {
+					_ = it.Close()
+					return fmt.Errorf("user_status of %q: %w", id, err)
+				}
+				mu.Lock()
+				out[id] = LastKnown{Status: st, LastUpdated: utc(updated), LastActive: utc(active), LastSeen: utc(seen)}
+				mu.Unlock()
+			}
+			if err := it.Close(); err != nil {
+				return fmt.Errorf("reading user_status: %w", err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LastKnownOfShard is the last known state of every user of shard but those skip
+// names.
+func (s *Store) LastKnownOfShard(ctx context.Context, shard int32, skip func(userID string) bool) (map[string]LastKnown, error) {
+	all, err := s.ShardUsers(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("shard %d: %w", shard, ErrNoHistory)
+	}
+	ids := all[:0:0]
+	for _, id := range all {
+		if !skip(id) {
+			ids = append(ids, id)
+		}
+	}
+	return s.LastKnownStates(ctx, ids)
+}
+
+// utc is t in UTC, and the zero time for Cassandra's empty timestamp.
+func utc(t time.Time) time.Time {
+	if t.IsZero() || t.UnixMilli() == 0 {
+		return time.Time{}
+	}
+	return t.UTC()
+}

@@ -1,0 +1,201 @@
+package historystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
+
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+)
+
+// Point in time (Q5 of docs/analytics.md; migrations/0007_point_in_time.cql): who was
+// online, idle or invisible at any past instant, and any user's status then, from the
+// rows pulse-history writes for it (RollupRows). A shard's state at T is its latest
+// snapshot at or before T with the shard's changes dated from that snapshot up to T
+// applied in time order; a change takes effect at its instant, so the state at T
+// includes a change dated exactly T. internal/domain/rollup computes the rows.
+
+// ErrNoSnapshot is returned when no snapshot of the shard lies within Lookback before
+// the instant asked: before history started, beyond retention, or history is more than
+// Lookback behind.
+var ErrNoSnapshot = errors.New("no snapshot covers that instant")
+
+// Lookback is how far before an instant a snapshot is searched for. Snapshots are
+// written once final, about the fold's lateness (10 minutes) after their instant, so
+// the latest one may be that old; an hour more covers a history that fell behind.
+const Lookback = 75 * time.Minute
+
+// ShardState is a shard's users in each status at an instant, as dense indexes.
+type ShardState struct {
+	At time.Time
+	// Snapshot is the instant of the snapshot the state was built from.
+	Snapshot                time.Time
+	Online, Idle, Invisible *roaring.Bitmap
+}
+
+// Status is the status of index in s: offline when in no bitmap.
+func (s *ShardState) Status(index uint32) presence.Status {
+	switch {
+	case s.Online.Contains(index):
+		return presence.Online
+	case s.Idle.Contains(index):
+		return presence.Idle
+	case s.Invisible.Contains(index):
+		return presence.Invisible
+	}
+	return presence.Offline
+}
+
+const (
+	snapshotCQL     = `SELECT at, online, idle, invisible FROM shard_snapshots WHERE shard = ? AND hour = ? AND at <= ? LIMIT 1`
+	shardChangesCQL = `SELECT at_us, user_index, status FROM shard_changes WHERE shard = ? AND minute = ? AND at_us >= ? AND at_us <= ?`
+	userNamesCQL    = `SELECT user_index, user_id FROM shard_users WHERE shard = ? AND block = ? AND user_index IN ?`
+	locateCQL       = `SELECT shard, user_index FROM user_indexes WHERE user_id = ?`
+	progressCQL     = `SELECT shard, final_through FROM shard_progress`
+)
+
+// StateAt is the state of shard at instant at.
+func (s *Store) StateAt(ctx context.Context, shard int32, at time.Time) (*ShardState, error) {
+	at = at.UTC()
+	st := &ShardState{At: at}
+	found := false
+	for h := at.Truncate(time.Hour); !found && !h.Before(at.Add(-Lookback).Truncate(time.Hour)); h = h.Add(-time.Hour) {
+		var on, idle, inv []byte
+		err := s.session.Query(snapshotCQL, int(shard), h, at).ScanContext(ctx, &st.Snapshot, &on, &idle, &inv)
+		if errors.Is(err, gocql.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the snapshot of shard %d: %w", shard, err)
+		}
+		found = true
+		bms := [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()}
+		for k, raw := range [][]byte{on, idle, inv} {
+			// raw is this query's own buffer: the bitmap may keep it.
+			if _, err := bms[k].FromUnsafeBytes(raw); err != nil {
+				return nil, fmt.Errorf("snapshot of shard %d at %s: %w", shard, st.Snapshot.UTC().Format(time.RFC3339), err)
+			}
+		}
+		st.Online, st.Idle, st.Invisible = bms[0], bms[1], bms[2]
+	}
+	if !found || st.Snapshot.Before(at.Add(-Lookback)) {
+		return nil, fmt.Errorf("shard %d at %s: %w", shard, at.Format(time.RFC3339Nano), ErrNoSnapshot)
+	}
+	st.Snapshot = st.Snapshot.UTC()
+	from, to := st.Snapshot.UnixMicro(), at.UnixMicro()
+	for m := st.Snapshot.Truncate(time.Minute); !m.After(at); m = m.Add(time.Minute) {
+		it := s.session.Query(shardChangesCQL, int(shard), m, from, to).PageSize(5000).IterContext(ctx)
+		var (
+			us     int64
+			index  int
+			status string
+		)
+		for it.Scan(&us, &index, &status) {
+			parsed, err := presence.ParseStatus(status)
+			if err != nil {
+				_ = it.Close()
+				return nil, fmt.Errorf("shard %d: change at %d of index %d has status %q", shard, us, index, status)
+			}
+			st.Online.Remove(uint32(index))
+			st.Idle.Remove(uint32(index))
+			st.Invisible.Remove(uint32(index))
+			switch parsed {
+			case presence.Online:
+				st.Online.Add(uint32(index))
+			case presence.Idle:
+				st.Idle.Add(uint32(index))
+			case presence.Invisible:
+				st.Invisible.Add(uint32(index))
+			}
+		}
+		if err := it.Close(); err != nil {
+			return nil, fmt.Errorf("reading the changes of shard %d: %w", shard, err)
+		}
+	}
+	return st, nil
+}
+
+// StatesAt is the state of shards 0 to n-1 at instant at, read concurrently.
+func (s *Store) StatesAt(ctx context.Context, n int32, at time.Time) ([]*ShardState, error) {
+	out := make([]*ShardState, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for shard := range n {
+		wg.Go(func() { out[shard], errs[shard] = s.StateAt(ctx, shard, at) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UserNames names the given indexes of shard; an index nobody holds is left out.
+func (s *Store) UserNames(ctx context.Context, shard int32, indexes []uint32) (map[uint32]string, error) {
+	byBlock := map[int][]int{}
+	for _, i := range indexes {
+		byBlock[int(i/ShardUsersBlock)] = append(byBlock[int(i/ShardUsersBlock)], int(i))
+	}
+	out := make(map[uint32]string, len(indexes))
+	for block, idx := range byBlock {
+		it := s.session.Query(userNamesCQL, int(shard), block, idx).IterContext(ctx)
+		var (
+			i  int
+			id string
+		)
+		for it.Scan(&i, &id) {
+			out[uint32(i)] = id
+		}
+		if err := it.Close(); err != nil {
+			return nil, fmt.Errorf("naming users of shard %d: %w", shard, err)
+		}
+	}
+	return out, nil
+}
+
+// Locate is the shard and index of userID; found is false for a user whose status
+// never changed (offline at every instant).
+func (s *Store) Locate(ctx context.Context, userID string) (shard int32, index uint32, found bool, err error) {
+	var sh, i int
+	err = s.session.Query(locateCQL, userID).ScanContext(ctx, &sh, &i)
+	if errors.Is(err, gocql.ErrNotFound) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("locating user %q: %w", userID, err)
+	}
+	return int32(sh), uint32(i), true, nil
+}
+
+// FinalThrough is the instant up to which the rows of all shards 0 to n-1 are final:
+// the earliest of their progress marks (zero when a shard has none yet).
+func (s *Store) FinalThrough(ctx context.Context, n int32) (time.Time, error) {
+	it := s.session.Query(progressCQL).IterContext(ctx)
+	marks := map[int32]time.Time{}
+	var (
+		shard int
+		at    time.Time
+	)
+	for it.Scan(&shard, &at) {
+		marks[int32(shard)] = at.UTC()
+	}
+	if err := it.Close(); err != nil {
+		return time.Time{}, fmt.Errorf("reading shard_progress: %w", err)
+	}
+	var final time.Time
+	for sh := range n {
+		m, ok := marks[sh]
+		if !ok {
+			return time.Time{}, nil
+		}
+		if final.IsZero() || m.Before(final) {
+			final = m
+		}
+	}
+	return final, nil
+}

@@ -1,0 +1,127 @@
+package feed
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+)
+
+// entry is one decoded change of presence.changes. The hub makes one per record and
+// shares it, read-only, with every subscriber; its JSON is rendered at most once per
+// view however many subscribers receive it.
+type entry struct {
+	partition int32 // of presence.changes
+	offset    int64
+
+	userID            string
+	previous, current presence.Status
+	// at is when the change took effect, publicAt when readers who are not operators
+	// see it take effect (the same but after a period the user spent invisible).
+	at, publicAt time.Time
+	timeout      bool
+	// sourcePartition and sourceOffset are the causing event's position in
+	// presence.events: the key duplicates are recognised by.
+	sourcePartition int32
+	sourceOffset    int64
+
+	// cursor is the position after this record as the hub saw the log; empty for
+	// entries read by a replay, whose cursor is the session's own.
+	cursor string
+
+	rendered [2]atomic.Pointer[[]byte] // by view: public, operator
+}
+
+// publicNoop reports whether readers other than operators see no change at all:
+// invisible and offline both read as offline.
+func (e *entry) publicNoop() bool {
+	return e.previous.Public() == e.current.Public()
+}
+
+// decodeChange reads a presence.changes record; a record without Pulse's schema
+// header, or whose value is not a valid change, is an error.
+func decodeChange(r *kgo.Record) (*entry, error) {
+	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
+		return nil, err
+	}
+	var c pulsev1.Change
+	if err := proto.Unmarshal(r.Value, &c); err != nil {
+		return nil, fmt.Errorf("decoding change: %w", err)
+	}
+	if err := presence.ValidateID(c.GetUserId(), presence.MaxUserIDLen); err != nil {
+		return nil, fmt.Errorf("user id: %w", err)
+	}
+	if string(r.Key) != c.GetUserId() {
+		return nil, fmt.Errorf("record key %q differs from user id %q", r.Key, c.GetUserId())
+	}
+	e := &entry{
+		partition:       r.Partition,
+		offset:          r.Offset,
+		userID:          c.GetUserId(),
+		previous:        presence.StatusFromPB(c.GetPrevious()),
+		current:         presence.StatusFromPB(c.GetCurrent()),
+		at:              presence.FromMicros(c.GetChangedAtUs()),
+		publicAt:        presence.FromMicros(c.GetChangedAtUs()),
+		timeout:         c.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
+		sourcePartition: c.GetSourcePartition(),
+		sourceOffset:    c.GetSourceOffset(),
+	}
+	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || e.previous == e.current {
+		return nil, fmt.Errorf("transition %v -> %v is not a change", c.GetPrevious(), c.GetCurrent())
+	}
+	if e.at.IsZero() {
+		return nil, errors.New("no changed_at")
+	}
+	if p := c.GetPublicChangedAtUs(); p != 0 {
+		e.publicAt = presence.FromMicros(p)
+	}
+	return e, nil
+}
+
+// changeMessage is the JSON of a change.
+type changeMessage struct {
+	Type     string    `json:"type"`
+	UserID   string    `json:"userId"`
+	Status   string    `json:"status"`
+	Previous string    `json:"previous"`
+	At       time.Time `json:"at"`
+	Cause    string    `json:"cause"`
+	Cursor   string    `json:"cursor"`
+}
+
+// render is e's message for a view with the given cursor.
+func (e *entry) render(operator bool, cursor string) []byte {
+	m := changeMessage{Type: TypeChange, UserID: e.userID, At: e.at, Cause: "event", Cursor: cursor}
+	if e.timeout {
+		m.Cause = "timeout"
+	}
+	if operator {
+		m.Status, m.Previous = e.current.String(), e.previous.String()
+	} else {
+		m.Status, m.Previous, m.At = e.current.Public().String(), e.previous.Public().String(), e.publicAt
+	}
+	b, _ := json.Marshal(m) // cannot fail: strings and a time
+	return b
+}
+
+// payload is e's message for a view with the hub's cursor, rendered once.
+func (e *entry) payload(operator bool) []byte {
+	v := 0
+	if operator {
+		v = 1
+	}
+	if p := e.rendered[v].Load(); p != nil {
+		return *p
+	}
+	b := e.render(operator, e.cursor)
+	e.rendered[v].Store(&b)
+	return b
+}
