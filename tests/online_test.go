@@ -24,38 +24,6 @@ type onlineEntry struct {
 	Status string `json:"status"`
 }
 
-// onlineDo sends a request, with token as bearer when it is set (else the reader key).
-func onlineDo(t *testing.T, method, target, token string, body any) (int, []byte) {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, target, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := keyedClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, target, err)
-	}
-	defer res.Body.Close()
-	out, _ := io.ReadAll(res.Body)
-	return res.StatusCode, out
-}
-
 // onlineWalk lists every page of GET /v1/online?query; between runs after each page
 // but the last. It fails the test on any error answer.
 func onlineWalk(t *testing.T, base, query, token string, between func()) (users []onlineEntry, pages int) {

@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulse-presence/pulse/internal/platform/ports"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // envOr returns the environment variable key, or def when it is unset or empty.
@@ -70,4 +73,14 @@ func stackEnv() map[string]string {
 		env[k] = v
 	}
 	return env
+}
+
+func kafkaAdmin(t *testing.T) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DialTimeout(3*time.Second), kgo.RetryTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
 }
