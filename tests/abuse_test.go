@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // What one client may cost a server (docs/design.md, Security): these tests drive the
@@ -19,11 +21,11 @@ import (
 
 // metricSeries counts the samples /metrics of s exposes (each non-comment line is one
 // series).
-func metricSeries(t *testing.T, s *service) (int, string) {
+func metricSeries(t *testing.T, s *harness.Service) (int, string) {
 	t.Helper()
-	code, body := get(t, s.url+"/metrics")
+	code, body := harness.Get(t, s.URL+"/metrics")
 	if code != http.StatusOK {
-		t.Fatalf("%s /metrics = %d", s.name, code)
+		t.Fatalf("%s /metrics = %d", s.Name, code)
 	}
 	n := 0
 	for _, l := range strings.Split(body, "\n") {
@@ -35,15 +37,15 @@ func metricSeries(t *testing.T, s *service) (int, string) {
 }
 
 // rssKB is the resident memory of s's process, from /proc/<pid>/status.
-func rssKB(t *testing.T, s *service) int {
+func rssKB(t *testing.T, s *harness.Service) int {
 	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB`).FindStringSubmatch(string(raw))
 	if m == nil {
-		t.Fatalf("no VmRSS in /proc status of %s", s.name)
+		t.Fatalf("no VmRSS in /proc status of %s", s.Name)
 	}
 	kb, _ := strconv.Atoi(m[1])
 	return kb
@@ -57,7 +59,7 @@ func randomHex(n int) string {
 
 // inventedRequests sends n requests with made-up methods to made-up and real paths of
 // s, without credentials, from 8 connections.
-func inventedRequests(t *testing.T, s *service, n int) {
+func inventedRequests(t *testing.T, s *harness.Service, n int) {
 	t.Helper()
 	paths := []string{"/v1/events", "/status", "/v1/online/count", "/metrics", "/readyz"}
 	var wg sync.WaitGroup
@@ -72,12 +74,12 @@ func inventedRequests(t *testing.T, s *service, n int) {
 				if i%2 == 0 {
 					path = paths[i%len(paths)]
 				}
-				req, err := http.NewRequest("PROBE"+strconv.Itoa(i), s.url+path, nil)
+				req, err := http.NewRequest("PROBE"+strconv.Itoa(i), s.URL+path, nil)
 				if err != nil {
 					failed.Do(func() { t.Errorf("request: %v", err) })
 					continue
 				}
-				res, err := bareClient.Do(req)
+				res, err := harness.BareClient.Do(req)
 				if err != nil {
 					failed.Do(func() { t.Errorf("%s %s: %v", req.Method, path, err) })
 					continue
@@ -98,11 +100,11 @@ func inventedRequests(t *testing.T, s *service, n int) {
 // no series to /metrics and leave ingest's and query's memory where it was: the method
 // label is one of a fixed set and the route label a template (docs/design.md, Security).
 func TestInventedMethodsAddNoMetricSeries(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "ingest")
-	p.start(t, "query")
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "ingest")
+	p.Start(t, "query")
 	for _, name := range []string{"ingest", "query"} {
-		s := p.svc[name]
+		s := p.Svc[name]
 		// A first round makes the series such requests may legitimately create
 		// (method "other", codes 404 and 405, refusals) and brings the heap to its
 		// working size; a first scrape makes the series of /metrics itself.
@@ -116,7 +118,7 @@ func TestInventedMethodsAddNoMetricSeries(t *testing.T) {
 		t.Logf("%s: %d series before, %d after; VmRSS %d kB before, %d kB after", name, series, after, rss, rssAfter)
 		if after != series {
 			t.Errorf("%s: /metrics went from %d to %d series after 20,000 invented methods; a sample: %s",
-				name, series, after, firstLines(grepLines(body, "PROBE"), 3))
+				name, series, after, harness.FirstLines(grepLines(body, "PROBE"), 3))
 		}
 		if rssAfter-rss > 10*1024 {
 			t.Errorf("%s: VmRSS grew by %d kB, want at most 10 MB", name, rssAfter-rss)

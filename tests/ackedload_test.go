@@ -13,6 +13,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 type ackedEvent struct{ id, user, status string }
@@ -34,7 +35,7 @@ func startAckedLoad(ingestURL, userPrefix string, posters int) *ackedLoad {
 	l := &ackedLoad{stop: make(chan struct{})}
 	statuses := []string{"online", "idle", "offline", "online", "invisible"}
 	// The suite's key transport sends the producer key.
-	client := &http.Client{Timeout: 30 * time.Second, Transport: keyedClient.Transport}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: harness.KeyedClient.Transport}
 	for w := range posters {
 		l.wg.Add(1)
 		go func() {
@@ -45,10 +46,10 @@ func startAckedLoad(ingestURL, userPrefix string, posters int) *ackedLoad {
 					return
 				default:
 				}
-				batch := make([]wireEvent, 50)
+				batch := make([]harness.WireEvent, 50)
 				for i := range batch {
 					user := fmt.Sprintf("%s-%d-%02d", userPrefix, w, i)
-					batch[i] = wireEvent{EventID: fmt.Sprintf("%s-%d", user, n), UserID: user, Kind: "status",
+					batch[i] = harness.WireEvent{EventID: fmt.Sprintf("%s-%d", user, n), UserID: user, Kind: "status",
 						Status: statuses[(n+i)%len(statuses)], DeviceID: "phone"}
 				}
 				b, _ := json.Marshal(map[string]any{"events": batch})
@@ -95,7 +96,7 @@ func (l *ackedLoad) counts() (acked, refused int) {
 func (l *ackedLoad) waitMore(t *testing.T, n int, within time.Duration, when string) {
 	t.Helper()
 	from := l.ackedCount()
-	eventually(t, within, func() string {
+	harness.Eventually(t, within, func() string {
 		if a := l.ackedCount(); a < from+n {
 			return fmt.Sprintf("%d events acknowledged %s, want %d", a-from, when, n)
 		}
@@ -113,7 +114,7 @@ func (l *ackedLoad) finish() {
 // as sent, and that each user's status read from query is that of their last
 // acknowledged event. It returns how many acknowledged events the log lacks (the test
 // has failed when there are any).
-func (l *ackedLoad) checkApplied(t *testing.T, p *pipeline, queryURL string, within time.Duration) (lost int) {
+func (l *ackedLoad) checkApplied(t *testing.T, p *harness.Pipeline, queryURL string, within time.Duration) (lost int) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -121,7 +122,7 @@ func (l *ackedLoad) checkApplied(t *testing.T, p *pipeline, queryURL string, wit
 		t.Errorf("%d refused batches had no 503 with Retry-After", l.noRetry)
 	}
 	inLog := map[string]string{}
-	for _, recs := range readTopic(t, p.events) {
+	for _, recs := range harness.ReadTopic(t, p.Events) {
 		for _, r := range recs {
 			var e pulsev1.Event
 			if err := proto.Unmarshal(r.Value, &e); err != nil {
@@ -142,10 +143,10 @@ func (l *ackedLoad) checkApplied(t *testing.T, p *pipeline, queryURL string, wit
 		last[a.user] = st
 	}
 	if lost > 0 {
-		t.Errorf("%d of %d acknowledged events are not in %s", lost, len(l.acked), p.events)
+		t.Errorf("%d of %d acknowledged events are not in %s", lost, len(l.acked), p.Events)
 	}
 	// Each user's public status is that of their last acknowledged event.
-	eventually(t, within, func() string { return publicStatusesDiffer(t, queryURL, last) })
+	harness.Eventually(t, within, func() string { return publicStatusesDiffer(t, queryURL, last) })
 	return lost
 }
 

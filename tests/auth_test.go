@@ -22,10 +22,11 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
 	"github.com/pulse-presence/pulse/internal/api/openapi"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Authentication and limits against the real services (docs/design.md, Security):
-// the services run with the harness's keys file and HS256 secret (keys_test.go);
+// the services run with the harness's keys file and HS256 secret (harness/keys.go);
 // these tests send credentials explicitly through bareClient.
 
 // authDo sends a request with cred as bearer ("" for none) and returns the answer.
@@ -47,7 +48,7 @@ func authDo(t *testing.T, method, target, cred, body string) (int, http.Header, 
 	if cred != "" {
 		req.Header.Set("Authorization", "Bearer "+cred)
 	}
-	res, err := bareClient.Do(req)
+	res, err := harness.BareClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, target, err)
 	}
@@ -115,23 +116,23 @@ func opURL(base string, op openapi.Operation, user string) string {
 // token may write and read only its own user. Nothing refused reaches Kafka, and both
 // keys of a rotation work.
 func TestAuthEveryRoute(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "ingest")
-	p.start(t, "query")
-	ingest, query := p.svc["ingest"].url, p.svc["query"].url
-	alice := p.run + "-alice"
-	bob := p.run + "-bob"
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "ingest")
+	p.Start(t, "query")
+	ingest, query := p.Svc["ingest"].URL, p.Svc["query"].URL
+	alice := p.Run + "-alice"
+	bob := p.Run + "-bob"
 	hour := time.Now().Add(time.Hour)
 
 	unauthorized := map[string]string{
 		"no credentials":   "",
 		"unknown key":      "pulse_not-a-key-of-this-service-000000000000",
-		"expired token":    userToken(t, alice, time.Now().Add(-time.Hour), testKeys.hs256),
+		"expired token":    userToken(t, alice, time.Now().Add(-time.Hour), harness.TestKeys.Hs256),
 		"forged signature": userToken(t, alice, hour, strings.Repeat("x", 43)),
 	}
 	wrongScope := map[string][]string{
-		"ingest": {testKeys.reader, testKeys.operator},
-		"query":  {testKeys.producer, testKeys.rotOld},
+		"ingest": {harness.TestKeys.Reader, harness.TestKeys.Operator},
+		"query":  {harness.TestKeys.Producer, harness.TestKeys.RotOld},
 	}
 	for service, base := range map[string]string{"ingest": ingest, "query": query} {
 		for _, op := range guarded(t, service) {
@@ -162,29 +163,29 @@ func TestAuthEveryRoute(t *testing.T) {
 		target string
 		code   int
 	}{
-		{query + "/v1/watch/sse?firehose=true&access_token=" + testKeys.reader, http.StatusUnauthorized},
+		{query + "/v1/watch/sse?firehose=true&access_token=" + harness.TestKeys.Reader, http.StatusUnauthorized},
 		{query + "/v1/watch/sse?userIds=a&ticket=pwt_unknown", http.StatusUnauthorized},
-		{query + "/v1/online/count?access_token=" + testKeys.reader, http.StatusUnauthorized},
+		{query + "/v1/online/count?access_token=" + harness.TestKeys.Reader, http.StatusUnauthorized},
 	} {
 		if code, _, got := authDo(t, http.MethodGet, tc.target, "", ""); code != tc.code {
 			t.Errorf("GET %s: %d %s; want %d", tc.target, code, got, tc.code)
 		}
 	}
-	tk, _ := watchTicket(t, query, testKeys.reader)
+	tk, _ := watchTicket(t, query, harness.TestKeys.Reader)
 	if code, _, got := authDo(t, http.MethodGet, query+"/v1/watch/sse?firehose=true&ticket="+url.QueryEscape(tk), "", ""); code != http.StatusForbidden {
 		t.Errorf("SSE firehose with a reader's ticket: %d %s; want 403", code, got)
 	}
 	wsCtx, wsCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wsCancel()
-	tk, _ = watchTicket(t, query, testKeys.reader)
+	tk, _ = watchTicket(t, query, harness.TestKeys.Reader)
 	_, res, err := websocket.Dial(wsCtx, watchURL(query, "/v1/watch", url.Values{"firehose": {"true"}, "ticket": {tk}}),
-		&websocket.DialOptions{HTTPClient: bareClient})
+		&websocket.DialOptions{HTTPClient: harness.BareClient})
 	if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
 		t.Errorf("WebSocket firehose with a reader's ticket: %v, %v; want HTTP 403", res, err)
 	}
 
 	// A user token acts for its own user only.
-	aliceToken := userToken(t, alice, hour, testKeys.hs256)
+	aliceToken := userToken(t, alice, hour, harness.TestKeys.Hs256)
 	for _, op := range guarded(t, "ingest") {
 		if code, _, got := authDo(t, op.Method, opURL(ingest, op, bob), aliceToken, validBody(op, bob)); code != http.StatusForbidden ||
 			got != `{"error":{"code":"forbidden","message":"this user token acts only for its own user; \"`+bob+`\" is another"}}` {
@@ -206,7 +207,7 @@ func TestAuthEveryRoute(t *testing.T) {
 			// A plain GET is a 426 there; the WebSocket handshake gets the 403.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_, res, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {bob}}),
-				&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + aliceToken}}})
+				&websocket.DialOptions{HTTPClient: harness.BareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + aliceToken}}})
 			cancel()
 			if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
 				t.Errorf("WebSocket watch of bob with alice's token: %v, %v; want HTTP 403", res, err)
@@ -223,8 +224,8 @@ func TestAuthEveryRoute(t *testing.T) {
 	}
 
 	// Nothing of the refused requests reached Kafka.
-	if recs := readTopic(t, p.events); len(recs) != 0 {
-		t.Fatalf("refused requests reached %s: %d partitions hold records", p.events, len(recs))
+	if recs := harness.ReadTopic(t, p.Events); len(recs) != 0 {
+		t.Fatalf("refused requests reached %s: %d partitions hold records", p.Events, len(recs))
 	}
 
 	// Alice's own token writes and reads alice; both keys of a rotation write.
@@ -233,8 +234,8 @@ func TestAuthEveryRoute(t *testing.T) {
 		t.Fatalf("alice's own status with her token: %d %s", code, got)
 	}
 	ids := map[string]string{}
-	for name, key := range map[string]string{"old": testKeys.rotOld, "new": testKeys.rotNew} {
-		id := p.run + "-rot-" + name
+	for name, key := range map[string]string{"old": harness.TestKeys.RotOld, "new": harness.TestKeys.RotNew} {
+		id := p.Run + "-rot-" + name
 		code, _, got := authDo(t, http.MethodPost, ingest+"/v1/heartbeat", key, `{"userId":"`+bob+`","eventId":"`+id+`"}`)
 		if code != http.StatusAccepted || got != `{"eventId":"`+id+`"}` {
 			t.Fatalf("heartbeat with the %s rotation key: %d %s", name, code, got)
@@ -243,7 +244,7 @@ func TestAuthEveryRoute(t *testing.T) {
 	}
 	got := map[string]string{}
 	status := ""
-	for _, evs := range loggedEvents(t, p.events) {
+	for _, evs := range harness.LoggedEvents(t, p.Events) {
 		for _, e := range evs {
 			if e.GetUserId() == alice {
 				status = e.GetStatus().String()
@@ -252,8 +253,8 @@ func TestAuthEveryRoute(t *testing.T) {
 			got[e.GetEventId()] = e.GetUserId()
 		}
 	}
-	if status != "STATUS_ONLINE" || len(got) != 2 || got[p.run+"-rot-old"] != bob || got[p.run+"-rot-new"] != bob {
-		t.Fatalf("%s holds alice's status %q and others %v; want alice online and exactly the two rotation heartbeats", p.events, status, got)
+	if status != "STATUS_ONLINE" || len(got) != 2 || got[p.Run+"-rot-old"] != bob || got[p.Run+"-rot-new"] != bob {
+		t.Fatalf("%s holds alice's status %q and others %v; want alice online and exactly the two rotation heartbeats", p.Events, status, got)
 	}
 	// Alice reads her own status (the seed's shape) once the aggregator would have
 	// applied it; without an aggregator here it is the unknown user's answer.
@@ -267,16 +268,16 @@ func TestAuthEveryRoute(t *testing.T) {
 // answers 429 with Retry-After, and after waiting that long the same request is
 // accepted; nothing refused reaches Kafka.
 func TestAuthRateLimits(t *testing.T) {
-	p := newTopics(t, 2)
+	p := harness.NewTopics(t, 2)
 	for k, v := range map[string]string{
 		"PULSE_INGEST_USER_RATE": "1", "PULSE_INGEST_USER_BURST": "2",
 		"PULSE_INGEST_KEY_RATE": "1", "PULSE_INGEST_MAX_BATCH": "3",
 	} {
-		p.env[k] = v
+		p.Env[k] = v
 	}
-	p.start(t, "ingest")
-	ingest := p.svc["ingest"].url
-	u := func(n int) string { return p.run + "-u" + strconv.Itoa(n) }
+	p.Start(t, "ingest")
+	ingest := p.Svc["ingest"].URL
+	u := func(n int) string { return p.Run + "-u" + strconv.Itoa(n) }
 	heartbeat := func(key, user string) (int, http.Header, string) {
 		return authDo(t, http.MethodPost, ingest+"/v1/heartbeat", key, `{"userId":"`+user+`"}`)
 	}
@@ -290,36 +291,36 @@ func TestAuthRateLimits(t *testing.T) {
 
 	// Per user: a burst of 2, then 1 a second, whatever the key.
 	for i := range 2 {
-		if code, _, got := heartbeat(testKeys.producer, u(1)); code != http.StatusAccepted {
+		if code, _, got := heartbeat(harness.TestKeys.Producer, u(1)); code != http.StatusAccepted {
 			t.Fatalf("heartbeat %d of u1: %d %s", i, code, got)
 		}
 	}
-	code, h, got := heartbeat(testKeys.rotNew, u(1))
+	code, h, got := heartbeat(harness.TestKeys.RotNew, u(1))
 	if code != http.StatusTooManyRequests || got != `{"error":{"code":"rate_limited","message":"user \"`+u(1)+
 		`\" is over its rate of 1 events/s (PULSE_INGEST_USER_RATE); retry after Retry-After seconds"}}` {
 		t.Fatalf("3rd heartbeat of u1: %d %s; want 429", code, got)
 	}
 	waitRetryAfter(h)
-	if code, _, got := heartbeat(testKeys.producer, u(1)); code != http.StatusAccepted {
+	if code, _, got := heartbeat(harness.TestKeys.Producer, u(1)); code != http.StatusAccepted {
 		t.Fatalf("heartbeat of u1 after Retry-After: %d %s", code, got)
 	}
 
 	// Per key: a burst of PULSE_INGEST_MAX_BATCH (3), then 1 a second.
 	batch := `{"events":[{"userId":"` + u(2) + `","kind":"activity"},{"userId":"` + u(3) + `","kind":"activity"},{"userId":"` + u(4) + `","kind":"activity"}]}`
-	if code, _, got := authDo(t, http.MethodPost, ingest+"/v1/events", testKeys.rotOld, batch); code != http.StatusAccepted {
+	if code, _, got := authDo(t, http.MethodPost, ingest+"/v1/events", harness.TestKeys.RotOld, batch); code != http.StatusAccepted {
 		t.Fatalf("3 events with the old rotation key: %d %s", code, got)
 	}
-	code, h, got = heartbeat(testKeys.rotOld, u(5))
+	code, h, got = heartbeat(harness.TestKeys.RotOld, u(5))
 	if code != http.StatusTooManyRequests || got != `{"error":{"code":"rate_limited","message":"key it-rotation-old is over its rate of 1 events/s (PULSE_INGEST_KEY_RATE); retry after Retry-After seconds"}}` {
 		t.Fatalf("4th event of the key: %d %s; want 429", code, got)
 	}
 	waitRetryAfter(h)
-	if code, _, got := heartbeat(testKeys.rotOld, u(5)); code != http.StatusAccepted {
+	if code, _, got := heartbeat(harness.TestKeys.RotOld, u(5)); code != http.StatusAccepted {
 		t.Fatalf("the key's event after Retry-After: %d %s", code, got)
 	}
 
 	perUser := map[string]int{}
-	for _, evs := range loggedEvents(t, p.events) {
+	for _, evs := range harness.LoggedEvents(t, p.Events) {
 		for _, e := range evs {
 			perUser[e.GetUserId()]++
 		}
@@ -340,23 +341,23 @@ func TestAuthRateLimits(t *testing.T) {
 // before any upgrade with a JSON error (429 for the key, 503 for the instance), over
 // SSE and WebSocket alike, and is accepted once a connection has closed.
 func TestAuthFeedConnectionCaps(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_FEED_MAX_CONNECTIONS"] = "2"
-	p.env["PULSE_FEED_MAX_CONNECTIONS_PER_KEY"] = "1"
-	p.start(t, "query")
-	query := p.svc["query"].url
-	sseURL := query + "/v1/watch/sse?userIds=" + p.run + "-alice"
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_FEED_MAX_CONNECTIONS"] = "2"
+	p.Env["PULSE_FEED_MAX_CONNECTIONS_PER_KEY"] = "1"
+	p.Start(t, "query")
+	query := p.Svc["query"].URL
+	sseURL := query + "/v1/watch/sse?userIds=" + p.Run + "-alice"
 
 	// openSSE opens a stream with key, retrying while the feed is not ready, and
 	// returns its cancel.
 	openSSE := func(key string) context.CancelFunc {
 		t.Helper()
 		var stop context.CancelFunc
-		eventually(t, 30*time.Second, func() string {
+		harness.Eventually(t, 30*time.Second, func() string {
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sseURL, nil)
 			req.Header.Set("Authorization", "Bearer "+key)
-			res, err := bareClient.Do(req)
+			res, err := harness.BareClient.Do(req)
 			if err != nil {
 				cancel()
 				t.Fatalf("GET %s: %v", sseURL, err)
@@ -376,10 +377,10 @@ func TestAuthFeedConnectionCaps(t *testing.T) {
 		t.Cleanup(stop)
 		return stop
 	}
-	stopReader := openSSE(testKeys.reader)
+	stopReader := openSSE(harness.TestKeys.Reader)
 
 	keyFull := `{"error":{"code":"rate_limited","message":"key it-reader holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_KEY=1); close one first"}}`
-	code, h, got := authDo(t, http.MethodGet, sseURL, testKeys.reader, "")
+	code, h, got := authDo(t, http.MethodGet, sseURL, harness.TestKeys.Reader, "")
 	if code != http.StatusTooManyRequests || got != keyFull || h.Get("Retry-After") != "5" {
 		t.Fatalf("2nd SSE of the reader key: %d %s (Retry-After %q); want 429 %s", code, got, h.Get("Retry-After"), keyFull)
 	}
@@ -387,21 +388,21 @@ func TestAuthFeedConnectionCaps(t *testing.T) {
 	// The operator key takes the instance's second connection, over WebSocket.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	wsURL := watchURL(query, "/v1/watch", url.Values{"userIds": {p.run + "-alice"}})
-	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: bareClient,
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + testKeys.operator}}})
+	wsURL := watchURL(query, "/v1/watch", url.Values{"userIds": {p.Run + "-alice"}})
+	conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: harness.BareClient,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + harness.TestKeys.Operator}}})
 	if err != nil {
 		t.Fatalf("WebSocket with the operator key: %v", err)
 	}
 	defer conn.CloseNow()
 
 	instanceFull := `{"error":{"code":"unavailable","message":"this instance holds its most feed connections (PULSE_FEED_MAX_CONNECTIONS=2); retry later or on another instance"}}`
-	code, h, got = authDo(t, http.MethodGet, sseURL, testKeys.reader2, "")
+	code, h, got = authDo(t, http.MethodGet, sseURL, harness.TestKeys.Reader2, "")
 	if code != http.StatusServiceUnavailable || got != instanceFull || h.Get("Retry-After") != "5" {
 		t.Fatalf("3rd connection (SSE, another key): %d %s; want 503 %s", code, got, instanceFull)
 	}
-	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: bareClient,
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + testKeys.reader2}}})
+	_, res, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: harness.BareClient,
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + harness.TestKeys.Reader2}}})
 	if err == nil || res == nil || res.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("3rd connection (WebSocket): %v, %v; want HTTP 503", res, err)
 	}
@@ -411,12 +412,12 @@ func TestAuthFeedConnectionCaps(t *testing.T) {
 
 	// Once the reader's stream ends, the other reader gets its place.
 	stopReader()
-	eventually(t, 10*time.Second, func() string {
+	harness.Eventually(t, 10*time.Second, func() string {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sseURL, nil)
-		req.Header.Set("Authorization", "Bearer "+testKeys.reader2)
-		res, err := bareClient.Do(req)
+		req.Header.Set("Authorization", "Bearer "+harness.TestKeys.Reader2)
+		res, err := harness.BareClient.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", sseURL, err)
 		}
@@ -434,14 +435,14 @@ func TestAuthFeedConnectionCaps(t *testing.T) {
 // user-token key; with PULSE_AUTH=off they start, warn, and let requests without
 // credentials read, but never in the operator view.
 func TestAuthSecureByDefault(t *testing.T) {
-	env := stackEnv()
+	env := harness.StackEnv()
 	delete(env, "PULSE_API_KEYS_FILE")
 	delete(env, "PULSE_JWT_HS256_SECRET")
-	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+	env["PULSE_REDIS_PREFIX"] = "it-" + harness.RandomID(t)
 	for _, name := range []string{"ingest", "query"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, binary(name))
-		cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+		cmd := exec.CommandContext(ctx, harness.Binary(name))
+		cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(harness.FreePort(t)))
 		for k, v := range env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
@@ -454,16 +455,16 @@ func TestAuthSecureByDefault(t *testing.T) {
 		}
 	}
 	env["PULSE_AUTH"] = "off"
-	q := startService(t, "query", env)
-	if code, _, got := authDo(t, http.MethodGet, q.url+"/status/nobody", "", ""); code != http.StatusOK ||
+	q := harness.StartService(t, "query", env)
+	if code, _, got := authDo(t, http.MethodGet, q.URL+"/status/nobody", "", ""); code != http.StatusOK ||
 		got != `{"userId":"nobody","status":"offline","lastUpdated":null}` {
 		t.Errorf("GET /status/nobody without credentials, auth off: %d %s", code, got)
 	}
-	if code, _, got := authDo(t, http.MethodGet, q.url+"/status/nobody?view=operator", "", ""); code != http.StatusForbidden {
+	if code, _, got := authDo(t, http.MethodGet, q.URL+"/status/nobody?view=operator", "", ""); code != http.StatusForbidden {
 		t.Errorf("the operator view without credentials, auth off: %d %s; want 403", code, got)
 	}
-	if !strings.Contains(q.out.String(), "authentication is off (PULSE_AUTH=off)") {
-		t.Errorf("query with PULSE_AUTH=off logged no warning; output:\n%s", q.out)
+	if !strings.Contains(q.Out.String(), "authentication is off (PULSE_AUTH=off)") {
+		t.Errorf("query with PULSE_AUTH=off logged no warning; output:\n%s", q.Out)
 	}
 }
 
@@ -471,7 +472,7 @@ func TestAuthSecureByDefault(t *testing.T) {
 // (PULSE_API_KEYS_RELOAD), so a key is rotated on a running service: the new key is
 // added beside the old, both work, then the old is removed and refused.
 func TestAuthKeysRotateWithoutRestart(t *testing.T) {
-	p := newTopics(t, 1)
+	p := harness.NewTopics(t, 1)
 	file := filepath.Join(t.TempDir(), "api-keys")
 	write := func(lines ...string) {
 		t.Helper()
@@ -485,40 +486,40 @@ func TestAuthKeysRotateWithoutRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	oldLine := auth.Line("rot-old", auth.ScopeWrite, testKeys.rotOld)
-	newLine := auth.Line("rot-new", auth.ScopeWrite, testKeys.rotNew)
+	oldLine := auth.Line("rot-old", auth.ScopeWrite, harness.TestKeys.RotOld)
+	newLine := auth.Line("rot-new", auth.ScopeWrite, harness.TestKeys.RotNew)
 	write(oldLine)
-	p.env["PULSE_API_KEYS_FILE"] = file
-	p.env["PULSE_API_KEYS_RELOAD"] = "100ms"
-	p.start(t, "ingest")
+	p.Env["PULSE_API_KEYS_FILE"] = file
+	p.Env["PULSE_API_KEYS_RELOAD"] = "100ms"
+	p.Start(t, "ingest")
 	post := func(key string) int {
-		code, _, _ := authDo(t, http.MethodPost, p.svc["ingest"].url+"/v1/heartbeat", key, `{"userId":"`+p.run+`-rot"}`)
+		code, _, _ := authDo(t, http.MethodPost, p.Svc["ingest"].URL+"/v1/heartbeat", key, `{"userId":"`+p.Run+`-rot"}`)
 		return code
 	}
 	waitFor := func(what string, key string, want int) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() string {
+		harness.Eventually(t, 10*time.Second, func() string {
 			if got := post(key); got != want {
 				return fmt.Sprintf("%s: %d, want %d", what, got, want)
 			}
 			return ""
 		})
 	}
-	if post(testKeys.rotOld) != http.StatusAccepted || post(testKeys.rotNew) != http.StatusUnauthorized {
+	if post(harness.TestKeys.RotOld) != http.StatusAccepted || post(harness.TestKeys.RotNew) != http.StatusUnauthorized {
 		t.Fatal("before the rotation: want the old key accepted and the new one refused")
 	}
 	write(oldLine, newLine)
-	waitFor("the new key once added", testKeys.rotNew, http.StatusAccepted)
-	if got := post(testKeys.rotOld); got != http.StatusAccepted {
+	waitFor("the new key once added", harness.TestKeys.RotNew, http.StatusAccepted)
+	if got := post(harness.TestKeys.RotOld); got != http.StatusAccepted {
 		t.Fatalf("the old key while both are listed: %d", got)
 	}
 	write(newLine)
-	waitFor("the old key once removed", testKeys.rotOld, http.StatusUnauthorized)
-	if got := post(testKeys.rotNew); got != http.StatusAccepted {
+	waitFor("the old key once removed", harness.TestKeys.RotOld, http.StatusUnauthorized)
+	if got := post(harness.TestKeys.RotNew); got != http.StatusAccepted {
 		t.Fatalf("the new key after the rotation: %d", got)
 	}
-	if !strings.Contains(p.svc["ingest"].out.String(), "API keys reloaded") {
-		t.Errorf("ingest logged no reload; output:\n%s", p.svc["ingest"].out)
+	if !strings.Contains(p.Svc["ingest"].Out.String(), "API keys reloaded") {
+		t.Errorf("ingest logged no reload; output:\n%s", p.Svc["ingest"].Out)
 	}
 }
 
@@ -526,14 +527,14 @@ func TestAuthKeysRotateWithoutRestart(t *testing.T) {
 // and the users of its pulse_watch claim; any other user (in the URL or in a
 // subscribe command) and the firehose are refused.
 func TestAuthUserTokenWatch(t *testing.T) {
-	p := newTopics(t, 1)
-	p.start(t, "query")
-	query := p.svc["query"].url
-	alice, bob, carol := p.run+"-alice", p.run+"-bob", p.run+"-carol"
+	p := harness.NewTopics(t, 1)
+	p.Start(t, "query")
+	query := p.Svc["query"].URL
+	alice, bob, carol := p.Run+"-alice", p.Run+"-bob", p.Run+"-carol"
 	exp := time.Now().Add(time.Hour).Unix()
 	sign := func(claims jwt.MapClaims) string {
 		claims["iat"] = time.Now().Unix()
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testKeys.hs256))
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(harness.TestKeys.Hs256))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +550,7 @@ func TestAuthUserTokenWatch(t *testing.T) {
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, query+"/v1/watch/sse?"+q, nil)
 			req.Header.Set("Authorization", "Bearer "+token)
-			res, err := bareClient.Do(req)
+			res, err := harness.BareClient.Do(req)
 			if err != nil {
 				t.Fatalf("GET /v1/watch/sse?%s: %v", q, err)
 			}
@@ -562,7 +563,7 @@ func TestAuthUserTokenWatch(t *testing.T) {
 			return res.StatusCode, strings.TrimSpace(string(b))
 		}()
 	}
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		if code, got := sse("userIds="+alice+","+bob, friends); code != http.StatusOK || got != "event: snapshot" {
 			return fmt.Sprintf("SSE of alice and bob with alice's token: %d %s", code, got)
 		}
@@ -586,7 +587,7 @@ func TestAuthUserTokenWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	conn, _, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {alice}}),
-		&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + friends}}})
+		&websocket.DialOptions{HTTPClient: harness.BareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + friends}}})
 	if err != nil {
 		t.Fatalf("WebSocket with alice's token: %v", err)
 	}

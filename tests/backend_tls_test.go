@@ -21,6 +21,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/config"
 	"github.com/pulse-presence/pulse/internal/platform/kafkax"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The backend hops over TLS (docs/design.md, Security): the services and pulsectl
@@ -156,7 +157,7 @@ func runPulsectl(t *testing.T, env map[string]string, args ...string) (string, e
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary("pulsectl"), args...)
+	cmd := exec.CommandContext(ctx, harness.Binary("pulsectl"), args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -166,13 +167,13 @@ func runPulsectl(t *testing.T, env map[string]string, args ...string) (string, e
 }
 
 // postOnlineAndWait posts user online to ingest and waits until query answers it online.
-func postOnlineAndWait(t *testing.T, ingest, query *service, user string) {
+func postOnlineAndWait(t *testing.T, ingest, query *harness.Service, user string) {
 	t.Helper()
-	if code, body := postJSON(t, ingest.url+"/status", map[string]string{"userId": user, "status": "online"}); code != http.StatusOK {
+	if code, body := harness.PostJSON(t, ingest.URL+"/status", map[string]string{"userId": user, "status": "online"}); code != http.StatusOK {
 		t.Fatalf("POST /status = %d %s", code, body)
 	}
-	eventually(t, 30*time.Second, func() string {
-		code, body := get(t, query.url+"/status/"+user)
+	harness.Eventually(t, 30*time.Second, func() string {
+		code, body := harness.Get(t, query.URL+"/status/"+user)
 		var st struct {
 			Status string `json:"status"`
 		}
@@ -184,13 +185,13 @@ func postOnlineAndWait(t *testing.T, ingest, query *service, user string) {
 }
 
 // noSecretInOutput fails t when a service printed any of secrets.
-func noSecretInOutput(t *testing.T, secrets []string, svcs ...*service) {
+func noSecretInOutput(t *testing.T, secrets []string, svcs ...*harness.Service) {
 	t.Helper()
 	for _, s := range svcs {
-		out := s.out.String()
+		out := s.Out.String()
 		for _, secret := range secrets {
 			if strings.Contains(out, secret) {
-				t.Errorf("%s printed a secret; its output:\n%s", s.name, out)
+				t.Errorf("%s printed a secret; its output:\n%s", s.Name, out)
 			}
 		}
 	}
@@ -199,21 +200,21 @@ func noSecretInOutput(t *testing.T, secrets []string, svcs ...*service) {
 // readyzFails waits until s's /readyz answers 503 with the check name failing as
 // "<name> unavailable" (the network learns no more) and s's log gives the reason, an
 // error that contains want.
-func readyzFails(t *testing.T, s *service, name, want string) {
+func readyzFails(t *testing.T, s *harness.Service, name, want string) {
 	t.Helper()
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		code, rep := readyz(t, s)
 		for _, c := range rep.Checks {
 			if c.Name == name && !c.OK && c.Error == name+" unavailable" && code == http.StatusServiceUnavailable {
-				for _, l := range strings.Split(s.out.String(), "\n") {
+				for _, l := range strings.Split(s.Out.String(), "\n") {
 					if strings.Contains(l, "readiness check failed") && strings.Contains(l, "check="+name) && strings.Contains(l, want) {
 						return ""
 					}
 				}
-				return fmt.Sprintf("%s's log has no readiness check failed line for %s with %q", s.name, name, want)
+				return fmt.Sprintf("%s's log has no readiness check failed line for %s with %q", s.Name, name, want)
 			}
 		}
-		return fmt.Sprintf("%s /readyz = %d %+v, want 503 with %s unavailable", s.name, code, rep, name)
+		return fmt.Sprintf("%s /readyz = %d %+v, want 503 with %s unavailable", s.Name, code, rep, name)
 	})
 }
 
@@ -223,8 +224,8 @@ func stopsAtStart(t *testing.T, name string, env map[string]string, want string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(name))
-	cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+	cmd := exec.CommandContext(ctx, harness.Binary(name))
+	cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(harness.FreePort(t)))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -249,7 +250,7 @@ func startTLSRedis(t *testing.T, dir string, certs *backendCerts, user, password
 	if err != nil {
 		t.Fatalf("redis-server not found (make up installs it): %v", err)
 	}
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	p := startServerProc(t, "redis (TLS)", filepath.Join(dir, "redis.log"), path,
 		"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
@@ -274,7 +275,7 @@ func startTLSRedis(t *testing.T, dir string, certs *backendCerts, user, password
 func TestBackendTLSRedis(t *testing.T) {
 	dir := t.TempDir()
 	certs := newBackendCerts(t, dir)
-	password := "redis-" + randomID(t) + randomID(t)
+	password := "redis-" + harness.RandomID(t) + harness.RandomID(t)
 	addr := startTLSRedis(t, dir, certs, "pulse", password)
 	redisEnv := map[string]string{
 		"PULSE_REDIS_ADDR":          addr,
@@ -286,13 +287,13 @@ func TestBackendTLSRedis(t *testing.T) {
 	}
 
 	t.Run("pipeline", func(t *testing.T) {
-		p := newTopics(t, 2)
-		p.env = withEnv(p.env, redisEnv)
+		p := harness.NewTopics(t, 2)
+		p.Env = withEnv(p.Env, redisEnv)
 		for _, name := range []string{"aggregator", "ingest", "query"} {
-			p.start(t, name)
+			p.Start(t, name)
 		}
-		postOnlineAndWait(t, p.svc["ingest"], p.svc["query"], "tls-redis-"+p.run)
-		noSecretInOutput(t, []string{password}, p.svc["aggregator"], p.svc["query"])
+		postOnlineAndWait(t, p.Svc["ingest"], p.Svc["query"], "tls-redis-"+p.Run)
+		noSecretInOutput(t, []string{password}, p.Svc["aggregator"], p.Svc["query"])
 	})
 
 	t.Run("pulsectl", func(t *testing.T) {
@@ -331,17 +332,17 @@ func TestBackendTLSRedis(t *testing.T) {
 		if err := refused(t, redisx.Config{TLS: mtls}); !strings.Contains(err.Error(), "NOAUTH") && !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("no user: %v, want NOAUTH or WRONGPASS", err)
 		}
-		env := withEnv(newTopics(t, 2).env, redisEnv)
+		env := withEnv(harness.NewTopics(t, 2).Env, redisEnv)
 		env["PULSE_REDIS_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
-		q := startService(t, "query", env)
+		q := harness.StartService(t, "query", env)
 		readyzFails(t, q, "redis", "WRONGPASS")
 		noSecretInOutput(t, []string{password, "not-" + password}, q)
 	})
 	t.Run("settings that do not load stop the service", func(t *testing.T) {
-		env := withEnv(stackEnv(), redisEnv)
+		env := withEnv(harness.StackEnv(), redisEnv)
 		env["PULSE_REDIS_TLS_CA_FILE"] = filepath.Join(dir, "no-such-ca.pem")
 		stopsAtStart(t, "aggregator", env, "PULSE_REDIS_TLS_CA_FILE: open "+env["PULSE_REDIS_TLS_CA_FILE"], password)
-		env = withEnv(stackEnv(), redisEnv)
+		env = withEnv(harness.StackEnv(), redisEnv)
 		env["PULSE_REDIS_PASSWORD"] = password // and PULSE_REDIS_PASSWORD_FILE
 		stopsAtStart(t, "query", env, "PULSE_REDIS_PASSWORD and PULSE_REDIS_PASSWORD_FILE: set one, not both", password)
 	})
@@ -373,7 +374,7 @@ type privateKafka struct {
 func startTLSKafka(t *testing.T, dir string, certs *backendCerts, users map[string]string) *privateKafka {
 	t.Helper()
 	lib := jarDir(t, "kafka")
-	sasl, mtls, ctrl := freePort(t), freePort(t), freePort(t)
+	sasl, mtls, ctrl := harness.FreePort(t), harness.FreePort(t), harness.FreePort(t)
 	k := &privateKafka{saslAddr: fmt.Sprintf("127.0.0.1:%d", sasl), mtlsAddr: fmt.Sprintf("127.0.0.1:%d", mtls)}
 	props := filepath.Join(dir, "server.properties")
 	lines := []string{
@@ -445,7 +446,7 @@ func startTLSKafka(t *testing.T, dir string, certs *backendCerts, users map[stri
 func TestBackendTLSKafka(t *testing.T) {
 	dir := t.TempDir()
 	certs := newBackendCerts(t, dir)
-	password := "kafka-" + randomID(t) + randomID(t)
+	password := "kafka-" + harness.RandomID(t) + harness.RandomID(t)
 	k := startTLSKafka(t, dir, certs, map[string]string{"pulse": password})
 	kafkaEnv := map[string]string{
 		"PULSE_KAFKA_BROKERS":            k.saslAddr,
@@ -462,8 +463,8 @@ func TestBackendTLSKafka(t *testing.T) {
 		if out, err := runPulsectl(t, kafkaEnv, "wait", "-timeout", "20s", "-kafka", k.saslAddr); err != nil {
 			t.Fatalf("pulsectl wait -kafka over SASL_SSL: %v\n%s", err, out)
 		}
-		run := randomID(t)
-		env := withEnv(stackEnv(), kafkaEnv)
+		run := harness.RandomID(t)
+		env := withEnv(harness.StackEnv(), kafkaEnv)
 		for k, v := range map[string]string{
 			"PULSE_AGGREGATOR_GROUP": "tls-" + run + "-aggregator",
 			"PULSE_REDIS_PREFIX":     "tls-" + run,
@@ -472,11 +473,11 @@ func TestBackendTLSKafka(t *testing.T) {
 		} {
 			env[k] = v
 		}
-		svc := map[string]*service{}
+		svc := map[string]*harness.Service{}
 		for _, name := range []string{"aggregator", "ingest", "query"} {
-			svc[name] = startService(t, name, env)
-			eventually(t, 60*time.Second, func() string {
-				if code, body := get(t, svc[name].url+"/readyz"); code != http.StatusOK {
+			svc[name] = harness.StartService(t, name, env)
+			harness.Eventually(t, 60*time.Second, func() string {
+				if code, body := harness.Get(t, svc[name].URL+"/readyz"); code != http.StatusOK {
 					return fmt.Sprintf("%s /readyz = %d %s", name, code, body)
 				}
 				return ""
@@ -527,17 +528,17 @@ func TestBackendTLSKafka(t *testing.T) {
 			t.Fatalf("wrong password: %v, want SASL_AUTHENTICATION_FAILED", err)
 		}
 		t.Logf("wrong password: %v", err)
-		env := withEnv(stackEnv(), kafkaEnv)
+		env := withEnv(harness.StackEnv(), kafkaEnv)
 		env["PULSE_KAFKA_SASL_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
-		in := startService(t, "ingest", env)
+		in := harness.StartService(t, "ingest", env)
 		readyzFails(t, in, "kafka", "SASL_AUTHENTICATION_FAILED")
 		noSecretInOutput(t, []string{password, "not-" + password}, in)
 	})
 	t.Run("settings that do not load stop the service", func(t *testing.T) {
-		env := withEnv(stackEnv(), kafkaEnv)
+		env := withEnv(harness.StackEnv(), kafkaEnv)
 		delete(env, "PULSE_KAFKA_SASL_PASSWORD_FILE")
 		stopsAtStart(t, "ingest", env, "needs PULSE_KAFKA_SASL_PASSWORD or PULSE_KAFKA_SASL_PASSWORD_FILE", password)
-		env = withEnv(stackEnv(), kafkaEnv)
+		env = withEnv(harness.StackEnv(), kafkaEnv)
 		env["PULSE_KAFKA_TLS_CERT_FILE"] = certs.clientCert // without its key
 		stopsAtStart(t, "history", env, "PULSE_KAFKA_TLS_CERT_FILE and PULSE_KAFKA_TLS_KEY_FILE: set both", password)
 	})
@@ -562,7 +563,7 @@ func startTLSCassandra(t *testing.T, dir string, certs *backendCerts) int {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cql, storage := freePort(t), freePort(t)
+	cql, storage := harness.FreePort(t), harness.FreePort(t)
 	tmpl, err := os.ReadFile(filepath.Join(local, "cassandra.yaml.in"))
 	if err != nil {
 		t.Fatal(err)
@@ -639,7 +640,7 @@ func TestBackendTLSCassandra(t *testing.T) {
 	dir := t.TempDir()
 	certs := newBackendCerts(t, dir)
 	port := startTLSCassandra(t, filepath.Join(dir, "node"), certs)
-	password := "cassandra-" + randomID(t) + randomID(t)
+	password := "cassandra-" + harness.RandomID(t) + harness.RandomID(t)
 	tlsOnly := config.ClientTLS{CAFile: certs.caFile}
 	admin, err := cassx.NewSession(cassx.Config{Hosts: []string{"127.0.0.1"}, Port: port, Consistency: "ONE",
 		Username: "cassandra", Password: "cassandra", Timeout: 30 * time.Second, TLS: tlsOnly})
@@ -674,23 +675,23 @@ func TestBackendTLSCassandra(t *testing.T) {
 	}
 
 	t.Run("pipeline", func(t *testing.T) {
-		p := newTopics(t, 2)
-		p.env = withEnv(p.env, cassEnv)
+		p := harness.NewTopics(t, 2)
+		p.Env = withEnv(p.Env, cassEnv)
 		for _, name := range []string{"aggregator", "history", "ingest", "query"} {
-			p.start(t, name)
+			p.Start(t, name)
 		}
-		user := "tls-cassandra-" + p.run
-		postOnlineAndWait(t, p.svc["ingest"], p.svc["query"], user)
+		user := "tls-cassandra-" + p.Run
+		postOnlineAndWait(t, p.Svc["ingest"], p.Svc["query"], user)
 		day := time.Now().UTC().Format("2006-01-02")
 		next := time.Now().UTC().AddDate(0, 0, 1).Format("2006-01-02")
-		url := p.svc["query"].url + "/v1/users/" + user + "/timeline?from=" + day + "&to=" + next + "&view=operator"
-		eventually(t, 60*time.Second, func() string {
+		url := p.Svc["query"].URL + "/v1/users/" + user + "/timeline?from=" + day + "&to=" + next + "&view=operator"
+		harness.Eventually(t, 60*time.Second, func() string {
 			req, err := http.NewRequest(http.MethodGet, url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header.Set("Authorization", "Bearer "+testKeys.operator)
-			res, err := keyedClient.Do(req)
+			req.Header.Set("Authorization", "Bearer "+harness.TestKeys.Operator)
+			res, err := harness.KeyedClient.Do(req)
 			if err != nil {
 				return err.Error()
 			}
@@ -713,7 +714,7 @@ func TestBackendTLSCassandra(t *testing.T) {
 			time.Now().UTC().Truncate(24*time.Hour)).ScanContext(ctx, &n); err != nil || n == 0 {
 			t.Fatalf("user_activity rows of %s on the TLS node: %d, %v", user, n, err)
 		}
-		noSecretInOutput(t, []string{password}, p.svc["history"], p.svc["query"])
+		noSecretInOutput(t, []string{password}, p.Svc["history"], p.Svc["query"])
 	})
 
 	t.Run("plain client refused", func(t *testing.T) {
@@ -736,7 +737,7 @@ func TestBackendTLSCassandra(t *testing.T) {
 			t.Fatalf("wrong password: %v, want Cassandra's \"password are incorrect\"", err)
 		}
 		t.Logf("wrong password: %v", err)
-		env := withEnv(newTopics(t, 2).env, cassEnv)
+		env := withEnv(harness.NewTopics(t, 2).Env, cassEnv)
 		env["PULSE_CASSANDRA_PASSWORD_FILE"] = writeSecret(t, filepath.Join(dir, "wrong-password"), "not-"+password)
 		stopsAtStart(t, "history", env, "password are incorrect", password)
 	})

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Cassandra stopped for a minute under a stream of events and changes, then started
@@ -25,8 +27,8 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 		events, changes = append(events, evs...), append(changes, chs...)
 	}
 	produce(300, 30)
-	s := startService(t, "history", h.env)
-	eventually(t, 60*time.Second, func() string {
+	s := harness.StartService(t, "history", h.env)
+	harness.Eventually(t, 60*time.Second, func() string {
 		if h.histCommitted(t) == 0 {
 			return "history has committed nothing yet"
 		}
@@ -36,7 +38,7 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 	stopped := time.Now()
 	signalAll(t, "stopping Cassandra", pids, syscall.SIGTERM)
 	restart := stackRestarter(t)
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		if code, rep := readyz(t, s); code != 503 || !strings.Contains(fmt.Sprint(rep), "cassandra") {
 			return fmt.Sprintf("history /readyz = %d %+v while Cassandra is down", code, rep)
 		}
@@ -52,7 +54,7 @@ func TestHistoryCatchesUpAfterCassandraOutage(t *testing.T) {
 	back := time.Now()
 	produce(100, 10)
 	m = histBuildModel(events, changes)
-	eventually(t, 180*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	harness.Eventually(t, 180*time.Second, func() string { return h.histDiff(t, m, g.users) })
 	t.Logf("Cassandra down %v; history had committed %d of %d event records when it came back, and wrote all %d rows %v after",
 		back.Sub(stopped).Round(time.Second), committedDown, len(events), len(m.rows), time.Since(back).Round(time.Second))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The failover tests of the cluster topology (make test TOPOLOGY=cluster): one node of
@@ -39,18 +40,18 @@ func clusterOnly(t *testing.T) {
 func TestClusterFailoverKafkaLeaderKilled(t *testing.T) {
 	clusterOnly(t)
 	stackPIDs(t, "kafka") // every node runs
-	p := newTopics(t, 4)
-	p.start(t, "ingest")
-	p.start(t, "aggregator")
-	p.start(t, "query")
-	load := startAckedLoad(p.svc["ingest"].url, "kl-"+p.run, 2)
+	p := harness.NewTopics(t, 4)
+	p.Start(t, "ingest")
+	p.Start(t, "aggregator")
+	p.Start(t, "query")
+	load := startAckedLoad(p.Svc["ingest"].URL, "kl-"+p.Run, 2)
 	defer load.finish()
 	load.waitMore(t, 2000, 30*time.Second, "before the fault")
 
-	adm := kafkaAdmin(t)
+	adm := harness.KafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, p.events)
+	ends, err := adm.ListEndOffsets(ctx, p.Events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,23 +61,23 @@ func TestClusterFailoverKafkaLeaderKilled(t *testing.T) {
 			busiest, most = o.Partition, o.Offset
 		}
 	})
-	topics, err := adm.ListTopics(ctx, p.events)
+	topics, err := adm.ListTopics(ctx, p.Events)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := topics[p.events].Partitions[busiest].Leader
+	leader := topics[p.Events].Partitions[busiest].Leader
 	node := fmt.Sprintf("kafka-%d", leader)
 	killed := time.Now()
 	signalAll(t, "killing "+node, []int{stackPID(t, node)}, syscall.SIGKILL)
 	restart := stackRestarter(t)
 
 	// The partition gets a new leader once the controller fences the dead broker.
-	eventually(t, 60*time.Second, func() string {
-		td, err := adm.ListTopics(ctx, p.events)
+	harness.Eventually(t, 60*time.Second, func() string {
+		td, err := adm.ListTopics(ctx, p.Events)
 		if err != nil {
 			return err.Error()
 		}
-		if l := td[p.events].Partitions[busiest].Leader; l == leader || l < 0 {
+		if l := td[p.Events].Partitions[busiest].Leader; l == leader || l < 0 {
 			return fmt.Sprintf("partition %d still led by %d", busiest, l)
 		}
 		return ""
@@ -86,9 +87,9 @@ func TestClusterFailoverKafkaLeaderKilled(t *testing.T) {
 	restart()
 	load.waitMore(t, 1000, 60*time.Second, "after the broker came back")
 	load.finish()
-	lost := load.checkApplied(t, p, p.svc["query"].url, 120*time.Second)
+	lost := load.checkApplied(t, p, p.Svc["query"].URL, 120*time.Second)
 	t.Logf("%s (leader of %s/%d) killed: new leader within %v; %s; %d lost",
-		node, p.events, busiest, failedOver.Round(100*time.Millisecond), load.report(), lost)
+		node, p.Events, busiest, failedOver.Round(100*time.Millisecond), load.report(), lost)
 }
 
 // redisMasterOf is the address of the Redis Cluster master serving key's slot, as the
@@ -97,7 +98,7 @@ func redisMasterOf(t *testing.T, key string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, addr := range strings.Split(redisAddr(), ",") {
+	for _, addr := range strings.Split(harness.RedisAddr(), ",") {
 		c := redisx.NewClient(redisx.Config{Addrs: []string{addr}, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 		slot, err := c.ClusterKeySlot(ctx, key).Result()
 		var slots []redis.ClusterSlot
@@ -115,7 +116,7 @@ func redisMasterOf(t *testing.T, key string) string {
 		}
 		return ""
 	}
-	t.Fatalf("no Redis Cluster node of %s answers", redisAddr())
+	t.Fatalf("no Redis Cluster node of %s answers", harness.RedisAddr())
 	return ""
 }
 
@@ -125,25 +126,25 @@ func redisMasterOf(t *testing.T, key string) string {
 func TestClusterFailoverRedisMasterKilled(t *testing.T) {
 	clusterOnly(t)
 	stackPIDs(t, "redis")
-	p := newTopics(t, 4)
-	p.start(t, "ingest")
-	p.start(t, "aggregator")
-	p.start(t, "query")
-	load := startAckedLoad(p.svc["ingest"].url, "rm-"+p.run, 2)
+	p := harness.NewTopics(t, 4)
+	p.Start(t, "ingest")
+	p.Start(t, "aggregator")
+	p.Start(t, "query")
+	load := startAckedLoad(p.Svc["ingest"].URL, "rm-"+p.Run, 2)
 	defer load.finish()
 	load.waitMore(t, 2000, 30*time.Second, "before the fault")
 
-	key := statestore.Keys{Prefix: p.env["PULSE_REDIS_PREFIX"]}.Meta(0)
+	key := statestore.Keys{Prefix: p.Env["PULSE_REDIS_PREFIX"]}.Meta(0)
 	master := redisMasterOf(t, key)
 	port, _ := strconv.Atoi(master[strings.LastIndex(master, ":")+1:])
-	first, _ := strconv.Atoi(strings.Split(strings.Split(redisAddr(), ",")[0], ":")[1])
+	first, _ := strconv.Atoi(strings.Split(strings.Split(harness.RedisAddr(), ",")[0], ":")[1])
 	node := fmt.Sprintf("redis-%d", port-first+1)
 	killed := time.Now()
 	signalAll(t, "killing "+node+" ("+master+")", []int{stackPID(t, node)}, syscall.SIGKILL)
 	restart := stackRestarter(t)
 
 	// A replica is promoted once the other masters agree the master failed.
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		if m := redisMasterOf(t, key); m == master {
 			return "shard 0 is still served by the dead master " + master
 		}
@@ -153,7 +154,7 @@ func TestClusterFailoverRedisMasterKilled(t *testing.T) {
 	load.waitMore(t, 2000, 60*time.Second, "after the master died")
 	restart()
 	load.finish()
-	lost := load.checkApplied(t, p, p.svc["query"].url, 120*time.Second)
+	lost := load.checkApplied(t, p, p.Svc["query"].URL, 120*time.Second)
 	t.Logf("%s (%s) killed: replica promoted within %v; %s; %d lost",
 		node, master, failedOver.Round(100*time.Millisecond), load.report(), lost)
 }
@@ -163,27 +164,27 @@ func TestClusterFailoverRedisMasterKilled(t *testing.T) {
 // acknowledged event is applied.
 func TestClusterFailoverAggregatorKilled(t *testing.T) {
 	clusterOnly(t)
-	p := newTopics(t, 8)
-	p.start(t, "ingest")
-	p.start(t, "query")
-	a1 := startService(t, "aggregator", p.env)
-	a2 := startService(t, "aggregator", p.env)
-	for _, a := range []*service{a1, a2} {
-		eventually(t, 30*time.Second, func() string {
-			if code, body := get(t, a.url+"/readyz"); code != http.StatusOK {
+	p := harness.NewTopics(t, 8)
+	p.Start(t, "ingest")
+	p.Start(t, "query")
+	a1 := harness.StartService(t, "aggregator", p.Env)
+	a2 := harness.StartService(t, "aggregator", p.Env)
+	for _, a := range []*harness.Service{a1, a2} {
+		harness.Eventually(t, 30*time.Second, func() string {
+			if code, body := harness.Get(t, a.URL+"/readyz"); code != http.StatusOK {
 				return fmt.Sprintf("aggregator /readyz = %d %s", code, body)
 			}
 			return ""
 		})
 	}
-	load := startAckedLoad(p.svc["ingest"].url, "ak-"+p.run, 2)
+	load := startAckedLoad(p.Svc["ingest"].URL, "ak-"+p.Run, 2)
 	defer load.finish()
 	load.waitMore(t, 3000, 30*time.Second, "before the fault")
-	_ = a1.cmd.Process.Signal(syscall.SIGKILL)
-	<-a1.done
+	_ = a1.Cmd.Process.Signal(syscall.SIGKILL)
+	<-a1.Done
 	load.waitMore(t, 3000, 60*time.Second, "after an aggregator died")
 	load.finish()
-	lost := load.checkApplied(t, p, p.svc["query"].url, 120*time.Second)
+	lost := load.checkApplied(t, p, p.Svc["query"].URL, 120*time.Second)
 	t.Logf("one of two aggregators killed: %s; %d lost", load.report(), lost)
 }
 
@@ -208,8 +209,8 @@ func TestClusterFailoverCassandraNodeStopped(t *testing.T) {
 		events, changes = append(events, evs...), append(changes, chs...)
 	}
 	produce(300, 30)
-	startService(t, "history", h.env)
-	eventually(t, 60*time.Second, func() string {
+	harness.StartService(t, "history", h.env)
+	harness.Eventually(t, 60*time.Second, func() string {
 		if h.histCommitted(t) == 0 {
 			return "history has committed nothing yet"
 		}
@@ -227,7 +228,7 @@ func TestClusterFailoverCassandraNodeStopped(t *testing.T) {
 	back := time.Now()
 	produce(100, 10)
 	m = histBuildModel(events, changes)
-	eventually(t, 180*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	harness.Eventually(t, 180*time.Second, func() string { return h.histDiff(t, m, g.users) })
 	t.Logf("cassandra-2 down %v; history had committed %d of %d event records when it came back, and wrote all %d rows %v after",
 		back.Sub(stopped).Round(time.Second), committedDown, len(events), len(m.rows), time.Since(back).Round(time.Second))
 }

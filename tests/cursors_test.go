@@ -13,6 +13,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
 	"github.com/pulse-presence/pulse/services/query/feed"
 	"github.com/pulse-presence/pulse/services/query/online"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestCursorsAreSigned: every cursor query hands out (the listing's, the feed's) is
@@ -25,23 +26,23 @@ func TestCursorsAreSigned(t *testing.T) {
 		oldSecret = "the secret before the rotation, 32 bytes or more"
 		newSecret = "the secret after the rotation, also 32 bytes long"
 	)
-	p := newTopics(t, 2)
-	p.env["PULSE_CURSOR_SECRET"] = oldSecret
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_CURSOR_SECRET"] = oldSecret
 	for _, name := range []string{"aggregator", "ingest", "query"} {
-		p.start(t, name)
+		p.Start(t, name)
 	}
 	users := make([]string, 6)
-	var evs []wireEvent
+	var evs []harness.WireEvent
 	now := time.Now().UTC()
 	for i := range users {
-		users[i] = fmt.Sprintf("cur-%s-%d", p.run, i)
-		evs = append(evs, wireEvent{UserID: users[i], Kind: "status", Status: "online", DeviceID: "phone", OccurredAt: &now})
+		users[i] = fmt.Sprintf("cur-%s-%d", p.Run, i)
+		evs = append(evs, harness.WireEvent{UserID: users[i], Kind: "status", Status: "online", DeviceID: "phone", OccurredAt: &now})
 	}
-	if code, body := postJSON(t, p.svc["ingest"].url+"/v1/events", map[string]any{"events": evs}); code != http.StatusAccepted {
+	if code, body := harness.PostJSON(t, p.Svc["ingest"].URL+"/v1/events", map[string]any{"events": evs}); code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events = %d %s", code, body)
 	}
-	q := func() string { return p.svc["query"].url }
-	eventually(t, 30*time.Second, func() string {
+	q := func() string { return p.Svc["query"].URL }
+	harness.Eventually(t, 30*time.Second, func() string {
 		if got, _ := onlineWalk(t, q(), "limit=1000", onlineToken, nil); len(got) != len(users) {
 			return fmt.Sprintf("%d users listed, want %d", len(got), len(users))
 		}
@@ -50,10 +51,10 @@ func TestCursorsAreSigned(t *testing.T) {
 
 	// The first page's cursor, as query signed it.
 	page := func(c string) (int, string) {
-		code, body := onlineDo(t, http.MethodGet, q()+"/v1/online?limit=2&cursor="+url.QueryEscape(c), onlineToken, nil)
+		code, body := harness.OnlineDo(t, http.MethodGet, q()+"/v1/online?limit=2&cursor="+url.QueryEscape(c), onlineToken, nil)
 		return code, string(body)
 	}
-	code, body := onlineDo(t, http.MethodGet, q()+"/v1/online?limit=2", onlineToken, nil)
+	code, body := harness.OnlineDo(t, http.MethodGet, q()+"/v1/online?limit=2", onlineToken, nil)
 	var first struct {
 		NextCursor *string `json:"nextCursor"`
 	}
@@ -104,7 +105,7 @@ func TestCursorsAreSigned(t *testing.T) {
 	log := newWatchLog()
 	ws := watchDialWS(t, ctx, watchURL(q(), "/v1/watch", url.Values{"userIds": {users[0]}}), log)
 	var feedCursor string
-	eventually(t, 15*time.Second, func() string {
+	harness.Eventually(t, 15*time.Second, func() string {
 		if _, n, c := log.counts(); n == 0 || c == "" {
 			return "no snapshot yet"
 		}
@@ -125,13 +126,13 @@ func TestCursorsAreSigned(t *testing.T) {
 	}
 
 	// A rotation: the new secret signs, the old one's cursors still work.
-	p.svc["query"].stop(t)
-	p.env["PULSE_CURSOR_SECRET"], p.env["PULSE_CURSOR_SECRET_PREVIOUS"] = newSecret, oldSecret
-	p.start(t, "query")
+	p.Svc["query"].Stop(t)
+	p.Env["PULSE_CURSOR_SECRET"], p.Env["PULSE_CURSOR_SECRET_PREVIOUS"] = newSecret, oldSecret
+	p.Start(t, "query")
 	if code, body := page(signed); code != http.StatusOK {
 		t.Errorf("during the rotation, the old secret's cursor = %d %s", code, body)
 	}
-	code, body = onlineDo(t, http.MethodGet, q()+"/v1/online?limit=2", onlineToken, nil)
+	code, body = harness.OnlineDo(t, http.MethodGet, q()+"/v1/online?limit=2", onlineToken, nil)
 	if code != http.StatusOK || json.Unmarshal(body, &first) != nil || first.NextCursor == nil {
 		t.Fatalf("first page during the rotation = %d %s", code, body)
 	}
@@ -141,9 +142,9 @@ func TestCursorsAreSigned(t *testing.T) {
 	}
 
 	// The rotation done: the old secret's cursors are refused, the new one's work.
-	p.svc["query"].stop(t)
-	delete(p.env, "PULSE_CURSOR_SECRET_PREVIOUS")
-	p.start(t, "query")
+	p.Svc["query"].Stop(t)
+	delete(p.Env, "PULSE_CURSOR_SECRET_PREVIOUS")
+	p.Start(t, "query")
 	oldCode, oldBody := page(signed)
 	refused("after the rotation, the old secret's cursor", oldCode, oldBody)
 	if code, body := page(rotated); code != http.StatusOK {
@@ -162,7 +163,7 @@ func sseStatus(t *testing.T, ctx context.Context, target string) (int, string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+onlineToken)
-	res, err := keyedClient.Do(req)
+	res, err := harness.KeyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", target, err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The dashboard page (services/query/dashboard) in headless Chromium, against the real
@@ -54,15 +55,15 @@ func TestDashboard(t *testing.T) {
 		}
 		t.Logf("migrating %s, attempt %d: %v", ks, attempt, err)
 	}
-	p := newTopics(t, 2)
-	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	for _, name := range []string{"aggregator", "history", "ingest"} {
-		p.start(t, name)
+		p.Start(t, name)
 	}
-	p.env["PULSE_QUERY_PEER_METRICS"] = fmt.Sprintf("ingest=%s/metrics,aggregator=%s/metrics,history=%s/metrics",
-		p.svc["ingest"].url, p.svc["aggregator"].url, p.svc["history"].url)
-	p.start(t, "query")
-	query, ingest := p.svc["query"].url, p.svc["ingest"].url
+	p.Env["PULSE_QUERY_PEER_METRICS"] = fmt.Sprintf("ingest=%s/metrics,aggregator=%s/metrics,history=%s/metrics",
+		p.Svc["ingest"].URL, p.Svc["aggregator"].URL, p.Svc["history"].URL)
+	p.Start(t, "query")
+	query, ingest := p.Svc["query"].URL, p.Svc["ingest"].URL
 
 	// The model: one user's day, 50 to 35 minutes ago — two sessions, the second
 	// online then idle.
@@ -71,7 +72,7 @@ func TestDashboard(t *testing.T) {
 		base = base.Add(-20 * time.Minute) // keep the model within one UTC day
 	}
 	day := base.Format(time.DateOnly)
-	model := p.run + "-model"
+	model := p.Run + "-model"
 	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
 	events := []presence.Event{
 		dashEvent(model, "phone", presence.Online, at(0)),
@@ -86,7 +87,7 @@ func TestDashboard(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
 	statuses := []presence.Status{presence.Online, presence.Online, presence.Idle, presence.Invisible, presence.Offline}
 	for i := range 40 {
-		user := fmt.Sprintf("%s-bg-%02d", p.run, i)
+		user := fmt.Sprintf("%s-bg-%02d", p.Run, i)
 		t0 := base.Add(time.Duration(rnd.Int64N(int64(35 * time.Minute))))
 		events = append(events, dashEvent(user, "phone", presence.Online, t0))
 		for k := range rnd.IntN(3) {
@@ -98,21 +99,21 @@ func TestDashboard(t *testing.T) {
 	}
 	// One user per partition two minutes ago moves every shard's history forward, so
 	// the model's minutes are final (history waits 10 minutes for late changes).
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.events)
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.Events)
 	covered := map[int]bool{}
-	for i := 0; len(covered) < p.partitions; i++ {
-		user := fmt.Sprintf("%s-closer-%d", p.run, i)
-		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.partitions); !covered[n] {
+	for i := 0; len(covered) < p.Partitions; i++ {
+		user := fmt.Sprintf("%s-closer-%d", p.Run, i)
+		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.Partitions); !covered[n] {
 			covered[n] = true
 			events = append(events, dashEvent(user, "phone", presence.Online, time.Now().Add(-2*time.Minute)),
 				dashEvent(user, "phone", presence.Offline, time.Now().Add(-2*time.Minute+time.Second)))
 		}
 	}
-	dashProduce(t, p.events, events)
+	dashProduce(t, p.Events, events)
 	// Live users, through ingest.
-	var live []wireEvent
+	var live []harness.WireEvent
 	for i, st := range []string{"online", "online", "online", "idle", "idle", "invisible"} {
-		live = append(live, wireEvent{UserID: fmt.Sprintf("%s-live-%d", p.run, i), Kind: "status", Status: st, DeviceID: "web"})
+		live = append(live, harness.WireEvent{UserID: fmt.Sprintf("%s-live-%d", p.Run, i), Kind: "status", Status: st, DeviceID: "web"})
 	}
 	if err := onlinePost(ingest, live); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestDashboard(t *testing.T) {
 
 	// The API first: history has written the model's day.
 	op := func(target string, out any) int {
-		code, body := onlineDo(t, http.MethodGet, target, testKeys.operator, nil)
+		code, body := harness.OnlineDo(t, http.MethodGet, target, harness.TestKeys.Operator, nil)
 		if code == http.StatusOK && out != nil {
 			if err := json.Unmarshal(body, out); err != nil {
 				t.Fatalf("GET %s: %v in %s", target, err, body)
@@ -134,10 +135,10 @@ func TestDashboard(t *testing.T) {
 			End   *time.Time `json:"end"`
 		} `json:"sessions"`
 	}
-	eventually(t, 120*time.Second, func() string {
+	harness.Eventually(t, 120*time.Second, func() string {
 		target := fmt.Sprintf("%s/v1/users/%s/sessions?from=%s&to=%s&view=operator", query, model, day, base.AddDate(0, 0, 1).Format(time.DateOnly))
 		if code := op(target, &sessions); code != http.StatusOK || len(sessions.Sessions) != 2 {
-			return fmt.Sprintf("sessions of the model = %d %+v; history's output ends:\n%s", code, sessions, lastLines(p.svc["history"].out.String(), 10))
+			return fmt.Sprintf("sessions of the model = %d %+v; history's output ends:\n%s", code, sessions, harness.LastLines(p.Svc["history"].Out.String(), 10))
 		}
 		var st struct{ Status string }
 		if code := op(fmt.Sprintf("%s/v1/users/%s/status?view=operator&at=%s", query, model, url.QueryEscape(at(13).Format(time.RFC3339))), &st); code != http.StatusOK {
@@ -146,7 +147,7 @@ func TestDashboard(t *testing.T) {
 		return ""
 	})
 
-	now := browser.open(t, query, testKeys.operator, "#now")
+	now := browser.open(t, query, harness.TestKeys.Operator, "#now")
 	fp := now.eval(t, `(performance.getEntriesByName('first-contentful-paint')[0] || {startTime: -1}).startTime`)
 	t.Logf("first contentful paint of the page: %v ms", fp)
 
@@ -155,17 +156,17 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("a reader key sees the public counts", func(t *testing.T) {
-		reader := browser.open(t, query, testKeys.reader, "#now")
-		dashCountsEqualAs(t, reader, query, testKeys.reader)
+		reader := browser.open(t, query, harness.TestKeys.Reader, "#now")
+		dashCountsEqualAs(t, reader, query, harness.TestKeys.Reader)
 		reader.wait(t, `document.getElementById('feed-state').textContent === 'needs an operator key'`, 5*time.Second)
 	})
 
 	t.Run("a status posted through ingest appears within a second", func(t *testing.T) {
 		now.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 10*time.Second)
-		now.feedURLsCarryNoCredential(t, testKeys.operator)
-		user := p.run + "-arrives"
+		now.feedURLsCarryNoCredential(t, harness.TestKeys.Operator)
+		user := p.Run + "-arrives"
 		start := time.Now()
-		if err := onlinePost(ingest, []wireEvent{{UserID: user, Kind: "status", Status: "online", DeviceID: "web"}}); err != nil {
+		if err := onlinePost(ingest, []harness.WireEvent{{UserID: user, Kind: "status", Status: "online", DeviceID: "web"}}); err != nil {
 			t.Fatal(err)
 		}
 		sel := fmt.Sprintf(`document.querySelector('#changes li[data-user=%q][data-status="online"]') !== null`, user)
@@ -182,8 +183,8 @@ func TestDashboard(t *testing.T) {
 		if path := os.Getenv("PULSE_DASHBOARD_SCREENSHOT"); path != "" {
 			// A few more changes, so the picture shows the list moving.
 			for i, st := range []string{"idle", "online", "invisible", "online", "idle", "offline", "online"} {
-				ev := wireEvent{UserID: fmt.Sprintf("%s-live-%d", p.run, i%6), Kind: "status", Status: st, DeviceID: "web"}
-				if err := onlinePost(ingest, []wireEvent{ev}); err != nil {
+				ev := harness.WireEvent{UserID: fmt.Sprintf("%s-live-%d", p.Run, i%6), Kind: "status", Status: st, DeviceID: "web"}
+				if err := onlinePost(ingest, []harness.WireEvent{ev}); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(300 * time.Millisecond)
@@ -239,7 +240,7 @@ func TestDashboard(t *testing.T) {
 		now.screenshot(t, "user")
 
 		// The user's own token: their status now and at an instant, and no history.
-		own := browser.open(t, query, userToken(t, model, time.Now().Add(time.Hour), testKeys.hs256), "#user/"+model+"?day="+day+"&at="+at(13).Format(time.RFC3339))
+		own := browser.open(t, query, userToken(t, model, time.Now().Add(time.Hour), harness.TestKeys.Hs256), "#user/"+model+"?day="+day+"&at="+at(13).Format(time.RFC3339))
 		own.wait(t, `document.getElementById('who').textContent === 'user token: `+model+`'`, 5*time.Second)
 		own.wait(t, `document.getElementById('user-status').textContent === 'offline' && document.getElementById('user-feed-state').textContent === 'live'`, 10*time.Second)
 		own.feedURLsCarryNoCredential(t, own.cred)
@@ -285,28 +286,28 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("with Cassandra unreachable history is unavailable and the live part updates", func(t *testing.T) {
 		env := map[string]string{}
-		for k, v := range p.env {
+		for k, v := range p.Env {
 			env[k] = v
 		}
-		env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(freePort(t)) // nothing listens there
+		env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(harness.FreePort(t)) // nothing listens there
 		env["PULSE_CASSANDRA_CONNECT_TIMEOUT"] = "500ms"
-		q2 := startService(t, "query", env)
-		eventually(t, 30*time.Second, func() string {
-			if code, body := get(t, q2.url+"/readyz"); code != http.StatusOK {
+		q2 := harness.StartService(t, "query", env)
+		harness.Eventually(t, 30*time.Second, func() string {
+			if code, body := harness.Get(t, q2.URL+"/readyz"); code != http.StatusOK {
 				return fmt.Sprintf("/readyz = %d %s", code, body)
 			}
 			return ""
 		})
-		tab := browser.open(t, q2.url, testKeys.operator, "#now")
+		tab := browser.open(t, q2.URL, harness.TestKeys.Operator, "#now")
 		tab.wait(t, `document.getElementById('hour-state').textContent.startsWith('history unavailable')`, 15*time.Second)
 		tab.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 15*time.Second)
-		dashCountsEqual(t, tab, q2.url)
-		user := p.run + "-while-down"
-		if err := onlinePost(ingest, []wireEvent{{UserID: user, Kind: "status", Status: "idle", DeviceID: "web"}}); err != nil {
+		dashCountsEqual(t, tab, q2.URL)
+		user := p.Run + "-while-down"
+		if err := onlinePost(ingest, []harness.WireEvent{{UserID: user, Kind: "status", Status: "idle", DeviceID: "web"}}); err != nil {
 			t.Fatal(err)
 		}
 		tab.wait(t, fmt.Sprintf(`document.querySelector('#changes li[data-user=%q][data-status="idle"]') !== null`, user), 5*time.Second)
-		dashCountsEqual(t, tab, q2.url)
+		dashCountsEqual(t, tab, q2.URL)
 		tab.screenshot(t, "cassandra-unreachable-now")
 		tab.eval(t, `location.hash = '#history?day=`+day+`'`)
 		tab.wait(t, `document.getElementById('conc-state').textContent.startsWith('history unavailable')`, 15*time.Second)
@@ -320,7 +321,7 @@ func TestDashboard(t *testing.T) {
 		// say they are unavailable, rather than showing zeros.
 		tab.eval(t, `location.hash = '#now'`)
 		tab.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 15*time.Second)
-		q2.stop(t)
+		q2.Stop(t)
 		tab.wait(t, `document.getElementById('feed-state').textContent === 'reconnecting'`, 10*time.Second)
 		tab.wait(t, `document.getElementById('counts-state').textContent.startsWith('counts unavailable') &&
 			document.getElementById('count-online').textContent === '—'`, 10*time.Second)
@@ -332,7 +333,7 @@ func TestDashboard(t *testing.T) {
 // again when a busy Cassandra does not answer it in time.
 func dashKeyspace(t *testing.T, session *gocql.Session) string {
 	t.Helper()
-	ks := "pulse_it_dash_" + randomID(t)
+	ks := "pulse_it_dash_" + harness.RandomID(t)
 	t.Cleanup(func() {
 		var err error
 		for range 3 {
@@ -365,7 +366,7 @@ func dashEvent(user, device string, st presence.Status, at time.Time) presence.E
 // far in the past.
 func dashProduce(t *testing.T, topic string, events []presence.Event) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(topic))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +391,7 @@ func dashProduce(t *testing.T, topic string, events []presence.Event) {
 // the API answers.
 func dashCountsEqual(t *testing.T, tab *dashTab, query string) {
 	t.Helper()
-	dashCountsEqualAs(t, tab, query, testKeys.operator)
+	dashCountsEqualAs(t, tab, query, harness.TestKeys.Operator)
 }
 
 // dashCountsEqualAs compares the counts on the page with the API's in the view key
@@ -399,7 +400,7 @@ func dashCountsEqual(t *testing.T, tab *dashTab, query string) {
 func dashCountsEqualAs(t *testing.T, tab *dashTab, query, key string) {
 	t.Helper()
 	target, fields := query+"/v1/online/count", []string{"online", "idle", "total"}
-	if key == testKeys.operator {
+	if key == harness.TestKeys.Operator {
 		target, fields = target+"?view=operator", []string{"online", "idle", "invisible", "total"}
 	} else if !tab.truthy(t, `document.getElementById('card-invisible').hidden`) {
 		t.Errorf("the page shows an invisible count to a key without the operator scope")
@@ -408,7 +409,7 @@ func dashCountsEqualAs(t *testing.T, tab *dashTab, query, key string) {
 	var last string
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		code, body := freshCount(t, target, key)
+		code, body := harness.FreshCount(t, target, key)
 		if code != http.StatusOK {
 			t.Fatalf("count = %d %s", code, body)
 		}
@@ -542,7 +543,7 @@ func (b *dashBrowser) open(t *testing.T, base, cred, hash string) *dashTab {
 	}
 	who := "operator key"
 	switch {
-	case cred == testKeys.reader:
+	case cred == harness.TestKeys.Reader:
 		who = "reader key"
 	case strings.Count(cred, ".") == 2:
 		who = "user token: "

@@ -15,6 +15,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/deadletter"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // docs/design.md guarantee 11: poison records written straight to Kafka — bytes that
@@ -24,11 +25,11 @@ import (
 // moves on: the good events around them are applied. pulsectl dlq lists them and
 // replays one to its topic.
 func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "aggregator")
-	p.start(t, "history")
-	p.start(t, "query")
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...))
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "aggregator")
+	p.Start(t, "history")
+	p.Start(t, "query")
+	prod, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,23 +46,23 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 		return b
 	}
 	badRule := &pulsev1.Event{}
-	if err := proto.Unmarshal(event("dl-"+p.run+"-x", "x1"), badRule); err != nil {
+	if err := proto.Unmarshal(event("dl-"+p.Run+"-x", "x1"), badRule); err != nil {
 		t.Fatal(err)
 	}
 	badRule.Status = pulsev1.Status(99)
 	badRuleBytes, _ := proto.Marshal(badRule)
-	good := []string{"dl-" + p.run + "-a", "dl-" + p.run + "-b"}
+	good := []string{"dl-" + p.Run + "-a", "dl-" + p.Run + "-b"}
 	poison := []*kgo.Record{
-		{Topic: p.events, Key: []byte("dl-" + p.run + "-x"), Value: []byte("not a protobuf event"), Headers: schema},
-		{Topic: p.events, Key: []byte("dl-" + p.run + "-x"), Value: event("dl-"+p.run+"-x", "x0")},
-		{Topic: p.events, Key: []byte("dl-" + p.run + "-x"), Value: badRuleBytes, Headers: schema},
-		{Topic: p.events, Key: []byte("dl-" + p.run + "-y"), Value: event("dl-"+p.run+"-x", "x2"), Headers: schema},
-		{Topic: p.changes, Key: []byte("dl-" + p.run + "-x"), Value: []byte{0xff, 0xff, 0xff},
+		{Topic: p.Events, Key: []byte("dl-" + p.Run + "-x"), Value: []byte("not a protobuf event"), Headers: schema},
+		{Topic: p.Events, Key: []byte("dl-" + p.Run + "-x"), Value: event("dl-"+p.Run+"-x", "x0")},
+		{Topic: p.Events, Key: []byte("dl-" + p.Run + "-x"), Value: badRuleBytes, Headers: schema},
+		{Topic: p.Events, Key: []byte("dl-" + p.Run + "-y"), Value: event("dl-"+p.Run+"-x", "x2"), Headers: schema},
+		{Topic: p.Changes, Key: []byte("dl-" + p.Run + "-x"), Value: []byte{0xff, 0xff, 0xff},
 			Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaChange)}}},
 	}
-	recs := []*kgo.Record{{Topic: p.events, Key: []byte(good[0]), Value: event(good[0], "a1"), Headers: schema}}
+	recs := []*kgo.Record{{Topic: p.Events, Key: []byte(good[0]), Value: event(good[0], "a1"), Headers: schema}}
 	recs = append(recs, poison...)
-	recs = append(recs, &kgo.Record{Topic: p.events, Key: []byte(good[1]), Value: event(good[1], "b1"), Headers: schema})
+	recs = append(recs, &kgo.Record{Topic: p.Events, Key: []byte(good[1]), Value: event(good[1], "b1"), Headers: schema})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res := prod.ProduceSync(ctx, recs...)
@@ -70,17 +71,17 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 	}
 	origin := map[string]bool{} // topic/partition/offset of each poison record
 	for _, r := range res {
-		if r.Record.Topic == p.changes || !strings.HasSuffix(string(r.Record.Key), "-a") && !strings.HasSuffix(string(r.Record.Key), "-b") {
+		if r.Record.Topic == p.Changes || !strings.HasSuffix(string(r.Record.Key), "-a") && !strings.HasSuffix(string(r.Record.Key), "-b") {
 			origin[fmt.Sprintf("%s/%d/%d", r.Record.Topic, r.Record.Partition, r.Record.Offset)] = true
 		}
 	}
 
 	// Every poison record is a dead letter with its origin, service and reason.
 	var letters []deadletter.Letter
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		letters = letters[:0]
-		for _, topic := range []string{deadletter.Topic(p.events), deadletter.Topic(p.changes)} {
-			for _, rs := range readTopic(t, topic) {
+		for _, topic := range []string{deadletter.Topic(p.Events), deadletter.Topic(p.Changes)} {
+			for _, rs := range harness.ReadTopic(t, topic) {
 				for _, r := range rs {
 					l, err := deadletter.Parse(r)
 					if err != nil {
@@ -99,7 +100,7 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 	for _, l := range letters {
 		key := fmt.Sprintf("%s/%d/%d", l.Topic, l.Partition, l.Offset)
 		wantService := "aggregator"
-		if l.Topic == p.changes {
+		if l.Topic == p.Changes {
 			wantService = "history"
 		}
 		if !origin[key] || l.Service != wantService || l.Reason == "" || time.Since(l.At) > time.Minute {
@@ -111,9 +112,9 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 		t.Fatalf("dead letters of %d origins (%d letters), want each of the %d poison records once", len(got), len(letters), len(poison))
 	}
 	// The good events on both sides of them were applied.
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		for _, user := range good {
-			code, body := get(t, p.svc["query"].url+"/status/"+user)
+			code, body := harness.Get(t, p.Svc["query"].URL+"/status/"+user)
 			if code != 200 || !strings.Contains(body, `"online"`) {
 				return fmt.Sprintf("%s: %d %s", user, code, body)
 			}
@@ -121,14 +122,14 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 		return ""
 	})
 	for _, m := range []struct{ svc, metric string }{{"aggregator", "pulse_aggregator_dead_letters_total 4"}, {"history", "pulse_history_dead_letters_total 1"}} {
-		if _, body := get(t, p.svc[m.svc].url+"/metrics"); !strings.Contains(body, m.metric+"\n") {
+		if _, body := harness.Get(t, p.Svc[m.svc].URL+"/metrics"); !strings.Contains(body, m.metric+"\n") {
 			t.Errorf("%s /metrics lacks %q", m.svc, m.metric)
 		}
 	}
 
 	// pulsectl lists the aggregator's dead letters and replays one.
-	dlq := deadletter.Topic(p.events)
-	out, err := exec.Command(binary("pulsectl"), "dlq", "list", "-brokers", strings.Join(kafkaBrokers(), ","), "-topic", dlq, "-csv").CombinedOutput()
+	dlq := deadletter.Topic(p.Events)
+	out, err := exec.Command(harness.Binary("pulsectl"), "dlq", "list", "-brokers", strings.Join(harness.KafkaBrokers(), ","), "-topic", dlq, "-csv").CombinedOutput()
 	if err != nil {
 		t.Fatalf("pulsectl dlq list: %v\n%s", err, out)
 	}
@@ -141,7 +142,7 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 	sort.Strings(origins)
 	var want []string
 	for o := range origin {
-		if strings.HasPrefix(o, p.events+"/") {
+		if strings.HasPrefix(o, p.Events+"/") {
 			want = append(want, o)
 		}
 	}
@@ -150,14 +151,14 @@ func TestPoisonRecordsGoToTheDeadLetterTopics(t *testing.T) {
 		t.Fatalf("pulsectl dlq list origins %v, want %v:\n%s", origins, want, out)
 	}
 	first := strings.Split(lines[1], ",")[0]
-	out, err = exec.Command(binary("pulsectl"), "dlq", "replay", "-brokers", strings.Join(kafkaBrokers(), ","), "-topic", dlq, "-offsets", first).CombinedOutput()
+	out, err = exec.Command(harness.Binary("pulsectl"), "dlq", "replay", "-brokers", strings.Join(harness.KafkaBrokers(), ","), "-topic", dlq, "-offsets", first).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "replayed 1 dead letters") {
 		t.Fatalf("pulsectl dlq replay: %v\n%s", err, out)
 	}
 	// Still poison: it comes back to the dead-letter topic, from its new offset.
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		n := 0
-		for _, rs := range readTopic(t, dlq) {
+		for _, rs := range harness.ReadTopic(t, dlq) {
 			n += len(rs)
 		}
 		if n != 5 {

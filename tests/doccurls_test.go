@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestEveryDocCurlWorks runs every curl command of README.md and docs/*.md against the
@@ -46,21 +48,21 @@ func TestEveryDocCurlWorks(t *testing.T) {
 		t.Fatalf("found %d curl commands and %d HTTPS ones: is the extraction right?", len(curls), skipped)
 	}
 
-	p := newPipeline(t, 2, nil)
-	ingest, query := p.svc["ingest"].url, p.svc["query"].url
+	p := harness.NewPipeline(t, 2, nil)
+	ingest, query := p.Svc["ingest"].URL, p.Svc["query"].URL
 	// A few users online, so the listing has a second page and the examples' users
 	// exist.
 	now := time.Now().UTC()
-	var evs []wireEvent
+	var evs []harness.WireEvent
 	for _, u := range []string{"alice", "bob", "carol"} {
-		evs = append(evs, wireEvent{UserID: u, Kind: "status", Status: "online", DeviceID: "phone", OccurredAt: &now})
+		evs = append(evs, harness.WireEvent{UserID: u, Kind: "status", Status: "online", DeviceID: "phone", OccurredAt: &now})
 	}
-	if code, body := postJSON(t, ingest+"/v1/events", map[string]any{"events": evs}); code != http.StatusAccepted {
+	if code, body := harness.PostJSON(t, ingest+"/v1/events", map[string]any{"events": evs}); code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events = %d %s", code, body)
 	}
 	var next string
-	eventually(t, 30*time.Second, func() string {
-		code, body := onlineDo(t, http.MethodGet, query+"/v1/online?limit=1", testKeys.reader, nil)
+	harness.Eventually(t, 30*time.Second, func() string {
+		code, body := harness.OnlineDo(t, http.MethodGet, query+"/v1/online?limit=1", harness.TestKeys.Reader, nil)
 		var page struct {
 			NextCursor *string `json:"nextCursor"`
 		}
@@ -72,12 +74,12 @@ func TestEveryDocCurlWorks(t *testing.T) {
 	})
 
 	env := append(os.Environ(),
-		"W=Authorization: Bearer "+testKeys.producer,
-		"R=Authorization: Bearer "+testKeys.reader,
-		"H=Authorization: Bearer "+testKeys.operator,
-		"PULSE_PRODUCER_KEY="+testKeys.producer,
-		"PULSE_READER_KEY="+testKeys.reader,
-		"PULSE_OPERATOR_KEY="+testKeys.operator,
+		"W=Authorization: Bearer "+harness.TestKeys.Producer,
+		"R=Authorization: Bearer "+harness.TestKeys.Reader,
+		"H=Authorization: Bearer "+harness.TestKeys.Operator,
+		"PULSE_PRODUCER_KEY="+harness.TestKeys.Producer,
+		"PULSE_READER_KEY="+harness.TestKeys.Reader,
+		"PULSE_OPERATOR_KEY="+harness.TestKeys.Operator,
 		"NEXT="+next,
 	)
 	hosts := strings.NewReplacer(

@@ -30,6 +30,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Fault scenarios under steady load from cmd/loadgen (docs/design.md guarantees 7
@@ -42,7 +43,7 @@ import (
 //     presence.events as it was sent: none lost;
 //   - every user's status (POST /statuses, GET /v1/users/{id}/status), the online
 //     count, the operator listing of GET /v1/online (the bitmaps) and presence.changes
-//     equal the model folded from the log (model_test.go);
+//     equal the model folded from the log (harness/model.go);
 //   - a change-feed client (WebSocket) watching a tenth of the users, connected before
 //     the load and kept through the scenario — it reconnects with its cursor whenever
 //     its connection ends, and the test also drops it during the fault — received
@@ -57,7 +58,7 @@ import (
 // faultLoad is one scenario's pipeline, load and observers.
 type faultLoad struct {
 	name    string
-	p       *pipeline
+	p       *harness.Pipeline
 	cfg     faultConfig
 	prefix  string // every user id of the scenario starts with it
 	watched []string
@@ -70,7 +71,7 @@ type faultLoad struct {
 	sampler *faultSampler
 
 	load      *exec.Cmd
-	loadOut   *syncBuffer
+	loadOut   *harness.SyncBuffer
 	loadDone  chan struct{}
 	loadErr   error
 	loadStart time.Time
@@ -99,7 +100,7 @@ var (
 func loadgenBinary(t *testing.T) string {
 	t.Helper()
 	loadgenOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", binary("loadgen"), "github.com/pulse-presence/pulse/cmd/loadgen").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", harness.Binary("loadgen"), "github.com/pulse-presence/pulse/cmd/loadgen").CombinedOutput()
 		if err != nil {
 			loadgenErr = fmt.Errorf("%v\n%s", err, out)
 		}
@@ -107,7 +108,7 @@ func loadgenBinary(t *testing.T) string {
 	if loadgenErr != nil {
 		t.Fatalf("building cmd/loadgen: %v", loadgenErr)
 	}
-	return binary("loadgen")
+	return harness.Binary("loadgen")
 }
 
 // newFaultLoad starts the scenario's pipeline and the feed client; the load starts
@@ -115,18 +116,18 @@ func loadgenBinary(t *testing.T) string {
 func newFaultLoad(t *testing.T, name string, cfg faultConfig) *faultLoad {
 	t.Helper()
 	loadgenBinary(t)
-	p := newTopics(t, cfg.partitions)
-	f := &faultLoad{name: name, p: p, cfg: cfg, prefix: "fl-" + p.run + "-", dir: t.TempDir()}
+	p := harness.NewTopics(t, cfg.partitions)
+	f := &faultLoad{name: name, p: p, cfg: cfg, prefix: "fl-" + p.Run + "-", dir: t.TempDir()}
 	if cfg.privateRedis {
-		f.redisPort = freePort(t)
+		f.redisPort = harness.FreePort(t)
 		f.redisAddr, _ = startRedis(t, f.redisPort)
-		p.env["PULSE_REDIS_ADDR"] = f.redisAddr
+		p.Env["PULSE_REDIS_ADDR"] = f.redisAddr
 	}
-	p.env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
 	// The feed client reads every change of its users; a busy machine must not make it
 	// a slow consumer, which is another test's subject.
-	p.env["PULSE_FEED_QUEUE_SIZE"] = "65536"
-	maps.Copy(p.env, cfg.env)
+	p.Env["PULSE_FEED_QUEUE_SIZE"] = "65536"
+	maps.Copy(p.Env, cfg.env)
 	names := []string{"ingest", "aggregator", "query"}
 	if cfg.history {
 		names = append(names, "history")
@@ -137,42 +138,42 @@ func newFaultLoad(t *testing.T, name string, cfg faultConfig) *faultLoad {
 	for i := range cfg.users / 10 {
 		f.watched = append(f.watched, f.prefix+strconv.Itoa(i))
 	}
-	f.watcher = startFaultWatcher(t, p.svc["query"].url, f.watched)
+	f.watcher = startFaultWatcher(t, p.Svc["query"].URL, f.watched)
 	return f
 }
 
 // start starts a service of the pipeline and waits until it is ready.
 func (f *faultLoad) start(t *testing.T, name string) {
 	t.Helper()
-	env := maps.Clone(f.p.env)
+	env := maps.Clone(f.p.Env)
 	if name == "history" {
 		maps.Copy(env, f.cfg.historyEnv)
 	}
-	s := startService(t, name, env)
-	eventually(t, 60*time.Second, func() string {
-		if code, body := get(t, s.url+"/readyz"); code != http.StatusOK {
+	s := harness.StartService(t, name, env)
+	harness.Eventually(t, 60*time.Second, func() string {
+		if code, body := harness.Get(t, s.URL+"/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("%s /readyz = %d %s", name, code, body)
 		}
 		return ""
 	})
-	f.p.svc[name] = s
+	f.p.Svc[name] = s
 }
 
 // startLoad runs loadgen for cfg.duration against the pipeline, writing the events
 // ingest acknowledged to a file, and starts sampling the read API.
 func (f *faultLoad) startLoad(t *testing.T) {
 	t.Helper()
-	f.sampler = startFaultSampler(t, f.p.svc["query"].url, f.watched)
-	f.loadOut = &syncBuffer{}
+	f.sampler = startFaultSampler(t, f.p.Svc["query"].URL, f.watched)
+	f.loadOut = &harness.SyncBuffer{}
 	f.loadDone = make(chan struct{})
 	f.load = exec.Command(loadgenBinary(t),
-		"-ingest", f.p.svc["ingest"].url, "-query", f.p.svc["query"].url,
+		"-ingest", f.p.Svc["ingest"].URL, "-query", f.p.Svc["query"].URL,
 		"-users", strconv.Itoa(f.cfg.users), "-user-prefix", f.prefix, "-devices", "2",
 		"-batch-rate", strconv.Itoa(f.cfg.batchRate), "-batch-size", strconv.Itoa(f.cfg.batchSize),
 		"-fresh-rate", "0", "-warmup", "0s", "-duration", f.cfg.duration.String(), "-timeout", "10s",
 		"-seed", strconv.FormatUint(mrand.Uint64(), 10), "-quiet",
 		"-acked", filepath.Join(f.dir, "acked.jsonl"), "-json", filepath.Join(f.dir, "report.json"))
-	f.load.Env = append(os.Environ(), "PULSE_PRODUCER_KEY="+testKeys.producer, "PULSE_READER_KEY="+testKeys.reader)
+	f.load.Env = append(os.Environ(), "PULSE_PRODUCER_KEY="+harness.TestKeys.Producer, "PULSE_READER_KEY="+harness.TestKeys.Reader)
 	f.load.Stdout, f.load.Stderr = f.loadOut, f.loadOut
 	if err := f.load.Start(); err != nil {
 		t.Fatalf("starting loadgen: %v", err)
@@ -215,8 +216,8 @@ func (f *faultLoad) marker(t *testing.T) (user, id string) {
 	f.markers++
 	user = fmt.Sprintf("%smarker-%d", f.prefix, f.markers)
 	id = user + "-e"
-	code, body := postJSON(t, f.p.svc["ingest"].url+"/v1/events",
-		map[string]any{"events": []wireEvent{{EventID: id, UserID: user, Kind: "status", Status: "online", DeviceID: "marker"}}})
+	code, body := harness.PostJSON(t, f.p.Svc["ingest"].URL+"/v1/events",
+		map[string]any{"events": []harness.WireEvent{{EventID: id, UserID: user, Kind: "status", Status: "online", DeviceID: "marker"}}})
 	if code != http.StatusAccepted {
 		t.Fatalf("posting a marker event: %d %s", code, body)
 	}
@@ -248,7 +249,7 @@ func (c faultIngest) refused() uint64 {
 type faultResult struct {
 	ingest  faultIngest
 	lost    int
-	model   *model
+	model   *harness.Model
 	records map[int32][]*kgo.Record // presence.events
 }
 
@@ -296,18 +297,18 @@ func (f *faultLoad) finish(t *testing.T) faultResult {
 	if uint64(len(acked)) != in.Acknowledged || in.Offered != in.Acknowledged+in.refused()+in.Unanswered || in.Acknowledged == 0 {
 		t.Fatalf("loadgen: %d lines in the -acked file, counts %+v: want one line per acknowledged event and offered = acknowledged + refused + unanswered", len(acked), in)
 	}
-	res.records = readTopic(t, f.p.events)
+	res.records = harness.ReadTopic(t, f.p.Events)
 	inLog := map[string]presence.Event{}
 	events := map[int32][]*pulsev1.Event{}
 	for part, recs := range res.records {
 		for _, r := range recs {
 			var pb pulsev1.Event
 			if err := proto.Unmarshal(r.Value, &pb); err != nil {
-				t.Fatalf("%s/%d@%d does not decode: %v", f.p.events, part, r.Offset, err)
+				t.Fatalf("%s/%d@%d does not decode: %v", f.p.Events, part, r.Offset, err)
 			}
 			e, err := presence.EventFromPB(&pb)
 			if err != nil {
-				t.Fatalf("%s/%d@%d: %v", f.p.events, part, r.Offset, err)
+				t.Fatalf("%s/%d@%d: %v", f.p.Events, part, r.Offset, err)
 			}
 			inLog[e.ID] = e
 			events[part] = append(events[part], &pb)
@@ -326,14 +327,14 @@ func (f *faultLoad) finish(t *testing.T) faultResult {
 		}
 	}
 	if res.lost > 0 {
-		t.Errorf("%d of %d acknowledged events are not in %s as sent:\n%s", res.lost, len(acked), f.p.events, firstLines(lostLines, 5))
+		t.Errorf("%d of %d acknowledged events are not in %s as sent:\n%s", res.lost, len(acked), f.p.Events, harness.FirstLines(lostLines, 5))
 	}
 
 	// (b) State, counts, bitmaps and changes equal the model of the log.
-	m := newModel()
+	m := harness.NewModel()
 	seen := map[string]bool{}
 	for _, evs := range events {
-		m.fold(evs, seen)
+		m.Fold(evs, seen)
 	}
 	res.model = m
 	f.verifyState(t, m)
@@ -341,12 +342,12 @@ func (f *faultLoad) finish(t *testing.T) faultResult {
 	// (c) The feed client got exactly its users' changes, across every reconnection.
 	var watched []string
 	for _, id := range f.watched {
-		if m.users[id] != nil {
+		if m.Users[id] != nil {
 			watched = append(watched, id)
 		}
 	}
 	want, n := watchExpect(m, watched, false)
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		if got, _, _ := f.watcher.log.counts(); got < n {
 			return fmt.Sprintf("the feed client has %d of its users' %d changes; %s", got, n, f.watcher.describe())
 		}
@@ -354,7 +355,7 @@ func (f *faultLoad) finish(t *testing.T) faultResult {
 	})
 	time.Sleep(time.Second) // anything extra would arrive now
 	if d := watchDiff("feed client", f.watcher.log, want); len(d) > 0 {
-		t.Errorf("the feed client differs from the model (%s):\n%s", f.watcher.describe(), firstLines(d, 10))
+		t.Errorf("the feed client differs from the model (%s):\n%s", f.watcher.describe(), harness.FirstLines(d, 10))
 	}
 	if f.watcher.reconnects() == 0 {
 		t.Errorf("the feed client never reconnected: the scenario did not test a resume")
@@ -362,7 +363,7 @@ func (f *faultLoad) finish(t *testing.T) faultResult {
 
 	// And the reads never answered an older state with 200.
 	if bad := f.sampler.problems(); len(bad) > 0 {
-		t.Errorf("reads during the scenario:\n%s", firstLines(bad, 10))
+		t.Errorf("reads during the scenario:\n%s", harness.FirstLines(bad, 10))
 	}
 	return res
 }
@@ -395,20 +396,20 @@ func (f *faultLoad) readAcked(t *testing.T) []faultAcked {
 
 // verifyState waits for the pipeline to apply the whole log, then compares every read
 // of the state with the model.
-func (f *faultLoad) verifyState(t *testing.T, m *model) {
+func (f *faultLoad) verifyState(t *testing.T, m *harness.Model) {
 	t.Helper()
 	p := f.p
-	users := m.sortedUsers()
-	eventually(t, 90*time.Second, func() string {
-		if d := p.diffStatuses(t, m, users); len(d) > 0 {
-			return firstLines(d, 5) + "\naggregator output:\n" + lastLines(p.svc["aggregator"].out.String(), 10)
+	users := m.SortedUsers()
+	harness.Eventually(t, 90*time.Second, func() string {
+		if d := diffStatuses(p, t, m, users); len(d) > 0 {
+			return harness.FirstLines(d, 5) + "\naggregator output:\n" + harness.LastLines(p.Svc["aggregator"].Out.String(), 10)
 		}
 		return ""
 	})
-	if d := p.diffUserStatus(t, m, users); len(d) > 0 {
-		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", firstLines(d, 10))
+	if d := diffUserStatus(p, t, m, users); len(d) > 0 {
+		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", harness.FirstLines(d, 10))
 	}
-	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
+	code, body := harness.FreshCount(t, p.Svc["query"].URL+"/v1/online/count", "")
 	var got struct {
 		Total      uint64            `json:"total"`
 		ByStatus   map[string]uint64 `json:"byStatus"`
@@ -417,17 +418,17 @@ func (f *faultLoad) verifyState(t *testing.T, m *model) {
 	if code != http.StatusOK || json.Unmarshal(body, &got) != nil {
 		t.Fatalf("GET /v1/online/count = %d %s", code, body)
 	}
-	want := m.counts()
+	want := m.Counts()
 	if got.Total != want["total"] || got.Registered != want["registered"] || got.ByStatus["online"] != want["online"] ||
 		got.ByStatus["idle"] != want["idle"] || got.ByStatus["offline"] != want["offline"] {
 		t.Errorf("GET /v1/online/count = %s, want %v", body, want)
 	}
-	listed, _ := onlineWalk(t, p.svc["query"].url, "limit=1000&view=operator", onlineToken, nil)
+	listed, _ := onlineWalk(t, p.Svc["query"].URL, "limit=1000&view=operator", onlineToken, nil)
 	if d := onlineDiff(listed, m, true); d != "" {
 		t.Errorf("GET /v1/online (operator view) differs from the model:\n%s", d)
 	}
-	if d := p.diffChanges(t, m); len(d) > 0 {
-		t.Errorf("%s differs from the model:\n%s", p.changes, firstLines(d, 10))
+	if d := diffChanges(p, t, m); len(d) > 0 {
+		t.Errorf("%s differs from the model:\n%s", p.Changes, harness.FirstLines(d, 10))
 	}
 }
 
@@ -436,8 +437,8 @@ func (f *faultLoad) verifyState(t *testing.T, m *model) {
 func (f *faultLoad) stopServices(t *testing.T) {
 	t.Helper()
 	for _, name := range []string{"ingest", "query", "history", "aggregator"} {
-		if s := f.p.svc[name]; s != nil {
-			s.stop(t)
+		if s := f.p.Svc[name]; s != nil {
+			s.Stop(t)
 		}
 	}
 }
@@ -456,7 +457,7 @@ func (f *faultLoad) report(t *testing.T, res faultResult, figures string) {
 	}
 	t.Logf("%s: events offered %d, acknowledged %d, lost %d (refused %s, unanswered %d); %s; %d users, %d feed changes received, %d feed reconnections",
 		f.name, in.Offered, in.Acknowledged, res.lost, refused, in.Unanswered, figures,
-		len(res.model.users), f.watcher.changes(), f.watcher.reconnects())
+		len(res.model.Users), f.watcher.changes(), f.watcher.reconnects())
 }
 
 // ingestUntouched checks what a fault away from ingest and Kafka must leave alone:
@@ -495,7 +496,7 @@ func startFaultWatcher(t *testing.T, base string, users []string) *faultWatcher 
 		w.drop(0)
 		<-w.done
 	})
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		if _, s, _ := w.log.counts(); s != 1 {
 			return "the feed client has no snapshot yet; " + w.describe()
 		}
@@ -511,7 +512,7 @@ func (w *faultWatcher) run(ctx context.Context) {
 		if _, _, cursor := w.log.counts(); cursor != "" {
 			q.Set("cursor", cursor)
 		}
-		c, res, err := websocket.Dial(ctx, watchURL(w.base, "/v1/watch", q), &websocket.DialOptions{HTTPClient: keyedClient})
+		c, res, err := websocket.Dial(ctx, watchURL(w.base, "/v1/watch", q), &websocket.DialOptions{HTTPClient: harness.KeyedClient})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -663,7 +664,7 @@ func (s *faultSampler) do(method, path string, body any) ([]byte, bool) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := keyedClient.Do(req)
+	res, err := harness.KeyedClient.Do(req)
 	if err != nil {
 		s.problem(fmt.Sprintf("%s %s: %v", method, path, err))
 		return nil, false
@@ -834,7 +835,7 @@ func groupMembers(adm *kadm.Client, group string) (string, []string, error) {
 // (the marker's effect shows) says so. wg tracks it.
 func (f *faultLoad) follow(t *testing.T, wg *sync.WaitGroup, c *crash, group string, applied func() bool) {
 	t.Helper()
-	adm := kafkaAdmin(t)
+	adm := harness.KafkaAdmin(t)
 	_, dead, err := groupMembers(adm, group)
 	if err != nil {
 		t.Fatalf("describing group %s: %v", group, err)
@@ -871,8 +872,8 @@ func (f *faultLoad) markerShows(user string) func() bool {
 	return func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.p.svc["query"].url+"/status/"+url.PathEscape(user), nil)
-		res, err := keyedClient.Do(req)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.p.Svc["query"].URL+"/status/"+url.PathEscape(user), nil)
+		res, err := harness.KeyedClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -883,12 +884,12 @@ func (f *faultLoad) markerShows(user string) func() bool {
 }
 
 // killService kills a service with SIGKILL and waits for it to be gone.
-func killService(t *testing.T, s *service) time.Time {
+func killService(t *testing.T, s *harness.Service) time.Time {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s: %v", s.name, err)
+	if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("killing %s: %v", s.Name, err)
 	}
-	<-s.done
+	<-s.Done
 	return time.Now()
 }
 
@@ -915,9 +916,9 @@ func redisPID(t *testing.T, addr string) int {
 }
 
 // metric is the value of a metric line of a service's /metrics, "" when absent.
-func metric(t *testing.T, s *service, line string) string {
+func metric(t *testing.T, s *harness.Service, line string) string {
 	t.Helper()
-	_, body := get(t, s.url+"/metrics")
+	_, body := harness.Get(t, s.URL+"/metrics")
 	for l := range strings.SplitSeq(body, "\n") {
 		if v, ok := strings.CutPrefix(l, line+" "); ok {
 			return v
@@ -948,9 +949,9 @@ func faultDefaults(cfg faultConfig) faultConfig {
 // checkRebuilt asserts the aggregator rebuilt shards from the log.
 func (f *faultLoad) checkRebuilt(t *testing.T) string {
 	t.Helper()
-	agg := f.p.svc["aggregator"]
-	if out := agg.out.String(); !strings.Contains(out, "shard rebuilt from the log") {
-		t.Errorf("the aggregator did not log a rebuild; its output ends:\n%s", lastLines(out, 20))
+	agg := f.p.Svc["aggregator"]
+	if out := agg.Out.String(); !strings.Contains(out, "shard rebuilt from the log") {
+		t.Errorf("the aggregator did not log a rebuild; its output ends:\n%s", harness.LastLines(out, 20))
 	}
 	n := metric(t, agg, "pulse_aggregator_rebuilds_total")
 	if v, err := strconv.ParseFloat(n, 64); err != nil || v < 1 {
@@ -1047,7 +1048,7 @@ func TestFaultLoadRedisFlushAll(t *testing.T) {
 // member; repair: an event posted at the death shows in the query API.
 func TestFaultLoadAggregatorCrashes(t *testing.T) {
 	f := newFaultLoad(t, "aggregator crashes", faultDefaults(faultConfig{duration: 40 * time.Second}))
-	group := f.p.env["PULSE_AGGREGATOR_GROUP"]
+	group := f.p.Env["PULSE_AGGREGATOR_GROUP"]
 	f.startLoad(t)
 	rnd := mrand.New(mrand.NewPCG(mrand.Uint64(), 13))
 	randomIn := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rnd.Int64N(int64(hi-lo))) }
@@ -1060,37 +1061,37 @@ func TestFaultLoadAggregatorCrashes(t *testing.T) {
 		crashes = append(crashes, c)
 		return c
 	}
-	startAggregator := func(crashAfter int) *service {
-		env := maps.Clone(f.p.env)
+	startAggregator := func(crashAfter int) *harness.Service {
+		env := maps.Clone(f.p.Env)
 		if crashAfter > 0 {
 			env["PULSE_AGGREGATOR_CRASH_AFTER_WRITE"] = strconv.Itoa(crashAfter)
 		}
-		s := startService(t, "aggregator", env)
-		f.p.svc["aggregator"] = s
+		s := harness.StartService(t, "aggregator", env)
+		f.p.Svc["aggregator"] = s
 		return s
 	}
 
 	// 1: SIGKILL at a random moment.
 	f.sleepUnderLoad(t, randomIn(3*time.Second, 6*time.Second))
-	first := died("SIGKILL", killService(t, f.p.svc["aggregator"]))
+	first := died("SIGKILL", killService(t, f.p.Svc["aggregator"]))
 	f.watcher.drop(3 * time.Second)
 	// 2: the replacement exits right after its n-th window write.
 	n := 20 + rnd.IntN(100)
 	s := startAggregator(n)
 	select {
-	case <-s.done:
+	case <-s.Done:
 	case <-time.After(90 * time.Second):
-		t.Fatalf("the aggregator with PULSE_AGGREGATOR_CRASH_AFTER_WRITE=%d did not exit within 90 s; output:\n%s", n, lastLines(s.out.String(), 20))
+		t.Fatalf("the aggregator with PULSE_AGGREGATOR_CRASH_AFTER_WRITE=%d did not exit within 90 s; output:\n%s", n, harness.LastLines(s.Out.String(), 20))
 	}
 	var exit *exec.ExitError
-	if !errors.As(s.err, &exit) || exit.ExitCode() != 3 || !strings.Contains(s.out.String(), "exiting between a window's Redis write and its changes and commit") {
-		t.Fatalf("the aggregator with PULSE_AGGREGATOR_CRASH_AFTER_WRITE=%d ended with %v; output:\n%s", n, s.err, lastLines(s.out.String(), 20))
+	if !errors.As(s.Err, &exit) || exit.ExitCode() != 3 || !strings.Contains(s.Out.String(), "exiting between a window's Redis write and its changes and commit") {
+		t.Fatalf("the aggregator with PULSE_AGGREGATOR_CRASH_AFTER_WRITE=%d ended with %v; output:\n%s", n, s.Err, harness.LastLines(s.Out.String(), 20))
 	}
 	f.loadRunning(t)
 	second := died(fmt.Sprintf("crash point after window write %d", n), time.Now())
 	afterCrashPoint := startAggregator(0)
 	// 3: SIGKILL at a random moment once the replacement works.
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		d1, _, _ := first.get()
 		d2, _, _ := second.get()
 		if d1 == 0 || d2 == 0 {
@@ -1099,7 +1100,7 @@ func TestFaultLoadAggregatorCrashes(t *testing.T) {
 		return ""
 	})
 	f.sleepUnderLoad(t, randomIn(time.Second, 4*time.Second))
-	died("SIGKILL", killService(t, f.p.svc["aggregator"]))
+	died("SIGKILL", killService(t, f.p.Svc["aggregator"]))
 	startAggregator(0)
 	f.loadRunning(t)
 
@@ -1116,7 +1117,7 @@ func TestFaultLoadAggregatorCrashes(t *testing.T) {
 	// Whether the window the crash point left written but uncommitted had changes to
 	// produce again (a window without changes leaves no outbox).
 	reproduced := "no changes of the uncommitted window to produce again"
-	for l := range strings.SplitSeq(afterCrashPoint.out.String(), "\n") {
+	for l := range strings.SplitSeq(afterCrashPoint.Out.String(), "\n") {
 		if i := strings.Index(l, "re-producing changes of an uncommitted window"); i >= 0 {
 			reproduced = "the next aggregator produced the uncommitted window's changes again: " + strings.TrimSpace(l[i:])
 		}
@@ -1143,12 +1144,12 @@ func TestFaultLoadHistoryCrashes(t *testing.T) {
 			"PULSE_CASSANDRA_TIMEOUT":         "10s",
 			"PULSE_READY_CHECK_TIMEOUT":       "10s",
 		}}))
-	group := f.p.env["PULSE_HISTORY_GROUP"]
+	group := f.p.Env["PULSE_HISTORY_GROUP"]
 	session := migCassandra(t)
-	ks := envOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
+	ks := harness.EnvOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
 	var hm histModel
 	var histUsers []string
-	h := &histEnv{run: f.p.run, events: f.p.events, changes: f.p.changes, group: group, adm: kafkaAdmin(t), session: session, ks: ks}
+	h := &histEnv{run: f.p.Run, events: f.p.Events, changes: f.p.Changes, group: group, adm: harness.KafkaAdmin(t), session: session, ks: ks}
 	h.histCleanup(t, &hm, nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -1164,7 +1165,7 @@ func TestFaultLoadHistoryCrashes(t *testing.T) {
 	var crashes []*crash
 	for i := range 2 {
 		f.sleepUnderLoad(t, randomIn(2*time.Second, 5*time.Second))
-		at := killService(t, f.p.svc["history"])
+		at := killService(t, f.p.Svc["history"])
 		user, id := f.marker(t)
 		if i == 0 {
 			f.watcher.drop(3 * time.Second)
@@ -1179,7 +1180,7 @@ func TestFaultLoadHistoryCrashes(t *testing.T) {
 		})
 		crashes = append(crashes, c)
 		f.start(t, "history")
-		eventually(t, 60*time.Second, func() string {
+		harness.Eventually(t, 60*time.Second, func() string {
 			if d, _, _ := c.get(); d == 0 {
 				return "the history group has not handed the partitions over yet"
 			}
@@ -1211,7 +1212,7 @@ func TestFaultLoadHistoryCrashes(t *testing.T) {
 	// position): history writes the same row, so the model counts it once.
 	var changes []histChange
 	seenChange := map[[2]int64]bool{}
-	for _, recs := range readTopic(t, f.p.changes) {
+	for _, recs := range harness.ReadTopic(t, f.p.Changes) {
 		for _, r := range recs {
 			var c pulsev1.Change
 			if err := proto.Unmarshal(r.Value, &c); err != nil {
@@ -1225,8 +1226,8 @@ func TestFaultLoadHistoryCrashes(t *testing.T) {
 		}
 	}
 	hm = histBuildModel(events, changes)
-	histUsers = res.model.sortedUsers()
-	eventually(t, 120*time.Second, func() string { return faultCommitted(t, h.adm, group, f.p.events, f.p.changes) })
+	histUsers = res.model.SortedUsers()
+	harness.Eventually(t, 120*time.Second, func() string { return faultCommitted(t, h.adm, group, f.p.Events, f.p.Changes) })
 	histResult := fmt.Sprintf("Cassandra's %d history rows and %d user_status rows equal the model", len(hm.rows), len(hm.status))
 	// Once committed, the rows are written; the wait only rides out reads that a busy
 	// Cassandra does not answer in time.
@@ -1345,7 +1346,7 @@ func faultHistDiff(t *testing.T, h *histEnv, m histModel, events []histEvent, us
 	close(chunks)
 	wg.Wait()
 	if len(errs) > 0 {
-		return firstLines(errs, 3)
+		return harness.FirstLines(errs, 3)
 	}
 
 	var diffs []string
@@ -1376,7 +1377,7 @@ func faultHistDiff(t *testing.T, h *histEnv, m histModel, events []histEvent, us
 		return ""
 	}
 	slices.Sort(diffs)
-	return fmt.Sprintf("%d rows in Cassandra, %d in the model; differences:\n%s", len(rows), len(m.rows), firstLines(diffs, 8))
+	return fmt.Sprintf("%d rows in Cassandra, %d in the model; differences:\n%s", len(rows), len(m.rows), harness.FirstLines(diffs, 8))
 }
 
 // Kafka killed with SIGKILL under the load generator's load, and started again 5 s
@@ -1410,13 +1411,13 @@ func TestFaultLoadKafkaKilled(t *testing.T) {
 		refused := false
 		for i := 0; ; i++ {
 			id := fmt.Sprintf("%s-%d", probeUser, i)
-			b, _ := json.Marshal(map[string]any{"events": []wireEvent{{EventID: id, UserID: probeUser, Kind: "status",
+			b, _ := json.Marshal(map[string]any{"events": []harness.WireEvent{{EventID: id, UserID: probeUser, Kind: "status",
 				Status: []string{"online", "idle"}[i%2], DeviceID: "probe"}}})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.p.svc["ingest"].url+"/v1/events", bytes.NewReader(b))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.p.Svc["ingest"].URL+"/v1/events", bytes.NewReader(b))
 			req.Header.Set("Content-Type", "application/json")
 			pr := probe{at: time.Now(), id: id}
-			if res, err := keyedClient.Do(req); err == nil {
+			if res, err := harness.KeyedClient.Do(req); err == nil {
 				pr.code, pr.retryHint = res.StatusCode, res.Header.Get("Retry-After") != ""
 				res.Body.Close()
 			}

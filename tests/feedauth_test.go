@@ -13,13 +13,14 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestFeedEndsWhenItsCredentialDoes: an open feed stream ends, with a
 // credential_ended error (SSE) or close code 1008 (WebSocket), once its key is removed
 // from the keys file (within PULSE_API_KEYS_RELOAD) or its user token expires.
 func TestFeedEndsWhenItsCredentialDoes(t *testing.T) {
-	p := newTopics(t, 1)
+	p := harness.NewTopics(t, 1)
 	keysFile := filepath.Join(t.TempDir(), "api-keys")
 	key, err := auth.NewKey()
 	if err != nil {
@@ -30,23 +31,23 @@ func TestFeedEndsWhenItsCredentialDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keep := auth.Line("it-keep", auth.ScopeRead, testKeys.reader)
+	keep := auth.Line("it-keep", auth.ScopeRead, harness.TestKeys.Reader)
 	writeKeys(keep, auth.Line("it-doomed", auth.ScopeRead, key))
-	p.env[auth.KeysFileEnv] = keysFile
-	p.env["PULSE_API_KEYS_RELOAD"] = "500ms"
-	p.env["PULSE_JWT_LEEWAY"] = "0s"
-	p.start(t, "query")
-	alice := p.run + "-alice"
-	base := p.svc["query"].url
+	p.Env[auth.KeysFileEnv] = keysFile
+	p.Env["PULSE_API_KEYS_RELOAD"] = "500ms"
+	p.Env["PULSE_JWT_LEEWAY"] = "0s"
+	p.Start(t, "query")
+	alice := p.Run + "-alice"
+	base := p.Svc["query"].URL
 
 	// The key's SSE stream, then the key removed.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var res *http.Response
-	eventually(t, 20*time.Second, func() string {
+	harness.Eventually(t, 20*time.Second, func() string {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/watch/sse?userIds="+alice, nil)
 		req.Header.Set("Authorization", "Bearer "+key)
-		r, err := bareClient.Do(req)
+		r, err := harness.BareClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,12 +101,12 @@ func TestFeedEndsWhenItsCredentialDoes(t *testing.T) {
 	}
 
 	// A user token's WebSocket ends at the token's expiry.
-	tok, err := auth.MintUserToken(testKeys.hs256, auth.UserToken{User: alice, TTL: 3 * time.Second, Now: time.Now()})
+	tok, err := auth.MintUserToken(harness.TestKeys.Hs256, auth.UserToken{User: alice, TTL: 3 * time.Second, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn, _, err := websocket.Dial(ctx, watchURL(base, "/v1/watch", map[string][]string{"userIds": {alice}}),
-		&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+		&websocket.DialOptions{HTTPClient: harness.BareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
 	if err != nil {
 		t.Fatal(err)
 	}

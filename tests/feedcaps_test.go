@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestFeedCapsPerUserAndAddress: a user token holds at most
@@ -14,13 +16,13 @@ import (
 // PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS, whatever its credentials: the next is a 429
 // naming the variable, before any upgrade.
 func TestFeedCapsPerUserAndAddress(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_FEED_MAX_CONNECTIONS_PER_USER"] = "2"
-	p.env["PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS"] = "4"
-	p.start(t, "query")
-	alice := p.run + "-alice"
-	sseURL := p.svc["query"].url + "/v1/watch/sse?userIds=" + alice
-	token := userToken(t, alice, time.Now().Add(time.Hour), testKeys.hs256)
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_FEED_MAX_CONNECTIONS_PER_USER"] = "2"
+	p.Env["PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS"] = "4"
+	p.Start(t, "query")
+	alice := p.Run + "-alice"
+	sseURL := p.Svc["query"].URL + "/v1/watch/sse?userIds=" + alice
+	token := userToken(t, alice, time.Now().Add(time.Hour), harness.TestKeys.Hs256)
 
 	// open opens a stream with cred, retrying while the feed is not ready; it returns
 	// the refusal's status and body instead when the stream is refused otherwise.
@@ -28,11 +30,11 @@ func TestFeedCapsPerUserAndAddress(t *testing.T) {
 		t.Helper()
 		var code int
 		var body string
-		eventually(t, 30*time.Second, func() string {
+		harness.Eventually(t, 30*time.Second, func() string {
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, sseURL, nil)
 			req.Header.Set("Authorization", "Bearer "+cred)
-			res, err := bareClient.Do(req)
+			res, err := harness.BareClient.Do(req)
 			if err != nil {
 				cancel()
 				t.Fatalf("GET %s: %v", sseURL, err)
@@ -63,12 +65,12 @@ func TestFeedCapsPerUserAndAddress(t *testing.T) {
 		!strings.Contains(body, "user "+alice+" holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_USER=2)") {
 		t.Fatalf("3rd stream of alice's token: %d %s, want 429 naming PULSE_FEED_MAX_CONNECTIONS_PER_USER", code, body)
 	}
-	for _, key := range []string{testKeys.reader, testKeys.reader2} {
+	for _, key := range []string{harness.TestKeys.Reader, harness.TestKeys.Reader2} {
 		if code, body := open(key); code != http.StatusOK {
 			t.Fatalf("a key's stream: %d %s", code, body)
 		}
 	}
-	if code, body := open(testKeys.operator); code != http.StatusTooManyRequests ||
+	if code, body := open(harness.TestKeys.Operator); code != http.StatusTooManyRequests ||
 		!strings.Contains(body, "address 127.0.0.1 holds its most feed connections on this instance (PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS=4)") {
 		t.Fatalf("5th stream from 127.0.0.1: %d %s, want 429 naming PULSE_FEED_MAX_CONNECTIONS_PER_ADDRESS", code, body)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 	"github.com/pulse-presence/pulse/services/query/feed"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // feedConn is a WebSocket of the change feed read one message at a time.
@@ -36,9 +37,9 @@ type feedConn struct {
 func dialFeed(t *testing.T, ctx context.Context, base, cred string, q url.Values) *feedConn {
 	t.Helper()
 	var conn *websocket.Conn
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		c, res, err := websocket.Dial(ctx, watchURL(base, "/v1/watch", q),
-			&websocket.DialOptions{HTTPClient: bareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}})
+			&websocket.DialOptions{HTTPClient: harness.BareClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}})
 		if err != nil {
 			if res != nil && res.StatusCode == http.StatusServiceUnavailable {
 				return "feed not ready: " + err.Error()
@@ -100,14 +101,14 @@ func snapshotIDs(m watchMsg) []string {
 // PULSE_FEED_COMMAND_BURST) are ignored with a rate_limited error message while the
 // connection stays open.
 func TestFeedSubscribeSnapshotsOnlyWhatItAdds(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_FEED_COMMAND_RATE"] = "2"
-	p.env["PULSE_FEED_COMMAND_BURST"] = "3"
-	p.start(t, "query")
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_FEED_COMMAND_RATE"] = "2"
+	p.Env["PULSE_FEED_COMMAND_BURST"] = "3"
+	p.Start(t, "query")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, b, c := p.run+"-a", p.run+"-b", p.run+"-c"
-	f := dialFeed(t, ctx, p.svc["query"].url, testKeys.reader, url.Values{"userIds": {a}})
+	a, b, c := p.Run+"-a", p.Run+"-b", p.Run+"-c"
+	f := dialFeed(t, ctx, p.Svc["query"].URL, harness.TestKeys.Reader, url.Values{"userIds": {a}})
 	if m, raw := f.mustRead(); m.Type != "snapshot" || fmt.Sprint(snapshotIDs(m)) != fmt.Sprint([]string{a}) {
 		t.Fatalf("first message %s, want a's snapshot", raw)
 	}
@@ -153,24 +154,24 @@ func TestFeedSubscribeSnapshotsOnlyWhatItAdds(t *testing.T) {
 // as large as naming the users it may watch; a larger message closes it with 1009,
 // while a key may still send a subscribe of many long ids.
 func TestFeedReadLimitFollowsThePrincipal(t *testing.T) {
-	p := newTopics(t, 1)
-	p.start(t, "query")
+	p := harness.NewTopics(t, 1)
+	p.Start(t, "query")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	base := p.svc["query"].url
-	alice, bob := p.run+"-alice", p.run+"-bob"
-	tok, err := auth.MintUserToken(testKeys.hs256, auth.UserToken{User: alice, Watch: []string{bob}, TTL: time.Hour, Now: time.Now()})
+	base := p.Svc["query"].URL
+	alice, bob := p.Run+"-alice", p.Run+"-bob"
+	tok, err := auth.MintUserToken(harness.TestKeys.Hs256, auth.UserToken{User: alice, Watch: []string{bob}, TTL: time.Hour, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := func(i int) string { return fmt.Sprintf("%s-%0120d", p.run[:4], i) }
+	long := func(i int) string { return fmt.Sprintf("%s-%0120d", p.Run[:4], i) }
 	many := make([]string, 1000)
 	for i := range many {
 		many[i] = long(i)
 	}
 
 	// A key names anyone: 1,000 ids of 125 bytes in one command.
-	k := dialFeed(t, ctx, base, testKeys.reader, url.Values{})
+	k := dialFeed(t, ctx, base, harness.TestKeys.Reader, url.Values{})
 	if m, raw := k.mustRead(); m.Type != "snapshot" || len(m.Statuses) != 0 {
 		t.Fatalf("first message %s, want an empty snapshot", raw)
 	}
@@ -204,7 +205,7 @@ func TestFeedReadLimitFollowsThePrincipal(t *testing.T) {
 // the aggregator would.
 func produceChanges(t *testing.T, topic, user string, n int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.DefaultProduceTopic(topic),
 		kgo.ProducerLinger(5*time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -256,28 +257,28 @@ var offsetLike = regexp.MustCompile(`\d{3,}`)
 // a 503 with Retry-After before the stream starts. A cursor the log no longer holds,
 // or one that is malformed, is answered without the log's offsets.
 func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
-	p := newTopics(t, 1)
-	user := p.run + "-busy"
+	p := harness.NewTopics(t, 1)
+	user := p.Run + "-busy"
 	const first, n = 1_000, 100_000
-	p.env["PULSE_FEED_REPLAY_BUFFER"] = "0" // every resume reads the log
-	p.env["PULSE_FEED_MAX_LOG_REPLAYS"] = "3"
-	p.env["PULSE_FEED_REPLAY_WAIT"] = "1s"
-	p.env["PULSE_FEED_WRITE_TIMEOUT"] = "2m" // a stalled reader keeps its slot
-	p.start(t, "query")
-	base := p.svc["query"].url
-	fp := feed.TopicFingerprint(p.changes)
+	p.Env["PULSE_FEED_REPLAY_BUFFER"] = "0" // every resume reads the log
+	p.Env["PULSE_FEED_MAX_LOG_REPLAYS"] = "3"
+	p.Env["PULSE_FEED_REPLAY_WAIT"] = "1s"
+	p.Env["PULSE_FEED_WRITE_TIMEOUT"] = "2m" // a stalled reader keeps its slot
+	p.Start(t, "query")
+	base := p.Svc["query"].URL
+	fp := feed.TopicFingerprint(p.Changes)
 
 	// The cursors are the server's: before (start) and after (afterFirst) the first
 	// 1,000 changes; then 100,000 more, and the log trimmed to begin after the first.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w := dialFeed(t, ctx, base, testKeys.operator, url.Values{"userIds": {user}})
+	w := dialFeed(t, ctx, base, harness.TestKeys.Operator, url.Values{"userIds": {user}})
 	m, raw := w.mustRead()
 	if m.Type != "snapshot" || m.Cursor == "" {
 		t.Fatalf("first message %s, want a snapshot", raw)
 	}
 	start := m.Cursor
-	produceChanges(t, p.changes, user, first)
+	produceChanges(t, p.Changes, user, first)
 	var afterFirst string
 	for i := range first {
 		m, raw := w.mustRead()
@@ -287,10 +288,10 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 		afterFirst = m.Cursor
 	}
 	_ = w.conn.CloseNow()
-	produceChanges(t, p.changes, user, n)
-	adm := kafkaAdmin(t)
+	produceChanges(t, p.Changes, user, n)
+	adm := harness.KafkaAdmin(t)
 	var trim kadm.Offsets
-	trim.AddOffset(p.changes, 0, first, -1)
+	trim.AddOffset(p.Changes, 0, first, -1)
 	if res, err := adm.DeleteRecords(ctx, trim); err != nil || res.Error() != nil {
 		t.Fatalf("deleting records before %d: %v %v", first, err, res.Error())
 	}
@@ -304,7 +305,7 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
 			base+"/v1/watch/sse?"+url.Values{"userIds": {user}, "cursor": {cur}}.Encode(), nil)
 		req.Header.Set("Authorization", "Bearer "+cred)
-		res, err := bareClient.Do(req)
+		res, err := harness.BareClient.Do(req)
 		if err != nil {
 			cancel()
 			t.Fatalf("GET /v1/watch/sse: %v", err)
@@ -319,7 +320,7 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 		return res.StatusCode, res.Header.Get("Retry-After"), string(b)
 	}
 	// A cursor before the log's start: cursor_expired, without offsets.
-	f := dialFeed(t, ctx, base, testKeys.operator, url.Values{"userIds": {user}, "cursor": {start}})
+	f := dialFeed(t, ctx, base, harness.TestKeys.Operator, url.Values{"userIds": {user}, "cursor": {start}})
 	m, raw = f.mustRead()
 	if m.Type != "error" || m.Code != "cursor_expired" || offsetLike.MatchString(raw) || strings.Contains(raw, "partition") {
 		t.Fatalf("resuming before the log's start: %s, want cursor_expired naming no offset or partition", raw)
@@ -335,9 +336,9 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 	body3 = bin.AppendUvarint(body3, 7)
 	body3 = append(body3, 0xff) // an unfinished varint
 	for _, cur := range []string{format.Encode(body3), feed.EncodeCursor(fp, []int64{first, 5})} {
-		code, _, body := resume(testKeys.operator, cur)
+		code, _, body := resume(harness.TestKeys.Operator, cur)
 		if code == http.StatusOK {
-			g := dialFeed(t, ctx, base, testKeys.operator, url.Values{"userIds": {user}, "cursor": {cur}})
+			g := dialFeed(t, ctx, base, harness.TestKeys.Operator, url.Values{"userIds": {user}, "cursor": {cur}})
 			if m, raw := g.mustRead(); m.Type != "error" || m.Code != "cursor_expired" || strings.Contains(raw, "partition") || offsetLike.MatchString(raw) {
 				t.Errorf("a crafted cursor: %s, want cursor_expired naming no partition or offset", raw)
 			}
@@ -351,17 +352,17 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 	_ = f.conn.CloseNow()
 
 	// Replays from afterFirst read 100,000 changes from Kafka; nobody reads them.
-	eventually(t, 30*time.Second, func() string {
-		if code, _, body := resume(testKeys.reader, afterFirst); code != http.StatusOK {
+	harness.Eventually(t, 30*time.Second, func() string {
+		if code, _, body := resume(harness.TestKeys.Reader, afterFirst); code != http.StatusOK {
 			return fmt.Sprintf("first resume: %d %s", code, body)
 		}
 		return ""
 	})
-	if code, _, body := resume(testKeys.reader, afterFirst); code != http.StatusOK {
+	if code, _, body := resume(harness.TestKeys.Reader, afterFirst); code != http.StatusOK {
 		t.Fatalf("the reader key's second resume: %d %s", code, body)
 	}
 	began := time.Now()
-	code, retry, body := resume(testKeys.reader, afterFirst)
+	code, retry, body := resume(harness.TestKeys.Reader, afterFirst)
 	waited := time.Since(began)
 	if code != http.StatusServiceUnavailable || retry == "" ||
 		!strings.Contains(body, "key it-reader runs its most log replays on this instance (PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL=2)") {
@@ -370,10 +371,10 @@ func TestFeedLogReplaysAreBoundedAndRevealNoOffsets(t *testing.T) {
 	if waited < 900*time.Millisecond || waited > 10*time.Second {
 		t.Fatalf("the third resume was refused after %v, want about PULSE_FEED_REPLAY_WAIT (1s)", waited)
 	}
-	if code, _, body := resume(testKeys.reader2, afterFirst); code != http.StatusOK {
+	if code, _, body := resume(harness.TestKeys.Reader2, afterFirst); code != http.StatusOK {
 		t.Fatalf("another key's resume: %d %s", code, body)
 	}
-	code, retry, body = resume(testKeys.operator, afterFirst)
+	code, retry, body = resume(harness.TestKeys.Operator, afterFirst)
 	if code != http.StatusServiceUnavailable || retry == "" || !strings.Contains(body, "PULSE_FEED_MAX_LOG_REPLAYS=3") {
 		t.Fatalf("a resume past the instance's replays: %d Retry-After %q %s; want 503 naming PULSE_FEED_MAX_LOG_REPLAYS", code, retry, body)
 	}

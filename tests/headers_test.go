@@ -6,14 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Every answer of ingest and query carries X-Content-Type-Options: nosniff, and
 // Strict-Transport-Security when the service itself speaks TLS.
 func TestAnswersCarrySecurityHeaders(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "ingest")
-	p.start(t, "query")
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "ingest")
+	p.Start(t, "query")
 	check := func(c *http.Client, method, url, key, body string, tls bool) {
 		t.Helper()
 		var rd io.Reader
@@ -44,28 +46,28 @@ func TestAnswersCarrySecurityHeaders(t *testing.T) {
 			t.Errorf("%s %s over plain HTTP: Strict-Transport-Security %q, want none", method, url, hsts)
 		}
 	}
-	ing, q := p.svc["ingest"].url, p.svc["query"].url
+	ing, q := p.Svc["ingest"].URL, p.Svc["query"].URL
 	for _, tls := range []bool{false, true} {
-		c := bareClient
+		c := harness.BareClient
 		if tls {
 			dir := t.TempDir()
 			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 			ca := newTLSCA(t, "pulse headers CA")
 			ca.writeServerPair(t, certFile, keyFile)
 			env := map[string]string{"PULSE_TLS_CERT_FILE": certFile, "PULSE_TLS_KEY_FILE": keyFile}
-			for k, v := range p.env {
+			for k, v := range p.Env {
 				env[k] = v
 			}
 			c = tlsClient(ca)
-			ing = startTLSService(t, "ingest", env, c).url
-			q = startTLSService(t, "query", env, c).url
+			ing = startTLSService(t, "ingest", env, c).URL
+			q = startTLSService(t, "query", env, c).URL
 		}
-		check(c, http.MethodPost, ing+"/status", testKeys.producer, `{"userId":"`+p.run+`-h","status":"online"}`, tls)
-		check(c, http.MethodPost, ing+"/v1/events", testKeys.producer, `{"events":[{"userId":"u","status":"nope"}]}`, tls)
+		check(c, http.MethodPost, ing+"/status", harness.TestKeys.Producer, `{"userId":"`+p.Run+`-h","status":"online"}`, tls)
+		check(c, http.MethodPost, ing+"/v1/events", harness.TestKeys.Producer, `{"events":[{"userId":"u","status":"nope"}]}`, tls)
 		check(c, http.MethodPost, ing+"/v1/events", "", `{}`, tls)
 		check(c, http.MethodGet, ing+"/openapi.json", "", "", tls)
-		check(c, http.MethodGet, q+"/status/"+p.run+"-h", testKeys.reader, "", tls)
-		check(c, http.MethodGet, q+"/v1/online/count", testKeys.reader, "", tls)
+		check(c, http.MethodGet, q+"/status/"+p.Run+"-h", harness.TestKeys.Reader, "", tls)
+		check(c, http.MethodGet, q+"/v1/online/count", harness.TestKeys.Reader, "", tls)
 		check(c, http.MethodGet, q+"/v1/online/count", "", "", tls)
 		check(c, http.MethodGet, q+"/nowhere", "", "", tls)
 		check(c, http.MethodGet, q+"/readyz", "", "", tls)

@@ -21,6 +21,7 @@ import (
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The analysts' read API against the real Cassandra: known rows are written straight
@@ -119,7 +120,7 @@ func tp(t time.Time) *time.Time { return &t }
 // hapiGet GETs a query URL and decodes a 200's JSON into out.
 // hapiToken is the operator key of the history API tests: a user's history answers
 // only in the operator view.
-var hapiToken = testKeys.operator
+var hapiToken = harness.TestKeys.Operator
 
 // hapiOperator is target in the operator view, with the token, for the routes that
 // show single users and for a target that asks for it (the aggregates are open to
@@ -151,7 +152,7 @@ func hapiGetRaw(t *testing.T, target string) (int, string) {
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	res, err := keyedClient.Do(req)
+	res, err := harness.KeyedClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -173,7 +174,7 @@ func hapiGet(t *testing.T, target string, out any) {
 
 func hapiCLI(t *testing.T, base string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(binary("pulsectl"), args...)
+	cmd := exec.Command(harness.Binary("pulsectl"), args...)
 	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+base, "PULSE_OPERATOR_KEY="+hapiToken)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -194,8 +195,8 @@ func csvNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	session := migCassandra(t)
-	ks := envOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
-	run := randomID(t)
+	ks := harness.EnvOr("PULSE_CASSANDRA_KEYSPACE", "pulse")
+	run := harness.RandomID(t)
 	user := "hapi-" + run
 	// A day between 1990 and 2009, at least 40 days after the start so a session
 	// 40 days earlier stays in range.
@@ -366,7 +367,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	})
 
 	// Query, with a state of 16 shards of its own (the buckets of daily_users).
-	rdb := stateRDB(t, redisAddr())
+	rdb := stateRDB(t, harness.RedisAddr())
 	prefix := "it-hapi-" + run
 	t.Cleanup(func() { deleteRedisPrefix(rdb, prefix) })
 	if err := statestore.New(rdb, prefix).RegisterShards(context.Background(), 16, statestore.DefaultBuckets); err != nil {
@@ -375,20 +376,20 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 	if err := statestore.New(rdb, prefix).MarkWhole(context.Background(), 16); err != nil {
 		t.Fatal(err)
 	}
-	env := stackEnv()
+	env := harness.StackEnv()
 	env["PULSE_REDIS_PREFIX"] = prefix
 	env["PULSE_CASSANDRA_KEYSPACE"] = ks
-	q := startService(t, "query", env)
+	q := harness.StartService(t, "query", env)
 	rfc := func(tm time.Time) string { return url.QueryEscape(tm.Format(time.RFC3339Nano)) }
 	// Cassandra is connected in the background: wait for the first answer.
-	eventually(t, 30*time.Second, func() string {
-		if code, body := hapiGetRaw(t, q.url+"/v1/users/"+user+"/daily?from="+date(d0)+"&to="+date(d0)); code != http.StatusOK {
+	harness.Eventually(t, 30*time.Second, func() string {
+		if code, body := hapiGetRaw(t, q.URL+"/v1/users/"+user+"/daily?from="+date(d0)+"&to="+date(d0)); code != http.StatusOK {
 			return fmt.Sprintf("daily = %d %s", code, body)
 		}
 		return ""
 	})
 
-	if _, body := get(t, q.url+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 1\n") {
+	if _, body := harness.Get(t, q.URL+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 1\n") {
 		t.Errorf("/metrics lacks pulse_query_history_connected 1")
 	}
 
@@ -401,7 +402,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 				Entries    []hapiEntry `json:"entries"`
 				NextCursor *string     `json:"nextCursor"`
 			}
-			hapiGet(t, q.url+"/v1/users/"+user+"/timeline?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 3))+"&limit=2"+next, &page)
+			hapiGet(t, q.URL+"/v1/users/"+user+"/timeline?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 3))+"&limit=2"+next, &page)
 			got = append(got, page.Entries...)
 			if pages++; page.NextCursor == nil || pages > 10 {
 				break
@@ -416,7 +417,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		var page struct {
 			Entries []hapiEntry `json:"entries"`
 		}
-		hapiGet(t, q.url+"/v1/users/"+user+"/timeline?from="+rfc(dayAt(0, "12:00:00.000"))+"&to="+date(d0.AddDate(0, 0, 2)), &page)
+		hapiGet(t, q.URL+"/v1/users/"+user+"/timeline?from="+rfc(dayAt(0, "12:00:00.000"))+"&to="+date(d0.AddDate(0, 0, 2)), &page)
 		assertEqualJSON(t, "timeline 12:00 to day 2", page.Entries, newestFirst(entries[2:5]))
 
 		var csv strings.Builder
@@ -425,7 +426,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			fmt.Fprintf(&csv, "%s,%s,%s,%s,%s,%s,%s,%s,%t,%s,%s\n", csvTime(&e.OccurredAt), e.EntryType, e.Kind, e.Status, e.PreviousStatus,
 				e.DeviceID, e.Source, e.Cause, e.Stale, csvTime(e.ReceivedAt), e.EntryID)
 		}
-		if out := hapiCLI(t, q.url, "history", "user", user, "-from", date(d0), "-to", date(d0.AddDate(0, 0, 3)), "-limit", "3", "-csv"); out != csv.String() {
+		if out := hapiCLI(t, q.URL, "history", "user", user, "-from", date(d0), "-to", date(d0.AddDate(0, 0, 3)), "-limit", "3", "-csv"); out != csv.String() {
 			t.Errorf("pulsectl history user =\n%s\nwant\n%s", out, csv.String())
 		}
 	})
@@ -435,10 +436,10 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			Sessions  []hapiSession `json:"sessions"`
 			Truncated bool          `json:"truncated"`
 		}
-		hapiGet(t, q.url+"/v1/users/"+user+"/sessions?from="+date(d0.AddDate(0, 0, -45))+"&to="+date(d0.AddDate(0, 0, 3)), &ans)
+		hapiGet(t, q.URL+"/v1/users/"+user+"/sessions?from="+date(d0.AddDate(0, 0, -45))+"&to="+date(d0.AddDate(0, 0, 3)), &ans)
 		want := []hapiSession{sessions[2], sessions[1], sessions[0]}
 		assertEqualJSON(t, "sessions", ans.Sessions, want)
-		hapiGet(t, q.url+"/v1/users/"+user+"/sessions?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 3)), &ans)
+		hapiGet(t, q.URL+"/v1/users/"+user+"/sessions?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 3)), &ans)
 		assertEqualJSON(t, "sessions from day 0", ans.Sessions, want[:2])
 
 		var csv strings.Builder
@@ -451,7 +452,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			fmt.Fprintf(&csv, "%s,%s,%t,%s,%s,%s,%s,%s,%s\n", csvTime(&s.Start), csvTime(s.End), s.Open, csvNum(end.Sub(s.Start).Seconds()),
 				csvNum(s.OnlineSeconds), csvNum(s.IdleSeconds), csvNum(s.InvisibleSeconds), csvTime(&s.Through), s.Status)
 		}
-		if out := hapiCLI(t, q.url, "sessions", user, "-from", date(d0.AddDate(0, 0, -45)), "-to", date(d0.AddDate(0, 0, 3)), "-csv"); out != csv.String() {
+		if out := hapiCLI(t, q.URL, "sessions", user, "-from", date(d0.AddDate(0, 0, -45)), "-to", date(d0.AddDate(0, 0, 3)), "-csv"); out != csv.String() {
 			t.Errorf("pulsectl sessions =\n%s\nwant\n%s", out, csv.String())
 		}
 	})
@@ -460,7 +461,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		var ans struct {
 			Days []hapiDay `json:"days"`
 		}
-		hapiGet(t, q.url+"/v1/users/"+user+"/daily?from="+date(d0.AddDate(0, 0, -3))+"&to="+date(d0.AddDate(0, 0, 1)), &ans)
+		hapiGet(t, q.URL+"/v1/users/"+user+"/daily?from="+date(d0.AddDate(0, 0, -3))+"&to="+date(d0.AddDate(0, 0, 1)), &ans)
 		assertEqualJSON(t, "user daily", ans.Days, []hapiDay{days[1], days[0]})
 
 		var got []hapiDay
@@ -470,7 +471,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 				Users      []hapiDay `json:"users"`
 				NextCursor *string   `json:"nextCursor"`
 			}
-			hapiGet(t, q.url+"/v1/stats/daily?day="+date(d0)+"&limit=2"+next, &page)
+			hapiGet(t, q.URL+"/v1/stats/daily?day="+date(d0)+"&limit=2"+next, &page)
 			got = append(got, page.Users...)
 			if pages++; page.NextCursor == nil || pages > 20 {
 				break
@@ -490,7 +491,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		if pages != 2 {
 			t.Errorf("%d pages of 2 for 4 users, want 2", pages)
 		}
-		if out := hapiCLI(t, q.url, "stats", "daily", "-from", date(d0), "-to", date(d0), "-csv"); out != csv.String() {
+		if out := hapiCLI(t, q.URL, "stats", "daily", "-from", date(d0), "-to", date(d0), "-csv"); out != csv.String() {
 			t.Errorf("pulsectl stats daily =\n%s\nwant\n%s", out, csv.String())
 		}
 	})
@@ -543,7 +544,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			var ans struct {
 				Points []hapiPoint `json:"points"`
 			}
-			target := q.url + "/v1/stats/concurrency?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 1)) + "&step=" + st
+			target := q.URL + "/v1/stats/concurrency?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 1)) + "&step=" + st
 			hapiGet(t, target+"&view=operator", &ans)
 			assertEqualJSON(t, "concurrency by "+st, ans.Points, pts)
 			// A reader is not told how many users were invisible: to a reader they
@@ -569,7 +570,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		for _, p := range want["minute"] {
 			fmt.Fprintf(&csv, "%s,%d,%d,%d,%d,%d\n", csvTime(&p.At), p.CloseOnline, p.CloseIdle, p.CloseInvisible, p.PeakOnline, p.Minutes)
 		}
-		if out := hapiCLI(t, q.url, "stats", "concurrency", "-from", date(d0), "-to", date(d0.AddDate(0, 0, 1)), "-step", "minute", "-csv"); out != csv.String() {
+		if out := hapiCLI(t, q.URL, "stats", "concurrency", "-from", date(d0), "-to", date(d0.AddDate(0, 0, 1)), "-step", "minute", "-csv"); out != csv.String() {
 			t.Errorf("pulsectl stats concurrency =\n%s\nwant\n%s", out, csv.String())
 		}
 	})
@@ -633,7 +634,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			var ans struct {
 				Points []hapiUniques `json:"points"`
 			}
-			target := q.url + "/v1/stats/uniques?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 2)) + "&period=" + period
+			target := q.URL + "/v1/stats/uniques?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, 2)) + "&period=" + period
 			hapiGet(t, target, &ans)
 			assertEqualJSON(t, "uniques by "+period, ans.Points, model(period, false))
 			hapiGet(t, target+"&view=operator", &ans)
@@ -650,7 +651,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		for _, p := range model("day", true) { // pulsectl with the operator key asks for the operator view
 			fmt.Fprintf(&csv, "%s,%s,%d,%d,%d,%d\n", csvTime(&p.Start), csvTime(&p.End), p.Users, p.Shards, p.BitmapBytes, p.HyperLogLogBytes)
 		}
-		if out := hapiCLI(t, q.url, "stats", "uniques", "-from", date(d0), "-to", date(d0.AddDate(0, 0, 2)), "-period", "day", "-csv"); out != csv.String() {
+		if out := hapiCLI(t, q.URL, "stats", "uniques", "-from", date(d0), "-to", date(d0.AddDate(0, 0, 2)), "-period", "day", "-csv"); out != csv.String() {
 			t.Errorf("pulsectl stats uniques =\n%s\nwant\n%s", out, csv.String())
 		}
 	})
@@ -663,7 +664,7 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			"/v1/users/" + user + "/sessions?from=" + date(d0) + "&to=" + date(d0.AddDate(0, 0, -1)): "from",
 			"/v1/users/" + user + "/daily?from=yesterday":                                            "from",
 		} {
-			code, body := hapiGetRaw(t, q.url+target)
+			code, body := hapiGetRaw(t, q.URL+target)
 			if code != http.StatusBadRequest || !strings.Contains(body, `"field":"`+field+`"`) {
 				t.Errorf("GET %s = %d %s, want a 400 naming %s", target, code, body, field)
 			}
@@ -677,11 +678,11 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 			"/v1/users/" + user + "/timeline", "/v1/users/" + user + "/sessions",
 			"/v1/users/" + user + "/daily", "/v1/stats/daily?day=" + date(d0),
 		} {
-			if code, body := get(t, q.url+target); code != http.StatusForbidden || !strings.Contains(body, `"code":"forbidden"`) {
+			if code, body := harness.Get(t, q.URL+target); code != http.StatusForbidden || !strings.Contains(body, `"code":"forbidden"`) {
 				t.Errorf("GET %s without the operator view = %d %s, want 403 forbidden", target, code, body)
 			}
 		}
-		if code, body := get(t, q.url+"/v1/stats/uniques?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 1))+"&period=day"); code != http.StatusOK {
+		if code, body := harness.Get(t, q.URL+"/v1/stats/uniques?from="+date(d0)+"&to="+date(d0.AddDate(0, 0, 1))+"&period=day"); code != http.StatusOK {
 			t.Errorf("uniques without the operator view = %d %s, want 200", code, body)
 		}
 	})
@@ -718,22 +719,22 @@ func hapiNull(s string) any {
 // While Cassandra cannot be reached query starts anyway: the history routes answer
 // 503 with Retry-After, and the live routes and readiness carry on.
 func TestHistoryAPIWithoutCassandra(t *testing.T) {
-	env := stackEnv()
-	env["PULSE_REDIS_PREFIX"] = "it-hapi-" + randomID(t)
-	env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(freePort(t)) // nothing listens there
+	env := harness.StackEnv()
+	env["PULSE_REDIS_PREFIX"] = "it-hapi-" + harness.RandomID(t)
+	env["PULSE_CASSANDRA_PORT"] = strconv.Itoa(harness.FreePort(t)) // nothing listens there
 	env["PULSE_CASSANDRA_CONNECT_TIMEOUT"] = "500ms"
-	q := startService(t, "query", env)
+	q := harness.StartService(t, "query", env)
 	for _, target := range []string{
 		"/v1/users/alice/timeline", "/v1/users/alice/sessions", "/v1/users/alice/daily",
 		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		u, header := hapiOperator(q.url + target)
+		u, header := hapiOperator(q.URL + target)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		for k, v := range header {
 			req.Header[k] = v
 		}
-		res, err := keyedClient.Do(req)
+		res, err := harness.KeyedClient.Do(req)
 		if err != nil {
 			cancel()
 			t.Fatalf("GET %s: %v", target, err)
@@ -749,15 +750,15 @@ func TestHistoryAPIWithoutCassandra(t *testing.T) {
 		}
 	}
 	for _, target := range []string{"/v1/online/count", "/readyz", "/v1/users/alice/status"} {
-		if code, body := get(t, q.url+target); code != http.StatusOK {
+		if code, body := harness.Get(t, q.URL+target); code != http.StatusOK {
 			t.Errorf("GET %s = %d %s, want 200 without Cassandra", target, code, body)
 		}
 	}
-	if _, body := get(t, q.url+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 0\n") {
+	if _, body := harness.Get(t, q.URL+"/metrics"); !strings.Contains(body, "\npulse_query_history_connected 0\n") {
 		t.Errorf("/metrics lacks pulse_query_history_connected 0")
 	}
-	cmd := exec.Command(binary("pulsectl"), "stats", "concurrency", "-url", q.url)
-	cmd.Env = append(cmd.Environ(), "PULSE_READER_KEY="+testKeys.reader)
+	cmd := exec.Command(harness.Binary("pulsectl"), "stats", "concurrency", "-url", q.URL)
+	cmd.Env = append(cmd.Environ(), "PULSE_READER_KEY="+harness.TestKeys.Reader)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "503") {
 		t.Errorf("pulsectl stats concurrency without Cassandra: %v\n%s", err, out)

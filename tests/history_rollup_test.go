@@ -27,6 +27,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The analysts' tables written by history from presence.changes (sessions, daily
@@ -147,7 +148,7 @@ func rollupChanges(t *testing.T, topic string) (users map[string]*rollupTimeline
 	t.Helper()
 	users = map[string]*rollupTimeline{}
 	span = map[int32][2]int64{} // per shard: first and last changed_at
-	for p, recs := range readTopic(t, topic) {
+	for p, recs := range harness.ReadTopic(t, topic) {
 		seen := map[int32]int64{}
 		for _, r := range recs {
 			var c pulsev1.Change
@@ -378,7 +379,7 @@ func rollupDiff(got, want map[string]string) string {
 		return ""
 	}
 	sort.Strings(diffs)
-	return fmt.Sprintf("%d of %d rows differ:\n%s", len(diffs), len(want), firstLines(diffs, 12))
+	return fmt.Sprintf("%d of %d rows differ:\n%s", len(diffs), len(want), harness.FirstLines(diffs, 12))
 }
 
 // rollupExplain logs every record of presence.changes about the users a failed
@@ -395,7 +396,7 @@ func rollupExplain(t *testing.T, topic, diff string) {
 	if len(named) == 0 {
 		return
 	}
-	for p, recs := range readTopic(t, topic) {
+	for p, recs := range harness.ReadTopic(t, topic) {
 		for _, r := range recs {
 			var c pulsev1.Change
 			if proto.Unmarshal(r.Value, &c) != nil || !named[c.UserId] {
@@ -412,9 +413,9 @@ func rollupExplain(t *testing.T, topic, diff string) {
 // folded every event and decided every timeout that was due.
 func rollupQuiet(t *testing.T, topics ...string) {
 	t.Helper()
-	adm := kafkaAdmin(t)
+	adm := harness.KafkaAdmin(t)
 	last, stable := "", 0
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ends, err := adm.ListEndOffsets(ctx, topics...)
@@ -444,7 +445,7 @@ func rollupQuiet(t *testing.T, topics ...string) {
 // way. Every rollup row equals the model's: nothing lost, nothing counted twice across
 // either crash.
 func TestHistoryRollupsMatchModel(t *testing.T) {
-	p := newTopics(t, 2)
+	p := harness.NewTopics(t, 2)
 	// A keyspace of its own: rows keyed by shard (snapshots, index names) would otherwise
 	// meet those of other runs, whose partitions have the same numbers.
 	session := migCassandra(t)
@@ -453,20 +454,20 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	if _, err := m.Apply(migCtx(t)); err != nil {
 		t.Fatalf("migrating %s: %v", ks, err)
 	}
-	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
-	p.env["PULSE_OFFLINE_AFTER"] = "60s"
+	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	p.Env["PULSE_OFFLINE_AFTER"] = "60s"
 	// Timeouts are decided by the wall clock, long past these events' times: every
 	// deadline is due as soon as it is set, and its change is dated at the deadline. An
 	// idle timeout of the pipeline's default 24h would date changes a day after the
 	// workload, far beyond the fold's lateness; 45 s keeps them within it.
-	p.env["PULSE_IDLE_AFTER"] = "45s"
+	p.Env["PULSE_IDLE_AFTER"] = "45s"
 	// Checkpoints less often than commits: the restarted history re-reads the changes
 	// committed after the last checkpoint.
-	p.env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "4s"
-	p.env["PULSE_HISTORY_MAX_POLL_RECORDS"] = "100"
-	p.env["PULSE_HISTORY_COMMIT_INTERVAL"] = "0s"
-	p.start(t, "aggregator")
-	p.start(t, "history")
+	p.Env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "4s"
+	p.Env["PULSE_HISTORY_MAX_POLL_RECORDS"] = "100"
+	p.Env["PULSE_HISTORY_COMMIT_INTERVAL"] = "0s"
+	p.Start(t, "aggregator")
+	p.Start(t, "history")
 
 	// A day of the past chosen per run, 1971 to 1988: the query service's tests take
 	// theirs from 1990 on, so the day-partitioned tables never mix the two.
@@ -477,7 +478,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	// last), less than the fold's lateness: none arrives later than it allows.
 	from := midnight.Add(-4 * time.Minute)
 
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(p.events))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.DefaultProduceTopic(p.Events))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +505,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	var events []presence.Event
 	devices := []string{"phone", "laptop", "tablet"}
 	for u := range nUsers {
-		user := fmt.Sprintf("ru-%s-%03d", p.run, u)
+		user := fmt.Sprintf("ru-%s-%03d", p.Run, u)
 		nDev := 1 + rnd.IntN(3)
 		newest := map[string]time.Time{}
 		for k := range 3 + rnd.IntN(8) {
@@ -553,51 +554,51 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	produce(workload[:quarter])
 	// Kill history once it has folded and checkpointed part of the changes, and
 	// committed more since.
-	hist := p.svc["history"]
-	eventually(t, 60*time.Second, func() string {
-		if code, body := get(t, hist.url+"/metrics"); code != 200 || !strings.Contains(body, "pulse_history_rollup_checkpoints_total ") ||
+	hist := p.Svc["history"]
+	harness.Eventually(t, 60*time.Second, func() string {
+		if code, body := harness.Get(t, hist.URL+"/metrics"); code != 200 || !strings.Contains(body, "pulse_history_rollup_checkpoints_total ") ||
 			strings.Contains(body, "pulse_history_rollup_checkpoints_total 0\n") {
-			return "no rollup checkpoint yet; history's output ends:\n" + lastLines(hist.out.String(), 15)
+			return "no rollup checkpoint yet; history's output ends:\n" + harness.LastLines(hist.Out.String(), 15)
 		}
 		return ""
 	})
 	produce(workload[quarter : 2*quarter])
 	time.Sleep(1500 * time.Millisecond)
-	if err := hist.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := hist.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-hist.done
+	<-hist.Done
 	produce(workload[2*quarter : 3*quarter])
 	// Kill the aggregator too, mid-stream: it restarts from Redis and its committed
 	// offset, finishes the window its crash left open and decides the timeouts it
 	// missed; changes it emits twice are dropped by their source position.
 	time.Sleep(300 * time.Millisecond)
-	agg := p.svc["aggregator"]
-	if err := agg.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	agg := p.Svc["aggregator"]
+	if err := agg.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-agg.done
+	<-agg.Done
 	produce(workload[3*quarter:])
-	p.start(t, "aggregator")
+	p.Start(t, "aggregator")
 	// Its partitions come back once the killed member's session times out.
-	eventually(t, 60*time.Second, func() string {
-		out := p.svc["aggregator"].out.String()
-		if n := strings.Count(out, `msg="partition assigned"`); n < p.partitions {
-			return fmt.Sprintf("the restarted aggregator owns %d of %d partitions; its output ends:\n%s", n, p.partitions, lastLines(out, 10))
+	harness.Eventually(t, 60*time.Second, func() string {
+		out := p.Svc["aggregator"].Out.String()
+		if n := strings.Count(out, `msg="partition assigned"`); n < p.Partitions {
+			return fmt.Sprintf("the restarted aggregator owns %d of %d partitions; its output ends:\n%s", n, p.Partitions, harness.LastLines(out, 10))
 		}
 		return ""
 	})
-	rollupQuiet(t, p.events, p.changes)
+	rollupQuiet(t, p.Events, p.Changes)
 
 	// One user per shard far later: their changes move the frontier past midnight, so
 	// the day before it is final.
-	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.events)
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(p.Events)
 	late := midnight.Add(20 * time.Minute)
 	var closers []presence.Event
 	covered := map[int]bool{}
-	for i := 0; len(covered) < p.partitions; i++ {
-		user := fmt.Sprintf("ru-%s-late-%d", p.run, i)
-		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.partitions); !covered[n] {
+	for i := 0; len(covered) < p.Partitions; i++ {
+		user := fmt.Sprintf("ru-%s-late-%d", p.Run, i)
+		if n := part.Partition(&kgo.Record{Key: []byte(user)}, p.Partitions); !covered[n] {
 			covered[n] = true
 			for k, st := range []presence.Status{presence.Online, presence.Offline} {
 				at := late.Add(time.Duration(k) * time.Second)
@@ -607,12 +608,12 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 		}
 	}
 	produce(closers)
-	rollupQuiet(t, p.events, p.changes)
+	rollupQuiet(t, p.Events, p.Changes)
 
-	p.start(t, "history")
+	p.Start(t, "history")
 	// The restarted history resumes every changes partition from a checkpoint.
-	eventually(t, 30*time.Second, func() string {
-		out := p.svc["history"].out.String()
+	harness.Eventually(t, 30*time.Second, func() string {
+		out := p.Svc["history"].Out.String()
 		n := 0
 		for _, line := range strings.Split(out, "\n") {
 			if strings.Contains(line, "rollup fold restored from its checkpoint") ||
@@ -620,15 +621,15 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 				n++
 			}
 		}
-		if n < p.partitions {
-			return fmt.Sprintf("%d changes partitions resumed from a checkpoint; history's output ends:\n%s", n, lastLines(out, 10))
+		if n < p.Partitions {
+			return fmt.Sprintf("%d changes partitions resumed from a checkpoint; history's output ends:\n%s", n, harness.LastLines(out, 10))
 		}
 		if strings.Contains(out, "rollup fold restored from its checkpoint") {
 			t.Logf("history re-read changes committed after its last checkpoint")
 		}
 		return ""
 	})
-	users, span, timeouts := rollupChanges(t, p.changes)
+	users, span, timeouts := rollupChanges(t, p.Changes)
 	acrossMidnight, invisible := 0, 0
 	for _, tl := range users {
 		for _, s := range tl.sessions() {
@@ -656,19 +657,19 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	var diff string
 	t.Cleanup(func() {
 		if t.Failed() {
-			rollupExplain(t, p.changes, diff)
-			if code, body := get(t, p.svc["history"].url+"/metrics"); code == 200 {
+			rollupExplain(t, p.Changes, diff)
+			if code, body := harness.Get(t, p.Svc["history"].URL+"/metrics"); code == 200 {
 				for _, line := range strings.Split(body, "\n") {
 					if strings.HasPrefix(line, "pulse_history_rollup") {
 						t.Log(line)
 					}
 				}
 			}
-			t.Logf("history's output ends:\n%s", lastLines(p.svc["history"].out.String(), 40))
+			t.Logf("history's output ends:\n%s", harness.LastLines(p.Svc["history"].Out.String(), 40))
 		}
 	})
-	eventually(t, 60*time.Second, func() string {
-		got, bad := rollupRead(t, session, ks, users, days, p.partitions, final)
+	harness.Eventually(t, 60*time.Second, func() string {
+		got, bad := rollupRead(t, session, ks, users, days, p.Partitions, final)
 		if bad != "" {
 			return bad
 		}
@@ -683,9 +684,9 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 		len(users), changes, timeouts, acrossMidnight, len(want))
 
 	// The workload is decades old: let at= reach it.
-	p.env["PULSE_QUERY_AT_RETENTION"] = "500000h"
-	p.start(t, "query")
-	pitCheck(t, ks, p.svc["query"].url, users, span, final, rnd)
+	p.Env["PULSE_QUERY_AT_RETENTION"] = "500000h"
+	p.Start(t, "query")
+	pitCheck(t, ks, p.Svc["query"].URL, users, span, final, rnd)
 }
 
 // pitCheck reads the shards' states at 200 random instants of the run, at every minute
@@ -696,8 +697,8 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 // once the frontier passed them.
 func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimeline, span map[int32][2]int64, final int64, rnd *mrand.Rand) {
 	t.Helper()
-	port, _ := strconv.Atoi(cassandraPort())
-	session, err := cassx.NewSession(cassx.Config{Hosts: strings.Split(cassandraHost(), ","), Port: port,
+	port, _ := strconv.Atoi(harness.CassandraPort())
+	session, err := cassx.NewSession(cassx.Config{Hosts: strings.Split(harness.CassandraHost(), ","), Port: port,
 		Keyspace: ks, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -806,19 +807,19 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 		{"1960-01-01T00:00:00Z", 400, "older than"},
 		{time.UnixMicro(final + int64(time.Minute/time.Microsecond)).UTC().Format(time.RFC3339Nano), 503, "not final yet"},
 	} {
-		code, body := get(t, queryURL+"/v1/online/count?at="+url.QueryEscape(c.at))
+		code, body := harness.Get(t, queryURL+"/v1/online/count?at="+url.QueryEscape(c.at))
 		if code != c.code || !strings.Contains(body, c.want) {
 			t.Errorf("count at %q = %d %s, want %d saying %q", c.at, code, body, c.code, c.want)
 		}
 	}
-	if code, body := get(t, queryURL+"/v1/online?activeWithin=5m&at="+url.QueryEscape(time.UnixMicro(first).UTC().Format(time.RFC3339Nano))); code != 400 || !strings.Contains(body, "activeWithin") {
+	if code, body := harness.Get(t, queryURL+"/v1/online?activeWithin=5m&at="+url.QueryEscape(time.UnixMicro(first).UTC().Format(time.RFC3339Nano))); code != 400 || !strings.Contains(body, "activeWithin") {
 		t.Errorf("listing at T with activeWithin = %d %s, want 400 naming activeWithin", code, body)
 	}
 
 	// pulsectl online -at, at the last instant checked.
 	x := time.UnixMicro(instants[len(instants)-1]).UTC()
-	cmd := exec.Command(binary("pulsectl"), "online", "-at", x.Format(time.RFC3339Nano), "-csv")
-	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+queryURL, "PULSE_OPERATOR_KEY="+testKeys.operator)
+	cmd := exec.Command(harness.Binary("pulsectl"), "online", "-at", x.Format(time.RFC3339Nano), "-csv")
+	cmd.Env = append(cmd.Environ(), "PULSE_QUERY_URL="+queryURL, "PULSE_OPERATOR_KEY="+harness.TestKeys.Operator)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pulsectl online -at: %v\n%s", err, out)
@@ -833,7 +834,7 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 	sort.Strings(gotCSV)
 	sort.Strings(wantCSV)
 	if !slices.Equal(gotCSV, wantCSV) {
-		t.Fatalf("pulsectl online -at %s: %d rows, model %d; first: %v", x.Format(time.RFC3339Nano), len(gotCSV), len(wantCSV), firstLines(gotCSV, 3))
+		t.Fatalf("pulsectl online -at %s: %d rows, model %d; first: %v", x.Format(time.RFC3339Nano), len(gotCSV), len(wantCSV), harness.FirstLines(gotCSV, 3))
 	}
 }
 
@@ -843,12 +844,12 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 // answer is that history holds no state of the instant.
 func pitInvisibleCheck(t *testing.T, queryURL string, all []*rollupTimeline, instants []int64, first int64) {
 	t.Helper()
-	ghost := "ghost-" + randomID(t)
+	ghost := "ghost-" + harness.RandomID(t)
 	reads := func(id string, at time.Time) []string {
 		ts := url.QueryEscape(at.Format(time.RFC3339Nano))
-		code1, b1 := get(t, queryURL+"/status/"+id+"?at="+ts)
-		code2, b2 := get(t, queryURL+"/v1/users/"+id+"/status?at="+ts)
-		code3, b3 := postJSON(t, queryURL+"/statuses?at="+ts, map[string]any{"userIds": []string{id}})
+		code1, b1 := harness.Get(t, queryURL+"/status/"+id+"?at="+ts)
+		code2, b2 := harness.Get(t, queryURL+"/v1/users/"+id+"/status?at="+ts)
+		code3, b3 := harness.PostJSON(t, queryURL+"/statuses?at="+ts, map[string]any{"userIds": []string{id}})
 		return []string{fmt.Sprint(code1, " ", b1), fmt.Sprint(code2, " ", b2), fmt.Sprint(code3, " ", string(b3))}
 	}
 	same := func(at time.Time, id string) {
@@ -876,7 +877,7 @@ func pitInvisibleCheck(t *testing.T, queryURL string, all []*rollupTimeline, ins
 		t.Fatal("no user was invisible at any instant compared")
 	}
 	before := time.UnixMicro(first).UTC().Add(-2 * time.Hour)
-	if code, body := get(t, queryURL+"/status/"+all[0].user+"?at="+url.QueryEscape(before.Format(time.RFC3339Nano))); code != http.StatusNotFound {
+	if code, body := harness.Get(t, queryURL+"/status/"+all[0].user+"?at="+url.QueryEscape(before.Format(time.RFC3339Nano))); code != http.StatusNotFound {
 		t.Fatalf("at %s, before history began: %d %s, want 404", before.Format(time.RFC3339Nano), code, body)
 	}
 	same(before, all[0].user)
@@ -889,7 +890,7 @@ func pitInvisibleCheck(t *testing.T, queryURL string, all []*rollupTimeline, ins
 func pitAPICheck(t *testing.T, queryURL string, at time.Time, all []*rollupTimeline, want map[string]presence.Status, wantCount [5]int) {
 	t.Helper()
 	ts := url.QueryEscape(at.Format(time.RFC3339Nano))
-	op := http.Header{"Authorization": {"Bearer " + testKeys.operator}}
+	op := http.Header{"Authorization": {"Bearer " + harness.TestKeys.Operator}}
 	call := func(method, target string, h http.Header, body string, out any) {
 		t.Helper()
 		req, err := http.NewRequest(method, queryURL+target, strings.NewReader(body))
@@ -902,7 +903,7 @@ func pitAPICheck(t *testing.T, queryURL string, at time.Time, all []*rollupTimel
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		res, err := keyedClient.Do(req)
+		res, err := harness.KeyedClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -997,5 +998,5 @@ func statusDiff(got, want map[string]presence.Status) string {
 	if len(diffs) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d users: %s", len(diffs), firstLines(diffs, 10))
+	return fmt.Sprintf("%d users: %s", len(diffs), harness.FirstLines(diffs, 10))
 }

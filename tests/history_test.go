@@ -20,6 +20,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // These tests run the history binary against the stack's real Kafka and Cassandra. Each
@@ -59,13 +60,13 @@ func histSetup(t *testing.T) *histEnv {
 		events:  "hist." + run + ".events",
 		changes: "hist." + run + ".changes",
 		group:   "hist-" + run,
-		adm:     kafkaAdmin(t),
+		adm:     harness.KafkaAdmin(t),
 		session: migCassandra(t),
-		ks:      envOr("PULSE_CASSANDRA_KEYSPACE", "pulse"),
+		ks:      harness.EnvOr("PULSE_CASSANDRA_KEYSPACE", "pulse"),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := h.adm.CreateTopics(ctx, histPartitions, brokerReplication, nil, h.events, h.changes)
+	resp, err := h.adm.CreateTopics(ctx, histPartitions, harness.BrokerReplication, nil, h.events, h.changes)
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}
@@ -80,12 +81,12 @@ func histSetup(t *testing.T) *histEnv {
 		_, _ = h.adm.DeleteGroups(ctx, h.group)
 		_, _ = h.adm.DeleteTopics(ctx, h.events, h.changes)
 	})
-	h.prod, err = kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.RetryTimeout(30*time.Second))
+	h.prod, err = kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.RetryTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.prod.Close)
-	h.env = stackEnv()
+	h.env = harness.StackEnv()
 	for k, v := range map[string]string{
 		"PULSE_TOPIC_EVENTS":  h.events,
 		"PULSE_TOPIC_CHANGES": h.changes,
@@ -503,9 +504,9 @@ func (h *histEnv) histCommitted(t *testing.T) int64 {
 	return sum
 }
 
-func histMetric(t *testing.T, s *service, line string) string {
+func histMetric(t *testing.T, s *harness.Service, line string) string {
 	t.Helper()
-	_, body := get(t, s.url+"/metrics")
+	_, body := harness.Get(t, s.URL+"/metrics")
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, line+" ") {
 			return strings.TrimPrefix(l, line+" ")
@@ -542,9 +543,9 @@ func TestHistoryWritesEventsAndChanges(t *testing.T) {
 
 	env := h.env
 	env["PULSE_HISTORY_COMMIT_INTERVAL"] = "100ms"
-	s := startService(t, "history", env)
+	s := harness.StartService(t, "history", env)
 	m = histBuildModel(events, changes)
-	eventually(t, 90*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	harness.Eventually(t, 90*time.Second, func() string { return h.histDiff(t, m, g.users) })
 
 	// Live: more events, retries of events written before, stale ones behind them.
 	evs = evs[:0]
@@ -561,10 +562,10 @@ func TestHistoryWritesEventsAndChanges(t *testing.T) {
 	if m.duplicates < 20 || m.stale < 20 {
 		t.Fatalf("workload has %d duplicates and %d stale events; want at least 20 of each", m.duplicates, m.stale)
 	}
-	eventually(t, 90*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	harness.Eventually(t, 90*time.Second, func() string { return h.histDiff(t, m, g.users) })
 	t.Logf("%d rows for %d events (%d duplicates, %d stale) and %d changes", len(m.rows), len(events), m.duplicates, m.stale, len(changes))
 
-	eventually(t, 10*time.Second, func() string {
+	harness.Eventually(t, 10*time.Second, func() string {
 		got := histMetric(t, s, `pulse_history_records_skipped_total{reason="duplicate"}`)
 		if got != fmt.Sprint(m.duplicates) {
 			return fmt.Sprintf("duplicates skipped = %q, want %d", got, m.duplicates)
@@ -606,22 +607,22 @@ func TestHistoryCrashReplaysExactly(t *testing.T) {
 	// The killed member stays in the group until its session expires; the broker's
 	// minimum (6s) lets the restarted one take over without waiting the default 45s.
 	env["PULSE_HISTORY_SESSION_TIMEOUT"] = "6s"
-	s := startService(t, "history", env)
+	s := harness.StartService(t, "history", env)
 
 	// Keep producing while it works; kill it once it has committed some offsets.
 	deadline := time.Now().Add(90 * time.Second)
 	for h.histCommitted(t) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("history committed nothing in 90s; output:\n%s", s.out)
+			t.Fatalf("history committed nothing in 90s; output:\n%s", s.Out)
 		}
 		produce(20, 2)
 		time.Sleep(20 * time.Millisecond)
 	}
 	produce(20, 2)
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-s.done
+	<-s.Done
 	committed := h.histCommitted(t)
 	t.Logf("killed after %d of %d events were committed", committed, len(events))
 	if committed >= int64(len(events)) {
@@ -636,7 +637,7 @@ func TestHistoryCrashReplaysExactly(t *testing.T) {
 		t.Fatalf("workload has %d duplicates and %d stale events; want at least 30 of each", m.duplicates, m.stale)
 	}
 
-	startService(t, "history", env)
-	eventually(t, 120*time.Second, func() string { return h.histDiff(t, m, g.users) })
+	harness.StartService(t, "history", env)
+	harness.Eventually(t, 120*time.Second, func() string { return h.histDiff(t, m, g.users) })
 	t.Logf("%d rows for %d events (%d duplicates, %d stale) and %d changes", len(m.rows), len(events), m.duplicates, m.stale, len(changes))
 }

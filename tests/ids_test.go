@@ -6,16 +6,18 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Ids with a character of Unicode category Cc (C0 and C1 controls) or Cf (bidi
 // overrides, zero-width characters) are refused with a 400 naming the field, and
 // nothing of the request reaches the log; query refuses them too.
 func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "ingest")
-	p.start(t, "query")
-	ing, q := p.svc["ingest"].url, p.svc["query"].url
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "ingest")
+	p.Start(t, "query")
+	ing, q := p.Svc["ingest"].URL, p.Svc["query"].URL
 	bad := map[string]string{
 		"U+202E right-to-left override": "ali\u202ece",
 		"U+200B zero-width space":       "ali\u200bce",
@@ -45,9 +47,9 @@ func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
 				{"POST", q + "/v1/online/filter", batchless(map[string]any{"userIds": []string{id}}), "userIds[0]"},
 			}
 			for _, c := range cases {
-				key := testKeys.producer
+				key := harness.TestKeys.Producer
 				if strings.HasPrefix(c.url, q) {
-					key = testKeys.reader
+					key = harness.TestKeys.Reader
 				}
 				code, _, body := authDo(t, c.method, c.url, key, c.body)
 				var r refusal
@@ -58,7 +60,7 @@ func TestIDsRefuseControlAndFormatCharacters(t *testing.T) {
 			}
 		})
 	}
-	if recs := readTopic(t, p.events); len(recs) != 0 {
+	if recs := harness.ReadTopic(t, p.Events); len(recs) != 0 {
 		t.Fatalf("refused ids reached Kafka: %d partitions hold records", len(recs))
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Every class of bad input gets a 400 (or 413/415) naming the field, and nothing of
@@ -13,7 +15,7 @@ import (
 // event posted at the end.
 func TestIngestRejectsBadInputAndWritesNothing(t *testing.T) {
 	p := newIngestOnly(t)
-	url := p.svc["ingest"].url
+	url := p.Svc["ingest"].URL
 	now := time.Now().UTC()
 	old := now.Add(-time.Hour)
 	future := now.Add(time.Hour)
@@ -48,7 +50,7 @@ func TestIngestRejectsBadInputAndWritesNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, body := postRaw(t, url+tt.path, "application/json", []byte(tt.body))
+			code, body := harness.PostRaw(t, url+tt.path, "application/json", []byte(tt.body))
 			var res struct {
 				Error struct {
 					Code    string `json:"code"`
@@ -64,20 +66,20 @@ func TestIngestRejectsBadInputAndWritesNothing(t *testing.T) {
 			}
 		})
 	}
-	code, body := postRaw(t, url+"/status", "text/plain", []byte(`{"userId":"u1","status":"online"}`))
+	code, body := harness.PostRaw(t, url+"/status", "text/plain", []byte(`{"userId":"u1","status":"online"}`))
 	if code != http.StatusUnsupportedMediaType {
 		t.Errorf("text/plain body = %d %s, want 415", code, body)
 	}
 
 	// Nothing so far may be in the log; one good event must be, alone.
-	if recs := readTopic(t, p.events); len(recs) != 0 {
+	if recs := harness.ReadTopic(t, p.Events); len(recs) != 0 {
 		t.Fatalf("bad requests reached Kafka: %d partitions hold records", len(recs))
 	}
-	if code, body := postJSON(t, url+"/status", good); code != http.StatusOK {
+	if code, body := harness.PostJSON(t, url+"/status", good); code != http.StatusOK {
 		t.Fatalf("good POST /status = %d %s", code, body)
 	}
 	n := 0
-	for _, recs := range loggedEvents(t, p.events) {
+	for _, recs := range harness.LoggedEvents(t, p.Events) {
 		for _, e := range recs {
 			n++
 			if e.UserId != "u1" || e.DeviceId != "default" || e.Kind.String() != "KIND_STATUS" || e.Status.String() != "STATUS_ONLINE" {
@@ -108,9 +110,9 @@ func batchJSON(t *testing.T, events ...map[string]any) string {
 }
 
 // newIngestOnly is a pipeline with just ingest: topics of its own and no consumers.
-func newIngestOnly(t *testing.T) *pipeline {
+func newIngestOnly(t *testing.T) *harness.Pipeline {
 	t.Helper()
-	p := newTopics(t, 4)
-	p.start(t, "ingest")
+	p := harness.NewTopics(t, 4)
+	p.Start(t, "ingest")
 	return p
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/presence/presencetest"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestInvisibleLooksExactlyLikeOffline sends random sequences of statuses (invisible
@@ -32,7 +33,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 	// after a user's last activity, offline ones 5.5 minutes after a device's last
 	// event, from a minute after the test posts its first event.
 	const idleAfter, offlineAfter = 5 * time.Minute, 5*time.Minute + 30*time.Second
-	p := newPipeline(t, 4, map[string]string{"PULSE_IDLE_AFTER": idleAfter.String(), "PULSE_OFFLINE_AFTER": offlineAfter.String()})
+	p := harness.NewPipeline(t, 4, map[string]string{"PULSE_IDLE_AFTER": idleAfter.String(), "PULSE_OFFLINE_AFTER": offlineAfter.String()})
 	const (
 		pairs       = 8
 		steps       = 36
@@ -41,8 +42,8 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 	type pair struct {
 		id, twinID string
 		u, twin    *presence.User
-		evs        [][]wireEvent // per checkpoint: the user's and the twin's events, in order
-		twinEvs    [][]wireEvent
+		evs        [][]harness.WireEvent // per checkpoint: the user's and the twin's events, in order
+		twinEvs    [][]harness.WireEvent
 		// at is u and twin as they are after each checkpoint's events.
 		at, twinAt []presence.User
 	}
@@ -53,7 +54,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 	var ps []*pair
 	for k := range pairs {
 		rng := rand.New(rand.NewPCG(uint64(k), 25))
-		pr := &pair{id: fmt.Sprintf("inv-%s-%d", p.run, k), twinID: fmt.Sprintf("twn-%s-%d", p.run, k),
+		pr := &pair{id: fmt.Sprintf("inv-%s-%d", p.Run, k), twinID: fmt.Sprintf("twn-%s-%d", p.Run, k),
 			u: presence.NewUser(0), twin: presence.NewUser(0)}
 		now := base
 		skew := map[string]time.Duration{}
@@ -61,7 +62,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 			skew[d] = time.Duration(rng.IntN(6000)-3000) * time.Millisecond
 		}
 		for range checkpoints {
-			var evs, twinEvs []wireEvent
+			var evs, twinEvs []harness.WireEvent
 			for range steps / checkpoints {
 				now = now.Add(time.Duration(200+rng.IntN(3000)) * time.Millisecond)
 				dev := devices[rng.IntN(len(devices))]
@@ -95,17 +96,17 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 		ids = append(ids, pr.id, pr.twinID)
 	}
 	feed := newWatchLog()
-	watchDialWS(t, ctx, watchURL(p.svc["query"].url, "/v1/watch", url.Values{"userIds": {strings.Join(ids, ",")}}), feed)
+	watchDialWS(t, ctx, watchURL(p.Svc["query"].URL, "/v1/watch", url.Values{"userIds": {strings.Join(ids, ",")}}), feed)
 
-	q := p.svc["query"].url
+	q := p.Svc["query"].URL
 	// compare asks every reader's answer about each user and its twin; name says when.
 	compare := func(name string) {
 		for _, pr := range ps {
 			for _, read := range []func(id string) string{
-				func(id string) string { _, b := get(t, q+"/status/"+id); return b },
-				func(id string) string { _, b := get(t, q+"/v1/users/"+id+"/status"); return b },
+				func(id string) string { _, b := harness.Get(t, q+"/status/"+id); return b },
+				func(id string) string { _, b := harness.Get(t, q+"/v1/users/"+id+"/status"); return b },
 				func(id string) string {
-					_, b := postJSON(t, q+"/statuses", map[string]any{"userIds": []string{id}})
+					_, b := harness.PostJSON(t, q+"/statuses", map[string]any{"userIds": []string{id}})
 					return string(b)
 				},
 			} {
@@ -116,7 +117,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 			}
 			snap := newWatchLog()
 			w := watchDialWS(t, ctx, watchURL(q, "/v1/watch", url.Values{"userIds": {pr.id + "," + pr.twinID}}), snap)
-			eventually(t, 10*time.Second, func() string {
+			harness.Eventually(t, 10*time.Second, func() string {
 				if _, n, _ := snap.counts(); n == 0 {
 					return "no snapshot yet"
 				}
@@ -132,11 +133,11 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 	for c := range checkpoints {
 		// Post this part of every sequence.
 		for _, pr := range ps {
-			for _, pair := range [][]wireEvent{pr.evs[c], pr.twinEvs[c]} {
+			for _, pair := range [][]harness.WireEvent{pr.evs[c], pr.twinEvs[c]} {
 				if len(pair) == 0 {
 					continue
 				}
-				code, body := postJSON(t, p.svc["ingest"].url+"/v1/events", map[string]any{"events": pair})
+				code, body := harness.PostJSON(t, p.Svc["ingest"].URL+"/v1/events", map[string]any{"events": pair})
 				if code != http.StatusAccepted {
 					t.Fatalf("POST /v1/events = %d %s", code, body)
 				}
@@ -144,7 +145,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 		}
 		// Applied: the operator view is each user's state after them (an event not
 		// yet applied would show in it, as a device's last-seen at least).
-		eventually(t, 30*time.Second, func() string {
+		harness.Eventually(t, 30*time.Second, func() string {
 			for _, pr := range ps {
 				if d := operatorDiff(t, q, pr.id, &pr.at[c]); d != "" {
 					return d
@@ -161,10 +162,10 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 		compare(fmt.Sprintf("checkpoint %d", c))
 	}
 	// The timeouts: every device of every user and twin times out.
-	eventually(t, offlineAfter, func() string {
+	harness.Eventually(t, offlineAfter, func() string {
 		for _, pr := range ps {
 			for _, id := range []string{pr.id, pr.twinID} {
-				code, body := onlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", testKeys.operator, nil)
+				code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", harness.TestKeys.Operator, nil)
 				if code != http.StatusOK || strings.Contains(string(body), `"status":"online"`) || strings.Contains(string(body), `"status":"idle"`) {
 					return fmt.Sprintf("%s not timed out yet: %d %s", id, code, body)
 				}
@@ -201,7 +202,7 @@ func snapshotUser(u *presence.User) presence.User {
 // test's own fold gives; empty when it does not.
 func operatorDiff(t *testing.T, query, id string, u *presence.User) string {
 	t.Helper()
-	code, body := onlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status?view=operator", testKeys.operator, nil)
+	code, body := harness.OnlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status?view=operator", harness.TestKeys.Operator, nil)
 	var v struct {
 		Status                            string
 		LastUpdated, LastActive, LastSeen *time.Time
@@ -235,9 +236,9 @@ func operatorDiff(t *testing.T, query, id string, u *presence.User) string {
 }
 
 // toWire is e as a client posts it; ingest gives it an id.
-func toWire(e *presence.Event) wireEvent {
+func toWire(e *presence.Event) harness.WireEvent {
 	at := e.OccurredAt
-	w := wireEvent{UserID: e.UserID, Kind: e.Kind.String(), DeviceID: e.DeviceID, OccurredAt: &at}
+	w := harness.WireEvent{UserID: e.UserID, Kind: e.Kind.String(), DeviceID: e.DeviceID, OccurredAt: &at}
 	if e.Kind == presence.KindStatus {
 		w.Status = e.Status.String()
 	}

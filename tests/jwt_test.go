@@ -9,26 +9,27 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestUserTokenAgeIsBounded: a user token must carry iat, and one issued longer ago
 // than PULSE_JWT_MAX_AGE is refused whatever its exp says, against a running query.
 // A token minted as pulsectl token mints it passes.
 func TestUserTokenAgeIsBounded(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_JWT_MAX_AGE"] = "1h"
-	p.start(t, "query")
-	alice := p.run + "-alice"
-	target := p.svc["query"].url + "/status/" + alice
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_JWT_MAX_AGE"] = "1h"
+	p.Start(t, "query")
+	alice := p.Run + "-alice"
+	target := p.Svc["query"].URL + "/status/" + alice
 	sign := func(claims jwt.MapClaims) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testKeys.hs256))
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(harness.TestKeys.Hs256))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
 	exp := time.Now().Add(48 * time.Hour).Unix()
-	minted, err := auth.MintUserToken(testKeys.hs256, auth.UserToken{User: alice, TTL: time.Hour, Now: time.Now()})
+	minted, err := auth.MintUserToken(harness.TestKeys.Hs256, auth.UserToken{User: alice, TTL: time.Hour, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Kafka, every broker of it, killed with SIGKILL under a steady stream of batches, then
@@ -15,13 +17,13 @@ import (
 func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 	// Every broker: the one of the single stack, all three of the cluster topology.
 	pids := stackPIDs(t, "kafka")
-	p := newTopics(t, 2)
-	p.env["PULSE_INGEST_ACK_TIMEOUT"] = "2s"
-	p.start(t, "ingest")
-	p.start(t, "aggregator")
-	p.start(t, "query")
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_INGEST_ACK_TIMEOUT"] = "2s"
+	p.Start(t, "ingest")
+	p.Start(t, "aggregator")
+	p.Start(t, "query")
 
-	load := startAckedLoad(p.svc["ingest"].url, "kf-"+p.run, 2)
+	load := startAckedLoad(p.Svc["ingest"].URL, "kf-"+p.Run, 2)
 	defer load.finish()
 	load.waitMore(t, 2000, 20*time.Second, "before the fault")
 
@@ -29,7 +31,7 @@ func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 	signalAll(t, "killing Kafka", pids, syscall.SIGKILL)
 	restart := stackRestarter(t)
 	_, refusedBefore := load.counts()
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		if _, r := load.counts(); r < refusedBefore+200 {
 			return "ingest has not refused a batch since Kafka died"
 		}
@@ -48,7 +50,7 @@ func TestKafkaKilledLosesNothingAcknowledged(t *testing.T) {
 
 	// Every acknowledged event is in the log, as sent, and applied: each user's status
 	// is that of their last acknowledged event.
-	if lost := load.checkApplied(t, p, p.svc["query"].url, 60*time.Second); lost > 0 {
+	if lost := load.checkApplied(t, p, p.Svc["query"].URL, 60*time.Second); lost > 0 {
 		t.FailNow()
 	}
 	acked, _ := load.counts()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // A keys file that disappears leaves no key valid (every request 401) and says so in
@@ -18,21 +19,21 @@ import (
 func TestKeysFileGoneFailsClosedAndBrokenKeepsKeys(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "api-keys")
-	good := auth.Line("gone-reader", auth.ScopeRead, testKeys.reader) + "\n" +
-		auth.Line("gone-producer", auth.ScopeWrite, testKeys.producer) + "\n"
+	good := auth.Line("gone-reader", auth.ScopeRead, harness.TestKeys.Reader) + "\n" +
+		auth.Line("gone-producer", auth.ScopeWrite, harness.TestKeys.Producer) + "\n"
 	if err := os.WriteFile(file, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := newTopics(t, 2).env
+	env := harness.NewTopics(t, 2).Env
 	env[auth.KeysFileEnv] = file
 	env["PULSE_API_KEYS_RELOAD"] = "200ms"
-	query := startService(t, "query", env)
+	query := harness.StartService(t, "query", env)
 	count := func() int {
-		code, _, _ := authDo(t, http.MethodGet, query.url+"/v1/online/count", testKeys.reader, "")
+		code, _, _ := authDo(t, http.MethodGet, query.URL+"/v1/online/count", harness.TestKeys.Reader, "")
 		return code
 	}
 	gauges := func(loaded, ok int) string {
-		_, body := get(t, query.url+"/metrics")
+		_, body := harness.Get(t, query.URL+"/metrics")
 		want := []string{fmt.Sprintf("pulse_auth_keys_loaded %d", loaded), fmt.Sprintf("pulse_auth_keys_file_ok %d", ok)}
 		for _, w := range want {
 			if !strings.Contains(body, w+"\n") {
@@ -44,25 +45,25 @@ func TestKeysFileGoneFailsClosedAndBrokenKeepsKeys(t *testing.T) {
 	if code := count(); code != http.StatusOK {
 		t.Fatalf("reader with the keys file = %d, want 200", code)
 	}
-	eventually(t, 5*time.Second, func() string { return gauges(2, 1) })
+	harness.Eventually(t, 5*time.Second, func() string { return gauges(2, 1) })
 
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() string {
+	harness.Eventually(t, 5*time.Second, func() string {
 		if code := count(); code != http.StatusUnauthorized {
 			return fmt.Sprintf("reader with the keys file gone = %d, want 401", code)
 		}
 		return gauges(0, 0)
 	})
-	if !strings.Contains(query.out.String(), "API keys file unreadable; no key is valid") {
-		t.Errorf("the log does not say the keys file is gone:\n%s", lastLines(query.out.String(), 10))
+	if !strings.Contains(query.Out.String(), "API keys file unreadable; no key is valid") {
+		t.Errorf("the log does not say the keys file is gone:\n%s", harness.LastLines(query.Out.String(), 10))
 	}
 
 	if err := os.WriteFile(file, []byte(good), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() string {
+	harness.Eventually(t, 5*time.Second, func() string {
 		if code := count(); code != http.StatusOK {
 			return fmt.Sprintf("reader with the keys file back = %d, want 200", code)
 		}
@@ -72,8 +73,8 @@ func TestKeysFileGoneFailsClosedAndBrokenKeepsKeys(t *testing.T) {
 	if err := os.WriteFile(file, []byte("this is not a keys file\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() string {
-		if !strings.Contains(query.out.String(), "API keys file refused; keeping the previous keys") {
+	harness.Eventually(t, 5*time.Second, func() string {
+		if !strings.Contains(query.Out.String(), "API keys file refused; keeping the previous keys") {
 			return "the log does not say the broken file was refused"
 		}
 		return gauges(2, 0)

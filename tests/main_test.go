@@ -10,6 +10,8 @@ package tests
 import (
 	"os"
 	"testing"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(harness.RunMain(m)) }

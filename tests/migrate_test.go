@@ -20,6 +20,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // These tests run the migrator against the local stack's real Cassandra. Each test
@@ -29,8 +30,8 @@ import (
 // there: a silently skipped integration test proves nothing.
 func migCassandra(t *testing.T) *gocql.Session {
 	t.Helper()
-	hosts := cassandraHost()
-	port, err := strconv.Atoi(cassandraPort())
+	hosts := harness.CassandraHost()
+	port, err := strconv.Atoi(harness.CassandraPort())
 	if err != nil {
 		t.Fatalf("PULSE_CASSANDRA_PORT: %v", err)
 	}

@@ -13,10 +13,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // onlineToken is the operator key of the online tests.
-var onlineToken = testKeys.operator
+var onlineToken = harness.TestKeys.Operator
 
 // onlineEntry is one user of GET /v1/online and POST /v1/online/filter.
 type onlineEntry struct {
@@ -38,7 +40,7 @@ func onlineWalk(t *testing.T, base, query, token string, between func()) (users 
 			q.Set("cursor", cursor)
 		}
 		target := base + "/v1/online?" + q.Encode()
-		code, body := onlineDo(t, http.MethodGet, target, token, nil)
+		code, body := harness.OnlineDo(t, http.MethodGet, target, token, nil)
 		var res struct {
 			Users      []onlineEntry `json:"users"`
 			NextCursor *string       `json:"nextCursor"`
@@ -60,7 +62,7 @@ func onlineWalk(t *testing.T, base, query, token string, between func()) (users 
 
 // onlinePost posts one batch to ingest; unlike p.post it may run off the test's
 // goroutine, and reports instead of failing.
-func onlinePost(ingest string, events []wireEvent) error {
+func onlinePost(ingest string, events []harness.WireEvent) error {
 	b, err := json.Marshal(map[string]any{"events": events})
 	if err != nil {
 		return err
@@ -72,7 +74,7 @@ func onlinePost(ingest string, events []wireEvent) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	res, err := keyedClient.Do(req)
+	res, err := harness.KeyedClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("POST /v1/events: %w", err)
 	}
@@ -86,7 +88,7 @@ func onlinePost(ingest string, events []wireEvent) error {
 
 func onlineFilter(t *testing.T, base string, ids []string, query, token string) ([]onlineEntry, string) {
 	t.Helper()
-	code, body := onlineDo(t, http.MethodPost, base+"/v1/online/filter"+query, token, map[string]any{"userIds": ids})
+	code, body := harness.OnlineDo(t, http.MethodPost, base+"/v1/online/filter"+query, token, map[string]any{"userIds": ids})
 	var res struct {
 		Online []onlineEntry `json:"online"`
 	}
@@ -98,12 +100,12 @@ func onlineFilter(t *testing.T, base string, ids []string, query, token string) 
 
 // onlineDiff compares a listing with the model's users in the given statuses
 // (operator view: the model's own statuses; public: public(status)).
-func onlineDiff(got []onlineEntry, m *model, operator bool) string {
+func onlineDiff(got []onlineEntry, m *harness.Model, operator bool) string {
 	want := map[string]string{}
-	for id, u := range m.users {
-		st := u.status
+	for id, u := range m.Users {
+		st := u.Status
 		if !operator {
-			st = public(st)
+			st = harness.Public(st)
 		}
 		if st != "offline" {
 			want[id] = st
@@ -126,7 +128,7 @@ func onlineDiff(got []onlineEntry, m *model, operator bool) string {
 		}
 	}
 	slices.Sort(diffs)
-	return firstLines(diffs, 5)
+	return harness.FirstLines(diffs, 5)
 }
 
 // TestOnlineListingAndFilterAgainstTheModel runs the whole pipeline: the walk of GET
@@ -134,34 +136,34 @@ func onlineDiff(got []onlineEntry, m *model, operator bool) string {
 // the pipeline settled, listings and POST /v1/online/filter (10,000 ids) equal the
 // model folded from the log; operators, and only they, see invisible users.
 func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
-	p := newPipeline(t, 8, nil)
-	query := p.svc["query"].url
+	p := harness.NewPipeline(t, 8, nil)
+	query := p.Svc["query"].URL
 
 	// Background users with several devices, duplicates and stale events; half of
 	// their events before the walk, half during it.
-	w := generate(p.run, 1500, 6, 21)
+	w := generate(p.Run, 1500, 6, 21)
 	half := len(w.events) / 2
 	// Stable users: one status each before the walk, nothing during it.
 	rng := rand.New(rand.NewPCG(22, 23))
-	var stable []wireEvent
+	var stable []harness.WireEvent
 	stableStatus := map[string]string{}
 	for i := range 2000 {
 		st := []string{"online", "online", "idle"}[rng.IntN(3)]
-		id := fmt.Sprintf("stable-%s-%d", p.run, i)
+		id := fmt.Sprintf("stable-%s-%d", p.Run, i)
 		if i%2 == 0 {
-			id = fmt.Sprintf("%s-5ab1e-4000-8000-%012d", p.run, i)
+			id = fmt.Sprintf("%s-5ab1e-4000-8000-%012d", p.Run, i)
 		}
-		stable = append(stable, wireEvent{EventID: fmt.Sprintf("%s-st-%d", p.run, i), UserID: id, Kind: "status", Status: st, DeviceID: "phone"})
+		stable = append(stable, harness.WireEvent{EventID: fmt.Sprintf("%s-st-%d", p.Run, i), UserID: id, Kind: "status", Status: st, DeviceID: "phone"})
 		stableStatus[id] = st
 	}
-	p.post(t, w, stable, 500, 2)
-	p.post(t, w, w.events[:half], 250, 4)
+	post(p, t, w, stable, 500, 2)
+	post(p, t, w, w.events[:half], 250, 4)
 
 	stableIDs := make([]string, 0, len(stable))
 	for _, e := range stable {
 		stableIDs = append(stableIDs, e.UserID)
 	}
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		got, msg := onlineFilter(t, query, stableIDs, "", "")
 		if msg != "" {
 			return msg
@@ -184,7 +186,7 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 	postErr := make(chan error, 1)
 	go func() {
 		postErr <- func() error {
-			ingest := p.svc["ingest"].url
+			ingest := p.Svc["ingest"].URL
 			for i := half; i < len(w.events); i += 50 {
 				batch := w.events[i:min(i+50, len(w.events))]
 				if err := onlinePost(ingest, batch); err != nil {
@@ -199,13 +201,13 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 					return nil
 				default:
 				}
-				var batch []wireEvent
+				var batch []harness.WireEvent
 				for j := range 20 {
 					id := w.users[crng.IntN(len(w.users))]
 					if j%4 == 0 {
-						id = fmt.Sprintf("late-%s-%d-%d", p.run, k, j)
+						id = fmt.Sprintf("late-%s-%d-%d", p.Run, k, j)
 					}
-					batch = append(batch, wireEvent{EventID: fmt.Sprintf("%s-churn-%d-%d", p.run, k, j), UserID: id, Kind: "status",
+					batch = append(batch, harness.WireEvent{EventID: fmt.Sprintf("%s-churn-%d-%d", p.Run, k, j), UserID: id, Kind: "status",
 						Status: []string{"online", "idle", "offline", "invisible"}[crng.IntN(4)], DeviceID: "tablet"})
 				}
 				if err := onlinePost(ingest, batch); err != nil {
@@ -243,17 +245,17 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 	}
 
 	// Settled: listings in both views equal the model.
-	m := buildModel(t, p.events)
+	m := harness.BuildModel(t, p.Events)
 	invisible := 0
-	for _, u := range m.users {
-		if u.status == "invisible" {
+	for _, u := range m.Users {
+		if u.Status == "invisible" {
 			invisible++
 		}
 	}
 	if invisible == 0 {
 		t.Fatal("the model has no invisible user: the operator checks need some")
 	}
-	eventually(t, 60*time.Second, func() string {
+	harness.Eventually(t, 60*time.Second, func() string {
 		got, _ := onlineWalk(t, query, "limit=1000", "", nil)
 		return onlineDiff(got, m, false)
 	})
@@ -267,9 +269,9 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 	}
 
 	t.Run("filter of 10,000 ids", func(t *testing.T) {
-		ids := m.sortedUsers()
+		ids := m.SortedUsers()
 		for i := 0; len(ids) < 10_000; i++ {
-			ids = append(ids, fmt.Sprintf("unknown-%s-%d", p.run, i))
+			ids = append(ids, fmt.Sprintf("unknown-%s-%d", p.Run, i))
 		}
 		ids = ids[:10_000]
 		rand.New(rand.NewPCG(26, 27)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
@@ -279,13 +281,13 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 		}{{"", "", false}, {"?view=operator", onlineToken, true}} {
 			var want []onlineEntry
 			for _, id := range ids {
-				u := m.users[id]
+				u := m.Users[id]
 				if u == nil {
 					continue
 				}
-				st := u.status
+				st := u.Status
 				if !view.operator {
-					st = public(st)
+					st = harness.Public(st)
 				}
 				if st != "offline" {
 					want = append(want, onlineEntry{UserID: id, Status: st})
@@ -306,7 +308,7 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 			}
 		}
 		ids = append(ids, "one-too-many")
-		code, body := onlineDo(t, http.MethodPost, query+"/v1/online/filter", "", map[string]any{"userIds": ids})
+		code, body := harness.OnlineDo(t, http.MethodPost, query+"/v1/online/filter", "", map[string]any{"userIds": ids})
 		if code != http.StatusBadRequest || !bytes.Contains(body, []byte(`"field":"userIds"`)) {
 			t.Errorf("10,001 ids = %d %.200s, want 400 naming userIds", code, body)
 		}
@@ -314,8 +316,8 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 
 	t.Run("operator view", func(t *testing.T) {
 		var ghosts []string
-		for _, id := range m.sortedUsers() {
-			if m.users[id].status == "invisible" && len(ghosts) < 20 {
+		for _, id := range m.SortedUsers() {
+			if m.Users[id].Status == "invisible" && len(ghosts) < 20 {
 				ghosts = append(ghosts, id)
 			}
 		}
@@ -332,37 +334,37 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 			Devices    []device   `json:"devices"`
 		}
 		for _, id := range ghosts {
-			u := m.users[id]
+			u := m.Users[id]
 			var pub, op view
-			code, body := onlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status", "", nil)
+			code, body := harness.OnlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status", "", nil)
 			// A reader sees an offline user: every device it knew of offline, and times
 			// no later than the user's own (their exact values are
 			// TestInvisibleLooksExactlyLikeOffline's).
-			if code != http.StatusOK || json.Unmarshal(body, &pub) != nil || pub.Status != "offline" || pub.LastSeen != nil && pub.LastSeen.After(u.lastSeen) {
+			if code != http.StatusOK || json.Unmarshal(body, &pub) != nil || pub.Status != "offline" || pub.LastSeen != nil && pub.LastSeen.After(u.LastSeen) {
 				t.Errorf("public read of invisible %s = %d %s, want offline", id, code, body)
 			}
 			for _, d := range pub.Devices {
-				if d.Status != "offline" || d.LastSeen.After(u.lastSeen) {
-					t.Errorf("public read of invisible %s shows device %+v, want offline and seen no later than %v", id, d, u.lastSeen)
+				if d.Status != "offline" || d.LastSeen.After(u.LastSeen) {
+					t.Errorf("public read of invisible %s shows device %+v, want offline and seen no later than %v", id, d, u.LastSeen)
 				}
 			}
-			code, body = onlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status?view=operator", onlineToken, nil)
-			if code != http.StatusOK || json.Unmarshal(body, &op) != nil || op.Status != "invisible" || op.LastSeen == nil || !op.LastSeen.Equal(u.lastSeen) {
-				t.Errorf("operator read of %s = %d %s, want invisible, last seen %v", id, code, body, u.lastSeen)
+			code, body = harness.OnlineDo(t, http.MethodGet, query+"/v1/users/"+id+"/status?view=operator", onlineToken, nil)
+			if code != http.StatusOK || json.Unmarshal(body, &op) != nil || op.Status != "invisible" || op.LastSeen == nil || !op.LastSeen.Equal(u.LastSeen) {
+				t.Errorf("operator read of %s = %d %s, want invisible, last seen %v", id, code, body, u.LastSeen)
 				continue
 			}
-			devs := u.deviceIDs()
+			devs := u.DeviceIDs()
 			if len(op.Devices) != len(devs) {
 				t.Errorf("operator read of %s has %d devices, the model %d", id, len(op.Devices), len(devs))
 				continue
 			}
 			for i, d := range op.Devices {
-				md := u.devices[devs[i]]
-				if d.DeviceID != devs[i] || d.Status != md.status || !d.LastSeen.Equal(md.last) {
-					t.Errorf("%s device %d = %+v, model %s %s %v", id, i, d, devs[i], md.status, md.last)
+				md := u.Devices[devs[i]]
+				if d.DeviceID != devs[i] || d.Status != md.Status || !d.LastSeen.Equal(md.Last) {
+					t.Errorf("%s device %d = %+v, model %s %s %v", id, i, d, devs[i], md.Status, md.Last)
 				}
 			}
-			code, body = onlineDo(t, http.MethodGet, query+"/status/"+id+"?view=operator", onlineToken, nil)
+			code, body = harness.OnlineDo(t, http.MethodGet, query+"/status/"+id+"?view=operator", onlineToken, nil)
 			if code != http.StatusOK || !bytes.Contains(body, []byte(`"status":"invisible"`)) {
 				t.Errorf("GET /status/%s?view=operator = %d %s", id, code, body)
 			}
@@ -381,13 +383,13 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 			{"/v1/online?view=operator", "", http.StatusForbidden},
 			{"/v1/online/count?view=operator", "wrong-token-wrong-token", http.StatusUnauthorized},
 		} {
-			code, body := onlineDo(t, http.MethodGet, query+tc.target, tc.token, nil)
+			code, body := harness.OnlineDo(t, http.MethodGet, query+tc.target, tc.token, nil)
 			want := map[int]string{http.StatusForbidden: `"code":"forbidden"`, http.StatusUnauthorized: `"code":"unauthorized"`}[tc.code]
 			if code != tc.code || !bytes.Contains(body, []byte(want)) {
 				t.Errorf("GET %s with token %q = %d %s, want %d %s", tc.target, tc.token, code, body, tc.code, want)
 			}
 		}
-		code, body := onlineDo(t, http.MethodPost, query+"/v1/online/filter?view=operator", "", map[string]any{"userIds": ghosts})
+		code, body := harness.OnlineDo(t, http.MethodPost, query+"/v1/online/filter?view=operator", "", map[string]any{"userIds": ghosts})
 		if code != http.StatusForbidden {
 			t.Errorf("filter in the operator view without token = %d %s, want 403", code, body)
 		}
@@ -395,7 +397,7 @@ func TestOnlineListingAndFilterAgainstTheModel(t *testing.T) {
 		if msg != "" || len(got) != 0 {
 			t.Errorf("public filter of invisible users = %v %s, want none", got, msg)
 		}
-		code, body = freshCount(t, query+"/v1/online/count?view=operator", onlineToken)
+		code, body = harness.FreshCount(t, query+"/v1/online/count?view=operator", onlineToken)
 		var c struct {
 			ByStatus map[string]uint64 `json:"byStatus"`
 		}

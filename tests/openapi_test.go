@@ -11,17 +11,18 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/api/openapi"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // The running ingest and query binaries serve the embedded OpenAPI document, and
 // answer every operation it gives them with something other than 404 or 405.
 func TestOpenAPIDocumentIsServedAndTrue(t *testing.T) {
-	env := stackEnv()
-	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+	env := harness.StackEnv()
+	env["PULSE_REDIS_PREFIX"] = "it-" + harness.RandomID(t)
 	for _, name := range []string{"ingest", "query"} {
 		t.Run(name, func(t *testing.T) {
-			s := startService(t, name, env)
-			code, body := get(t, s.url+"/openapi.json")
+			s := harness.StartService(t, name, env)
+			code, body := harness.Get(t, s.URL+"/openapi.json")
 			if code != http.StatusOK || body != string(openapi.Document()) {
 				t.Fatalf("GET /openapi.json = %d, %d bytes; want 200 and the embedded document", code, len(body))
 			}
@@ -31,7 +32,7 @@ func TestOpenAPIDocumentIsServedAndTrue(t *testing.T) {
 			}
 			for _, op := range ops {
 				path := strings.ReplaceAll(op.Path, "{userId}", "openapi-probe")
-				if code := openapiProbe(t, op.Method, s.url+path); code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
+				if code := openapiProbe(t, op.Method, s.URL+path); code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
 					t.Errorf("%s %s = %d: the document lists a route %s does not serve", op.Method, path, code, name)
 				}
 			}
@@ -56,7 +57,7 @@ func openapiProbe(t *testing.T, method, target string) int {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	res, err := keyedClient.Do(req)
+	res, err := harness.KeyedClient.Do(req)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusOK
 	}

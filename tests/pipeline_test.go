@@ -17,14 +17,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // workload is a generated stream of events for users with several devices, with
 // repeated event ids and events that arrive out of order per device.
 type workload struct {
 	users  []string
-	events []wireEvent // for POST /v1/events, in generation order
-	seed   []seedPost  // for POST /status, sent after the events
+	events []harness.WireEvent // for POST /v1/events, in generation order
+	seed   []seedPost          // for POST /status, sent after the events
 }
 
 type seedPost struct {
@@ -40,7 +41,7 @@ func generate(run string, n, perUser int, seed uint64) *workload {
 	runNum, _ := strconv.ParseUint(run, 16, 64)
 	base := time.Now().Add(-3 * time.Minute).UTC().Truncate(time.Microsecond)
 	statuses := []string{"online", "online", "online", "idle", "idle", "offline", "invisible"}
-	var sent []wireEvent
+	var sent []harness.WireEvent
 	for i := range n {
 		var id string
 		switch i % 3 {
@@ -65,7 +66,7 @@ func generate(run string, n, perUser int, seed uint64) *workload {
 			if at.After(last[dev]) {
 				last[dev] = at
 			}
-			e := wireEvent{EventID: fmt.Sprintf("%s-e-%d-%d", run, i, j), UserID: id, DeviceID: dev, OccurredAt: &at}
+			e := harness.WireEvent{EventID: fmt.Sprintf("%s-e-%d-%d", run, i, j), UserID: id, DeviceID: dev, OccurredAt: &at}
 			switch k := rng.IntN(10); {
 			case k < 5:
 				e.Kind, e.Status = "status", statuses[rng.IntN(len(statuses))]
@@ -88,7 +89,7 @@ func generate(run string, n, perUser int, seed uint64) *workload {
 		}
 	}
 	// Interleave users as real traffic does, keeping each user's own order.
-	byUser := map[string][]wireEvent{}
+	byUser := map[string][]harness.WireEvent{}
 	for _, e := range w.events {
 		byUser[e.UserID] = append(byUser[e.UserID], e)
 	}
@@ -108,10 +109,10 @@ func generate(run string, n, perUser int, seed uint64) *workload {
 
 // post sends the workload: events in batches by several concurrent producers, then the
 // seed endpoint's single statuses.
-func (p *pipeline) post(t *testing.T, w *workload, events []wireEvent, batch, workers int) {
+func post(p *harness.Pipeline, t *testing.T, w *workload, events []harness.WireEvent, batch, workers int) {
 	t.Helper()
-	url := p.svc["ingest"].url
-	batches := make(chan []wireEvent)
+	url := p.Svc["ingest"].URL
+	batches := make(chan []harness.WireEvent)
 	var wg sync.WaitGroup
 	errs := make(chan string, workers)
 	for range workers {
@@ -119,7 +120,7 @@ func (p *pipeline) post(t *testing.T, w *workload, events []wireEvent, batch, wo
 		go func() {
 			defer wg.Done()
 			for b := range batches {
-				code, body := postJSON(t, url+"/v1/events", map[string]any{"events": b})
+				code, body := harness.PostJSON(t, url+"/v1/events", map[string]any{"events": b})
 				var res struct {
 					Accepted int      `json:"accepted"`
 					EventIDs []string `json:"eventIds"`
@@ -152,10 +153,10 @@ func (p *pipeline) post(t *testing.T, w *workload, events []wireEvent, batch, wo
 	}
 }
 
-func (p *pipeline) postSeed(t *testing.T, w *workload) {
+func postSeed(p *harness.Pipeline, t *testing.T, w *workload) {
 	t.Helper()
 	for _, s := range w.seed {
-		code, body := postJSON(t, p.svc["ingest"].url+"/status", s)
+		code, body := harness.PostJSON(t, p.Svc["ingest"].URL+"/status", s)
 		if code != http.StatusOK || string(body) != `{"success":true,"message":"Status updated successfully."}`+"\n" {
 			t.Fatalf("POST /status = %d %q", code, body)
 		}
@@ -165,71 +166,71 @@ func (p *pipeline) postSeed(t *testing.T, w *workload) {
 // TestPipelineEndToEnd: 20,000 events for 2,000 users through both ingest endpoints;
 // every read path, the online count, the change log and Cassandra equal the model.
 func TestPipelineEndToEnd(t *testing.T) {
-	p := newPipeline(t, 8, nil)
-	w := generate(p.run, 2000, 10, 1)
+	p := harness.NewPipeline(t, 8, nil)
+	w := generate(p.Run, 2000, 10, 1)
 	start := time.Now()
-	p.post(t, w, w.events, 250, 4)
-	p.postSeed(t, w)
+	post(p, t, w, w.events, 250, 4)
+	postSeed(p, t, w)
 	t.Logf("posted %d events and %d seed statuses in %v", len(w.events), len(w.seed), time.Since(start).Round(time.Millisecond))
 
-	m := buildModel(t, p.events)
-	if len(m.users) != len(w.users) {
-		t.Fatalf("the log holds events of %d users, want %d", len(m.users), len(w.users))
+	m := harness.BuildModel(t, p.Events)
+	if len(m.Users) != len(w.users) {
+		t.Fatalf("the log holds events of %d users, want %d", len(m.Users), len(w.users))
 	}
-	if m.duplicates == 0 || m.stale == 0 {
-		t.Fatalf("workload has %d duplicates and %d stale events: the test needs both", m.duplicates, m.stale)
+	if m.Duplicates == 0 || m.Stale == 0 {
+		t.Fatalf("workload has %d duplicates and %d stale events: the test needs both", m.Duplicates, m.Stale)
 	}
-	t.Logf("model: %d users, %d duplicates, %d stale", len(m.users), m.duplicates, m.stale)
-	p.verify(t, m)
+	t.Logf("model: %d users, %d duplicates, %d stale", len(m.Users), m.Duplicates, m.Stale)
+	verify(p, t, m)
 }
 
 // TestPipelineSurvivesCrashes kills the aggregator and the history writer with SIGKILL
 // while events flow; afterwards state, changes and rows still equal the model.
 func TestPipelineSurvivesCrashes(t *testing.T) {
-	p := newPipeline(t, 4, nil)
-	w := generate(p.run, 600, 10, 2)
+	p := harness.NewPipeline(t, 4, nil)
+	w := generate(p.Run, 600, 10, 2)
 	half := len(w.events) / 2
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.post(t, w, w.events[:half], 50, 2)
+		post(p, t, w, w.events[:half], 50, 2)
 	}()
 	time.Sleep(700 * time.Millisecond)
-	p.crash(t, "aggregator")
+	p.Crash(t, "aggregator")
 	<-done
 	done = make(chan struct{})
 	go func() {
 		defer close(done)
-		p.post(t, w, w.events[half:], 50, 2)
+		post(p, t, w, w.events[half:], 50, 2)
 	}()
 	time.Sleep(700 * time.Millisecond)
-	p.crash(t, "history")
+	p.Crash(t, "history")
 	time.Sleep(300 * time.Millisecond)
-	p.crash(t, "aggregator")
+	p.Crash(t, "aggregator")
 	<-done
-	p.postSeed(t, w)
+	postSeed(p, t, w)
 
-	m := buildModel(t, p.events)
-	p.verify(t, m)
+	m := harness.BuildModel(t, p.Events)
+	verify(p, t, m)
 }
 
 // verify waits for the pipeline to catch up with the log, then compares everything.
-func (p *pipeline) verify(t *testing.T, m *model) {
+func verify(p *harness.Pipeline, t *testing.T, m *harness.Model) {
 	t.Helper()
-	users := m.sortedUsers()
-	eventually(t, 90*time.Second, func() string {
-		if d := p.diffStatuses(t, m, users); len(d) > 0 {
-			return firstLines(d, 5) + "\nquery output:\n" + lastLines(p.svc["query"].out.String(), 5) + "\naggregator output:\n" + lastLines(p.svc["aggregator"].out.String(), 15)
+	users := m.SortedUsers()
+	harness.Eventually(t, 90*time.Second, func() string {
+		if d := diffStatuses(p, t, m, users); len(d) > 0 {
+			return harness.FirstLines(d, 5) + "\nquery output:\n" + harness.LastLines(p.Svc["query"].Out.String(), 5) + "\naggregator output:\n" + harness.LastLines(p.Svc["aggregator"].Out.String(), 15)
 		}
 		return ""
 	})
-	if d := p.diffSingle(t, m, users); len(d) > 0 {
-		t.Errorf("GET /status/{id} differs from the model:\n%s", firstLines(d, 10))
+	if d := diffSingle(p, t, m, users); len(d) > 0 {
+		t.Errorf("GET /status/{id} differs from the model:\n%s", harness.FirstLines(d, 10))
 	}
-	if d := p.diffUserStatus(t, m, users); len(d) > 0 {
-		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", firstLines(d, 10))
+	if d := diffUserStatus(p, t, m, users); len(d) > 0 {
+		t.Errorf("GET /v1/users/{id}/status differs from the model:\n%s", harness.FirstLines(d, 10))
 	}
-	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
+	code, body := harness.FreshCount(t, p.Svc["query"].URL+"/v1/online/count", "")
 	var got struct {
 		Total      uint64            `json:"total"`
 		ByStatus   map[string]uint64 `json:"byStatus"`
@@ -238,16 +239,16 @@ func (p *pipeline) verify(t *testing.T, m *model) {
 	if code != http.StatusOK || json.Unmarshal(body, &got) != nil {
 		t.Fatalf("GET /v1/online/count = %d %s", code, body)
 	}
-	want := m.counts()
+	want := m.Counts()
 	if got.Total != want["total"] || got.Registered != want["registered"] || got.ByStatus["online"] != want["online"] ||
 		got.ByStatus["idle"] != want["idle"] || got.ByStatus["offline"] != want["offline"] {
 		t.Errorf("GET /v1/online/count = %s, want %v", body, want)
 	}
-	if d := p.diffChanges(t, m); len(d) > 0 {
-		t.Errorf("presence.changes differs from the model:\n%s", firstLines(d, 10))
+	if d := diffChanges(p, t, m); len(d) > 0 {
+		t.Errorf("presence.changes differs from the model:\n%s", harness.FirstLines(d, 10))
 	}
 	session := cassandraSession(t)
-	eventually(t, 90*time.Second, func() string { return firstLines(diffCassandra(t, session, m, users), 5) })
+	harness.Eventually(t, 90*time.Second, func() string { return harness.FirstLines(diffCassandra(t, session, m, users), 5) })
 }
 
 type seedView struct {
@@ -256,24 +257,24 @@ type seedView struct {
 	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
-func diffSeed(m *model, v seedView, id string) string {
-	u := m.users[id]
-	if v.UserID != id || v.Status != public(u.status) {
-		return fmt.Sprintf("%s: got %+v, want status %s", id, v, public(u.status))
+func diffSeed(m *harness.Model, v seedView, id string) string {
+	u := m.Users[id]
+	if v.UserID != id || v.Status != harness.Public(u.Status) {
+		return fmt.Sprintf("%s: got %+v, want status %s", id, v, harness.Public(u.Status))
 	}
 	// A reader sees the public last-updated: it moves only when the public status does.
-	if !u.publicChanged && v.LastUpdated != nil || u.publicChanged && (v.LastUpdated == nil || !v.LastUpdated.Equal(u.publicLastUpdated)) {
-		return fmt.Sprintf("%s: lastUpdated %v, want %v", id, v.LastUpdated, u.publicLastUpdated)
+	if !u.PublicChanged && v.LastUpdated != nil || u.PublicChanged && (v.LastUpdated == nil || !v.LastUpdated.Equal(u.PublicLastUpdated)) {
+		return fmt.Sprintf("%s: lastUpdated %v, want %v", id, v.LastUpdated, u.PublicLastUpdated)
 	}
 	return ""
 }
 
 // diffStatuses compares POST /statuses, 500 users per request.
-func (p *pipeline) diffStatuses(t *testing.T, m *model, users []string) []string {
+func diffStatuses(p *harness.Pipeline, t *testing.T, m *harness.Model, users []string) []string {
 	var diffs []string
 	for i := 0; i < len(users); i += 500 {
 		ids := users[i:min(i+500, len(users))]
-		code, body := postJSON(t, p.svc["query"].url+"/statuses", map[string]any{"userIds": ids})
+		code, body := harness.PostJSON(t, p.Svc["query"].URL+"/statuses", map[string]any{"userIds": ids})
 		var res struct {
 			Statuses []seedView `json:"statuses"`
 		}
@@ -316,9 +317,9 @@ func forEachUser(users []string, f func(id string) string) []string {
 	return diffs
 }
 
-func (p *pipeline) diffSingle(t *testing.T, m *model, users []string) []string {
+func diffSingle(p *harness.Pipeline, t *testing.T, m *harness.Model, users []string) []string {
 	return forEachUser(users, func(id string) string {
-		code, body := get(t, p.svc["query"].url+"/status/"+id)
+		code, body := harness.Get(t, p.Svc["query"].URL+"/status/"+id)
 		var v seedView
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
 			return fmt.Sprintf("GET /status/%s = %d %s", id, code, body)
@@ -330,9 +331,9 @@ func (p *pipeline) diffSingle(t *testing.T, m *model, users []string) []string {
 // diffUserStatus compares the operator's view of GET /v1/users/{id}/status, which
 // shows the whole state, invisible users included; what readers see of invisible users
 // is TestInvisibleLooksExactlyLikeOffline's.
-func (p *pipeline) diffUserStatus(t *testing.T, m *model, users []string) []string {
+func diffUserStatus(p *harness.Pipeline, t *testing.T, m *harness.Model, users []string) []string {
 	return forEachUser(users, func(id string) string {
-		code, raw := onlineDo(t, http.MethodGet, p.svc["query"].url+"/v1/users/"+id+"/status?view=operator", testKeys.operator, nil)
+		code, raw := harness.OnlineDo(t, http.MethodGet, p.Svc["query"].URL+"/v1/users/"+id+"/status?view=operator", harness.TestKeys.Operator, nil)
 		body := string(raw)
 		var v struct {
 			seedView
@@ -347,25 +348,25 @@ func (p *pipeline) diffUserStatus(t *testing.T, m *model, users []string) []stri
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
 			return fmt.Sprintf("GET /v1/users/%s/status = %d %s", id, code, body)
 		}
-		u := m.users[id]
-		if v.UserID != id || v.Status != u.status {
-			return fmt.Sprintf("%s: got %+v, want status %s", id, v.seedView, u.status)
+		u := m.Users[id]
+		if v.UserID != id || v.Status != u.Status {
+			return fmt.Sprintf("%s: got %+v, want status %s", id, v.seedView, u.Status)
 		}
-		if !u.changed && v.LastUpdated != nil || u.changed && (v.LastUpdated == nil || !v.LastUpdated.Equal(u.lastUpdated)) {
-			return fmt.Sprintf("%s: lastUpdated %v, want %v (operator view)", id, v.LastUpdated, u.lastUpdated)
+		if !u.Changed && v.LastUpdated != nil || u.Changed && (v.LastUpdated == nil || !v.LastUpdated.Equal(u.LastUpdated)) {
+			return fmt.Sprintf("%s: lastUpdated %v, want %v (operator view)", id, v.LastUpdated, u.LastUpdated)
 		}
-		if v.LastSeen == nil || !v.LastSeen.Equal(u.lastSeen) || (v.LastActive == nil) != u.lastActive.IsZero() ||
-			v.LastActive != nil && !v.LastActive.Equal(u.lastActive) {
-			return fmt.Sprintf("%s: lastActive %v lastSeen %v, want %v %v", id, v.LastActive, v.LastSeen, u.lastActive, u.lastSeen)
+		if v.LastSeen == nil || !v.LastSeen.Equal(u.LastSeen) || (v.LastActive == nil) != u.LastActive.IsZero() ||
+			v.LastActive != nil && !v.LastActive.Equal(u.LastActive) {
+			return fmt.Sprintf("%s: lastActive %v lastSeen %v, want %v %v", id, v.LastActive, v.LastSeen, u.LastActive, u.LastSeen)
 		}
-		ids := u.deviceIDs()
+		ids := u.DeviceIDs()
 		if len(v.Devices) != len(ids) {
 			return fmt.Sprintf("%s: %d devices, want %d: %s", id, len(v.Devices), len(ids), body)
 		}
 		for i, d := range v.Devices {
-			md := u.devices[ids[i]]
-			if d.DeviceID != ids[i] || d.Status != md.status || !d.LastSeen.Equal(md.last) {
-				return fmt.Sprintf("%s device %d = %+v, want %s %s %v", id, i, d, ids[i], md.status, md.last)
+			md := u.Devices[ids[i]]
+			if d.DeviceID != ids[i] || d.Status != md.Status || !d.LastSeen.Equal(md.Last) {
+				return fmt.Sprintf("%s device %d = %+v, want %s %s %v", id, i, d, ids[i], md.Status, md.Last)
 			}
 		}
 		return ""
@@ -375,10 +376,10 @@ func (p *pipeline) diffUserStatus(t *testing.T, m *model, users []string) []stri
 // diffChanges compares presence.changes with the model's changes per user, in order.
 // Changes are delivered at least once: a crash after they were produced and before the
 // offset commit produces them again, so they are deduplicated by source offset first.
-func (p *pipeline) diffChanges(t *testing.T, m *model) []string {
+func diffChanges(p *harness.Pipeline, t *testing.T, m *harness.Model) []string {
 	got := map[string][]*pulsev1.Change{}
 	seen := map[[2]int64]bool{}
-	for _, recs := range readTopic(t, p.changes) {
+	for _, recs := range harness.ReadTopic(t, p.Changes) {
 		for _, r := range recs {
 			var c pulsev1.Change
 			if err := proto.Unmarshal(r.Value, &c); err != nil {
@@ -397,15 +398,15 @@ func (p *pipeline) diffChanges(t *testing.T, m *model) []string {
 			pulsev1.Status_STATUS_OFFLINE: "offline", pulsev1.Status_STATUS_INVISIBLE: "invisible"}[s]
 	}
 	var diffs []string
-	for id, u := range m.users {
+	for id, u := range m.Users {
 		g := got[id]
-		if len(g) != len(u.changes) {
-			diffs = append(diffs, fmt.Sprintf("%s: %d changes, want %d", id, len(g), len(u.changes)))
+		if len(g) != len(u.Changes) {
+			diffs = append(diffs, fmt.Sprintf("%s: %d changes, want %d", id, len(g), len(u.Changes)))
 			continue
 		}
-		for i, c := range u.changes {
-			if g[i].EventId != c.eventID || name(g[i].Previous) != c.previous || name(g[i].Current) != c.current ||
-				g[i].ChangedAtUs != c.at.UnixMicro() {
+		for i, c := range u.Changes {
+			if g[i].EventId != c.EventID || name(g[i].Previous) != c.Previous || name(g[i].Current) != c.Current ||
+				g[i].ChangedAtUs != c.At.UnixMicro() {
 				diffs = append(diffs, fmt.Sprintf("%s change %d = %v, want %+v", id, i, g[i], c))
 				break
 			}
@@ -416,8 +417,8 @@ func (p *pipeline) diffChanges(t *testing.T, m *model) []string {
 
 func cassandraSession(t *testing.T) *gocql.Session {
 	t.Helper()
-	port, _ := strconv.Atoi(cassandraPort())
-	c := gocql.NewCluster(strings.Split(cassandraHost(), ",")...)
+	port, _ := strconv.Atoi(harness.CassandraPort())
+	c := gocql.NewCluster(strings.Split(harness.CassandraHost(), ",")...)
 	c.Port = port
 	c.Keyspace = "pulse"
 	c.Consistency = gocql.One
@@ -425,18 +426,18 @@ func cassandraSession(t *testing.T) *gocql.Session {
 	c.ConnectTimeout = 10 * time.Second
 	s, err := c.CreateSession()
 	if err != nil {
-		t.Fatalf("connecting to Cassandra at %s:%d (is the stack up? run 'make up'): %v", cassandraHost(), port, err)
+		t.Fatalf("connecting to Cassandra at %s:%d (is the stack up? run 'make up'): %v", harness.CassandraHost(), port, err)
 	}
 	t.Cleanup(s.Close)
 	return s
 }
 
 // diffCassandra compares user_status and the number of user_activity rows per user.
-func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []string {
+func diffCassandra(t *testing.T, s *gocql.Session, m *harness.Model, users []string) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return forEachUser(users, func(id string) string {
-		u := m.users[id]
+		u := m.Users[id]
 		var status *string
 		var updated, active, seenAt time.Time
 		err := s.Query(`SELECT status, last_updated, last_active, last_seen FROM user_status WHERE user_id = ?`, id).
@@ -446,16 +447,16 @@ func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []s
 		}
 		ms := func(t time.Time) time.Time { return t.Truncate(time.Millisecond) }
 		wantStatus := ""
-		if u.changed {
-			wantStatus = u.status
+		if u.Changed {
+			wantStatus = u.Status
 		}
 		gotStatus := ""
 		if status != nil {
 			gotStatus = *status
 		}
-		if gotStatus != wantStatus || !updated.Equal(ms(u.lastUpdated)) || !active.Equal(ms(u.lastActive)) || !seenAt.Equal(ms(u.lastSeen)) {
+		if gotStatus != wantStatus || !updated.Equal(ms(u.LastUpdated)) || !active.Equal(ms(u.LastActive)) || !seenAt.Equal(ms(u.LastSeen)) {
 			return fmt.Sprintf("user_status %s = (%q %v %v %v), want (%q %v %v %v)", id, gotStatus, updated, active, seenAt,
-				wantStatus, ms(u.lastUpdated), ms(u.lastActive), ms(u.lastSeen))
+				wantStatus, ms(u.LastUpdated), ms(u.LastActive), ms(u.LastSeen))
 		}
 		var rows int
 		iter := s.Query(`SELECT entry_id FROM user_activity WHERE user_id = ? AND bucket IN ?`, id, dayBuckets()).
@@ -467,8 +468,8 @@ func diffCassandra(t *testing.T, s *gocql.Session, m *model, users []string) []s
 		if err := iter.Close(); err != nil {
 			return fmt.Sprintf("user_activity %s: %v", id, err)
 		}
-		if rows != u.rows {
-			return fmt.Sprintf("user_activity %s: %d rows, want %d", id, rows, u.rows)
+		if rows != u.Rows {
+			return fmt.Sprintf("user_activity %s: %d rows, want %d", id, rows, u.Rows)
 		}
 		return ""
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // pitBench is a keyspace holding one minute of point-in-time rows for 16 shards with
@@ -32,8 +33,8 @@ const pitShards = 16
 
 func newPITBench(b *testing.B) *pitBench {
 	b.Helper()
-	port, _ := strconv.Atoi(cassandraPort())
-	hosts := strings.Split(cassandraHost(), ",")
+	port, _ := strconv.Atoi(harness.CassandraPort())
+	hosts := strings.Split(harness.CassandraHost(), ",")
 	admin, err := cassx.NewSession(cassx.Config{Hosts: hosts, Port: port, Timeout: 30 * time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestEventsNameTheirPrincipalAndRequestsAreLogged: every event ingest writes carries
@@ -14,18 +15,18 @@ import (
 // request, PULSE_ACCESS_LOG_EVERY=1) names the route template, that principal and the
 // remote address, never the key itself.
 func TestEventsNameTheirPrincipalAndRequestsAreLogged(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_ACCESS_LOG_EVERY"] = "1"
-	p.start(t, "ingest")
-	user := p.run + "-alice"
-	code, body := postJSON(t, p.svc["ingest"].url+"/v1/events", map[string]any{"events": []wireEvent{
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_ACCESS_LOG_EVERY"] = "1"
+	p.Start(t, "ingest")
+	user := p.Run + "-alice"
+	code, body := harness.PostJSON(t, p.Svc["ingest"].URL+"/v1/events", map[string]any{"events": []harness.WireEvent{
 		{UserID: user, Status: "online"}, {UserID: user, Kind: "heartbeat"},
 	}})
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events = %d %s", code, body)
 	}
 	var n int
-	for _, recs := range readTopic(t, p.events) {
+	for _, recs := range harness.ReadTopic(t, p.Events) {
 		for _, r := range recs {
 			n++
 			var principal []string
@@ -40,10 +41,10 @@ func TestEventsNameTheirPrincipalAndRequestsAreLogged(t *testing.T) {
 		}
 	}
 	if n != 2 {
-		t.Fatalf("%d records in %s, want 2", n, p.events)
+		t.Fatalf("%d records in %s, want 2", n, p.Events)
 	}
-	eventually(t, 5*time.Second, func() string {
-		out := p.svc["ingest"].out.String()
+	harness.Eventually(t, 5*time.Second, func() string {
+		out := p.Svc["ingest"].Out.String()
 		for _, line := range strings.Split(out, "\n") {
 			if strings.Contains(line, "msg=request") && strings.Contains(line, "route=/v1/events") {
 				for _, want := range []string{"method=POST", "status=202", "principal=it-producer", "remote=127.0.0.1"} {
@@ -51,7 +52,7 @@ func TestEventsNameTheirPrincipalAndRequestsAreLogged(t *testing.T) {
 						t.Fatalf("access log line %q lacks %q", line, want)
 					}
 				}
-				if strings.Contains(out, testKeys.producer) {
+				if strings.Contains(out, harness.TestKeys.Producer) {
 					t.Fatal("the producer key is in ingest's output")
 				}
 				return ""

@@ -6,18 +6,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // Bad reads get a 400 naming the field; unknown users read as offline with
 // lastUpdated null; a Redis outage is a 503 with Retry-After, never a hang.
 func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr, stopRedis := startRedis(t, port)
-	env := stackEnv()
+	env := harness.StackEnv()
 	env["PULSE_REDIS_ADDR"] = addr
-	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+	env["PULSE_REDIS_PREFIX"] = "it-" + harness.RandomID(t)
 	env["PULSE_QUERY_MAX_BATCH"] = "3"
-	q := startService(t, "query", env)
+	q := harness.StartService(t, "query", env)
 
 	tests := []struct {
 		name, method, path, body string
@@ -37,9 +39,9 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 			var code int
 			var body []byte
 			if tt.method == "POST" {
-				code, body = postRaw(t, q.url+tt.path, "application/json", []byte(tt.body))
+				code, body = harness.PostRaw(t, q.URL+tt.path, "application/json", []byte(tt.body))
 			} else {
-				c, b := get(t, q.url+tt.path)
+				c, b := harness.Get(t, q.URL+tt.path)
 				code, body = c, []byte(b)
 			}
 			var res struct {
@@ -51,15 +53,15 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 		})
 	}
 
-	code, body := get(t, q.url+"/status/nobody")
+	code, body := harness.Get(t, q.URL+"/status/nobody")
 	if code != http.StatusOK || strings.TrimSpace(body) != `{"userId":"nobody","status":"offline","lastUpdated":null}` {
 		t.Errorf("GET /status/nobody = %d %s", code, body)
 	}
-	c, b := postJSON(t, q.url+"/statuses", map[string]any{"userIds": []string{"x", "y"}})
+	c, b := harness.PostJSON(t, q.URL+"/statuses", map[string]any{"userIds": []string{"x", "y"}})
 	if c != http.StatusOK || strings.TrimSpace(string(b)) != `{"statuses":[{"userId":"x","status":"offline","lastUpdated":null},{"userId":"y","status":"offline","lastUpdated":null}]}` {
 		t.Errorf("POST /statuses for unknown users = %d %s", c, b)
 	}
-	c, b = freshCount(t, q.url+"/v1/online/count", "")
+	c, b = harness.FreshCount(t, q.URL+"/v1/online/count", "")
 	var counts struct {
 		AsOf time.Time `json:"asOf"`
 	}
@@ -72,7 +74,7 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 	stateRDB(t, addr).Set(t.Context(), env["PULSE_REDIS_PREFIX"]+":shards", 4, 0)
 	stopRedis()
 	start := time.Now()
-	res, err := keyedClient.Get(q.url + "/status/alice")
+	res, err := harness.KeyedClient.Get(q.URL + "/status/alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestQueryRejectsBadInputAndSurvivesRedisOutage(t *testing.T) {
 	// Counts are served from the last read for at most PULSE_QUERY_COUNTS_MAX_AGE (1s),
 	// then a count needs Redis too.
 	time.Sleep(1500 * time.Millisecond)
-	code, body = get(t, q.url+"/v1/online/count")
+	code, body = harness.Get(t, q.URL+"/v1/online/count")
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("with Redis down for 1.5s GET /v1/online/count = %d %s, want 503", code, body)
 	}

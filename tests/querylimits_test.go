@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestQueryRateLimitsAndCaps: query charges every request its route's cost in reads
@@ -18,19 +20,19 @@ import (
 // leave another's bucket alone; and the caps on at= batches and history ranges are
 // 400s naming what to change. Each refusal is counted by reason.
 func TestQueryRateLimitsAndCaps(t *testing.T) {
-	p := newTopics(t, 2)
+	p := harness.NewTopics(t, 2)
 	for k, v := range map[string]string{
 		"PULSE_QUERY_KEY_RATE": "1", "PULSE_QUERY_KEY_BURST": "30",
 		"PULSE_QUERY_USER_RATE": "1", "PULSE_QUERY_USER_BURST": "3",
 		"PULSE_QUERY_AT_MAX_BATCH": "5",
 	} {
-		p.env[k] = v
+		p.Env[k] = v
 	}
-	p.start(t, "query")
-	q := p.svc["query"]
-	user := func(s string) string { return p.run + "-" + s }
+	p.Start(t, "query")
+	q := p.Svc["query"]
+	user := func(s string) string { return p.Run + "-" + s }
 	status := func(cred, id string) (int, http.Header, string) {
-		return authDo(t, http.MethodGet, q.url+"/status/"+url.PathEscape(id), cred, "")
+		return authDo(t, http.MethodGet, q.URL+"/status/"+url.PathEscape(id), cred, "")
 	}
 	// admitted sends requests until one is refused and says how many were admitted,
 	// and what the refusal was; a bucket refills at 1 read a second meanwhile.
@@ -63,13 +65,13 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 	}
 
 	// A reader key: its burst of single reads, then a 429; after Retry-After, reads again.
-	n, elapsed, code, h, body := admitted(func() (int, http.Header, string) { return status(testKeys.reader, user("a")) })
+	n, elapsed, code, h, body := admitted(func() (int, http.Header, string) { return status(harness.TestKeys.Reader, user("a")) })
 	wantAdmitted("single reads of it-reader", n, elapsed, 30, 1)
 	wantLimited("it-reader past its burst", code, h, body,
 		"key it-reader is over its rate of 1 reads/s (PULSE_QUERY_KEY_RATE); this request costs 1; retry after Retry-After seconds")
 	secs, _ := strconv.Atoi(h.Get("Retry-After"))
 	time.Sleep(time.Duration(secs) * time.Second)
-	if code, _, body := status(testKeys.reader, user("a")); code != http.StatusOK {
+	if code, _, body := status(harness.TestKeys.Reader, user("a")); code != http.StatusOK {
 		t.Fatalf("it-reader after Retry-After: %d %s", code, body)
 	}
 
@@ -80,7 +82,7 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 	}
 	batch, _ := json.Marshal(map[string]any{"userIds": ids})
 	n, elapsed, code, h, body = admitted(func() (int, http.Header, string) {
-		return authDo(t, http.MethodPost, q.url+"/statuses", testKeys.reader2, string(batch))
+		return authDo(t, http.MethodPost, q.URL+"/statuses", harness.TestKeys.Reader2, string(batch))
 	})
 	wantAdmitted("batches of 100 ids", n, elapsed, 30, 10)
 	// The fourth finds the bucket empty at the first read every request costs.
@@ -90,29 +92,29 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 	// History ranges and at= cost more: two days of concurrency are 20 reads, after
 	// which an at= count (20) does not fit while a plain count (1) still does.
 	from := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -2)
-	conc := fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s", q.url, from.Format(time.RFC3339), from.AddDate(0, 0, 2).Format(time.RFC3339))
-	if code, _, body := authDo(t, http.MethodGet, conc, testKeys.operator, ""); code == http.StatusTooManyRequests {
+	conc := fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s", q.URL, from.Format(time.RFC3339), from.AddDate(0, 0, 2).Format(time.RFC3339))
+	if code, _, body := authDo(t, http.MethodGet, conc, harness.TestKeys.Operator, ""); code == http.StatusTooManyRequests {
 		t.Fatalf("two days of concurrency on a full bucket: %d %s", code, body)
 	}
 	at := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
-	code, h, body = authDo(t, http.MethodGet, q.url+"/v1/online/count?at="+at, testKeys.operator, "")
+	code, h, body = authDo(t, http.MethodGet, q.URL+"/v1/online/count?at="+at, harness.TestKeys.Operator, "")
 	wantLimited("an at= count after two days of concurrency", code, h, body,
 		"key it-operator is over its rate of 1 reads/s (PULSE_QUERY_KEY_RATE); this request costs 20; retry after Retry-After seconds")
-	if code, _, body := authDo(t, http.MethodGet, q.url+"/v1/online/count", testKeys.operator, ""); code != http.StatusOK {
+	if code, _, body := authDo(t, http.MethodGet, q.URL+"/v1/online/count", harness.TestKeys.Operator, ""); code != http.StatusOK {
 		t.Fatalf("a plain count with the reads left: %d %s", code, body)
 	}
 
 	// Caps: a history range longer than the route allows, and more ids than
 	// PULSE_QUERY_AT_MAX_BATCH with at=, are 400s saying what to change.
-	long := fmt.Sprintf("%s/v1/users/%s/timeline?view=operator&from=%s&to=%s", q.url, user("a"),
+	long := fmt.Sprintf("%s/v1/users/%s/timeline?view=operator&from=%s&to=%s", q.URL, user("a"),
 		from.AddDate(0, 0, -30).Format(time.RFC3339), from.AddDate(0, 0, 2).Format(time.RFC3339))
-	code, _, body = authDo(t, http.MethodGet, long, testKeys.operator, "")
+	code, _, body = authDo(t, http.MethodGet, long, harness.TestKeys.Operator, "")
 	if code != http.StatusBadRequest || !strings.Contains(body, "spans more than 31 days, the most one request may cover; split the range") {
 		t.Errorf("a timeline of 32 days: %d %s, want a 400 naming the cap", code, body)
 	}
 	carol := user("carol")
 	six, _ := json.Marshal(map[string]any{"userIds": []string{carol, carol, carol, carol, carol, carol}})
-	code, _, body = authDo(t, http.MethodPost, q.url+"/statuses?at="+at, userToken(t, carol, time.Now().Add(time.Hour), testKeys.hs256), string(six))
+	code, _, body = authDo(t, http.MethodPost, q.URL+"/statuses?at="+at, userToken(t, carol, time.Now().Add(time.Hour), harness.TestKeys.Hs256), string(six))
 	if want := `{"error":{"code":"invalid_request","message":"at most 5 user ids per request with at= (PULSE_QUERY_AT_MAX_BATCH), got 6","field":"userIds"}}`; code != http.StatusBadRequest || body != want {
 		t.Errorf("six ids with at=: %d %s\nwant 400 %s", code, body, want)
 	}
@@ -120,8 +122,8 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 	// User tokens: a bucket per user, of PULSE_QUERY_USER_BURST (3); alice's reads
 	// leave bob's bucket whole.
 	alice, bob := user("alice"), user("bob")
-	aliceToken := userToken(t, alice, time.Now().Add(time.Hour), testKeys.hs256)
-	bobToken := userToken(t, bob, time.Now().Add(time.Hour), testKeys.hs256)
+	aliceToken := userToken(t, alice, time.Now().Add(time.Hour), harness.TestKeys.Hs256)
+	bobToken := userToken(t, bob, time.Now().Add(time.Hour), harness.TestKeys.Hs256)
 	n, elapsed, code, h, body = admitted(func() (int, http.Header, string) { return status(aliceToken, alice) })
 	wantAdmitted("alice's reads", n, elapsed, 3, 1)
 	wantLimited("alice past her burst", code, h, body,
@@ -146,16 +148,16 @@ func TestQueryRateLimitsAndCaps(t *testing.T) {
 // long are 503s with Retry-After naming the variable, counted as history_busy, while
 // the others are answered.
 func TestQueryHistoryReadsAreBounded(t *testing.T) {
-	p := newTopics(t, 2)
-	p.env["PULSE_QUERY_HISTORY_READS"] = "1"
-	p.env["PULSE_QUERY_HISTORY_WAIT"] = "1ms"
-	p.start(t, "query")
-	q := p.svc["query"]
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_QUERY_HISTORY_READS"] = "1"
+	p.Env["PULSE_QUERY_HISTORY_WAIT"] = "1ms"
+	p.Start(t, "query")
+	q := p.Svc["query"]
 	from := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -30)
-	conc := fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s", q.url, from.Format(time.RFC3339), from.AddDate(0, 0, 31).Format(time.RFC3339))
+	conc := fmt.Sprintf("%s/v1/stats/concurrency?from=%s&to=%s", q.URL, from.Format(time.RFC3339), from.AddDate(0, 0, 31).Format(time.RFC3339))
 	// Query connects to Cassandra in the background.
-	eventually(t, 60*time.Second, func() string {
-		if code, body := get(t, conc); code != http.StatusOK {
+	harness.Eventually(t, 60*time.Second, func() string {
+		if code, body := harness.Get(t, conc); code != http.StatusOK {
 			return fmt.Sprintf("concurrency before the test: %d %s", code, body)
 		}
 		return ""
@@ -170,7 +172,7 @@ func TestQueryHistoryReadsAreBounded(t *testing.T) {
 		answers := make(chan answer, 16)
 		for range 16 {
 			go func() {
-				code, h, body := authDo(t, http.MethodGet, conc, testKeys.reader, "")
+				code, h, body := authDo(t, http.MethodGet, conc, harness.TestKeys.Reader, "")
 				answers <- answer{code, h, body}
 			}()
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/tests/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,13 +33,13 @@ func redisCalls(t *testing.T, rdb *redis.Client, cmd string) int {
 // /readyz answers from a probe at most a second old, however many ask, and a failed
 // check says "<check> unavailable" to the network and the reason only in the log.
 func TestReadyzIsCachedAndSaysNoBackendDetail(t *testing.T) {
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr, stopRedis := startRedis(t, port)
-	env := newTopics(t, 2).env
+	env := harness.NewTopics(t, 2).Env
 	env["PULSE_REDIS_ADDR"] = addr
 	env["PULSE_READY_CHECK_TIMEOUT"] = "1s"
-	query := startService(t, "query", env)
-	eventually(t, 15*time.Second, func() string {
+	query := harness.StartService(t, "query", env)
+	harness.Eventually(t, 15*time.Second, func() string {
 		if code, _ := readyz(t, query); code != http.StatusOK {
 			return "query /readyz = " + strconv.Itoa(code)
 		}
@@ -57,7 +58,7 @@ func TestReadyzIsCachedAndSaysNoBackendDetail(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				if code, _ := get(t, query.url+"/readyz"); code != http.StatusOK {
+				if code, _ := harness.Get(t, query.URL+"/readyz"); code != http.StatusOK {
 					t.Errorf("/readyz = %d under load", code)
 					return
 				}
@@ -73,13 +74,13 @@ func TestReadyzIsCachedAndSaysNoBackendDetail(t *testing.T) {
 	}
 
 	stopRedis()
-	eventually(t, 15*time.Second, func() string {
+	harness.Eventually(t, 15*time.Second, func() string {
 		if code, _ := readyz(t, query); code != http.StatusServiceUnavailable {
 			return "query /readyz = " + strconv.Itoa(code) + " with Redis down, want 503"
 		}
 		return ""
 	})
-	code, body := get(t, query.url+"/readyz")
+	code, body := harness.Get(t, query.URL+"/readyz")
 	var rep readyReport
 	if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz = %d %s", code, body)
@@ -94,8 +95,8 @@ func TestReadyzIsCachedAndSaysNoBackendDetail(t *testing.T) {
 			t.Errorf("/readyz body tells the network %q: %s", leak, body)
 		}
 	}
-	eventually(t, 5*time.Second, func() string {
-		if !strings.Contains(query.out.String(), "readiness check failed") {
+	harness.Eventually(t, 5*time.Second, func() string {
+		if !strings.Contains(query.Out.String(), "readiness check failed") {
 			return "the log has no \"readiness check failed\" line with the reason"
 		}
 		return ""

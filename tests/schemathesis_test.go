@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // schemathesisBudget is each service's share of the schema-based fuzzing: enough for
@@ -39,19 +41,19 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 		budget = schemathesisBudget
 	}
 	// Query reads history's tables itself: the history service is not needed.
-	p := newTopics(t, 2)
+	p := harness.NewTopics(t, 2)
 	for _, name := range []string{"ingest", "aggregator", "query"} {
-		p.start(t, name)
+		p.Start(t, name)
 	}
 	for _, run := range []struct {
 		service, key string
 		tags         []string
 	}{
-		{"ingest", testKeys.producer, []string{"ingest"}},
-		{"query", testKeys.operator, []string{"query", "history", "operations"}},
+		{"ingest", harness.TestKeys.Producer, []string{"ingest"}},
+		{"query", harness.TestKeys.Operator, []string{"query", "history", "operations"}},
 	} {
 		t.Run(run.service, func(t *testing.T) {
-			url := p.svc[run.service].url
+			url := p.Svc[run.service].URL
 			args := []string{"run", url + "/openapi.json", "--url", url,
 				"-H", "Authorization: Bearer " + run.key,
 				"--checks", "no_unexplained_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
@@ -74,9 +76,9 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			cmd.Env = append(os.Environ(), "PYTHONPATH="+hooks, "SCHEMATHESIS_HOOKS=pulse_checks", "NO_COLOR=1")
 			cmd.Dir = t.TempDir() // its .schemathesis cache stays out of the checkout
 			out, err := cmd.CombinedOutput()
-			summary := lastLines(string(out), 25)
+			summary := harness.LastLines(string(out), 25)
 			if err != nil {
-				t.Fatalf("schemathesis against %s found disagreements with the OpenAPI document or server errors (%v):\n%s", run.service, err, lastLines(string(out), 200))
+				t.Fatalf("schemathesis against %s found disagreements with the OpenAPI document or server errors (%v):\n%s", run.service, err, harness.LastLines(string(out), 200))
 			}
 			if strings.Contains(string(out), run.key) {
 				t.Fatal("schemathesis's report shows the API key")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // docs/design.md guarantee 10: Redis loses everything (FLUSHALL on a private server)
@@ -25,15 +26,15 @@ import (
 // model again — including for users whose last event came before the flush, in a
 // partition that gets no event after it.
 func TestRedisFlushHealsItself(t *testing.T) {
-	addr, _ := startRedis(t, freePort(t))
-	p := newTopics(t, 2)
-	p.env["PULSE_REDIS_ADDR"] = addr
-	p.env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
-	p.start(t, "aggregator")
-	p.start(t, "query")
-	q := p.svc["query"].url
+	addr, _ := startRedis(t, harness.FreePort(t))
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_REDIS_ADDR"] = addr
+	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	p.Start(t, "aggregator")
+	p.Start(t, "query")
+	q := p.Svc["query"].URL
 
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(p.events))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.DefaultProduceTopic(p.Events))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	var recs []*kgo.Record
 	now := time.Now().UTC()
 	for u := range 300 {
-		user := fmt.Sprintf("heal-%s-%03d", p.run, u)
+		user := fmt.Sprintf("heal-%s-%03d", p.Run, u)
 		for k := range 1 + u%3 {
 			st := statuses[(u+k)%len(statuses)]
 			at := now.Add(time.Duration(k) * time.Millisecond)
@@ -74,7 +75,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	}
 	// correct says whether the count and every user's status equal the model.
 	correct := func() string {
-		code, body := get(t, q+"/v1/online/count")
+		code, body := harness.Get(t, q+"/v1/online/count")
 		if code != http.StatusOK {
 			return fmt.Sprintf("count: %d %s", code, body)
 		}
@@ -89,7 +90,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 		}
 		return publicStatusesDiffer(t, q, want)
 	}
-	eventually(t, 30*time.Second, correct)
+	harness.Eventually(t, 30*time.Second, correct)
 
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -103,7 +104,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	unavailable := 0
 	deadline := time.Now().Add(60 * time.Second)
 	for ; time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		code, body := get(t, q+"/v1/online/count")
+		code, body := harness.Get(t, q+"/v1/online/count")
 		switch {
 		case code == http.StatusServiceUnavailable:
 			unavailable++
@@ -112,7 +113,7 @@ func TestRedisFlushHealsItself(t *testing.T) {
 				if !strings.Contains(body, "rebuil") {
 					t.Errorf("503 while rebuilding says %s, want it to say the state is being rebuilt", body)
 				}
-				if code, body := get(t, q+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "state") {
+				if code, body := harness.Get(t, q+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "state") {
 					t.Errorf("query /readyz while rebuilding = %d %s, want 503 naming state", code, body)
 				}
 			}
@@ -139,13 +140,13 @@ func TestRedisFlushHealsItself(t *testing.T) {
 		}
 	}
 	if healed == 0 {
-		t.Fatalf("the state was not correct again within 60 s of the flush; the aggregator's output ends:\n%s", lastLines(p.svc["aggregator"].out.String(), 20))
+		t.Fatalf("the state was not correct again within 60 s of the flush; the aggregator's output ends:\n%s", harness.LastLines(p.Svc["aggregator"].Out.String(), 20))
 	}
 	if detected == 0 {
 		t.Fatalf("no read answered 503 between the flush and the repair (healed after %v)", healed)
 	}
-	if out := p.svc["aggregator"].out.String(); !strings.Contains(out, "shard rebuilt from the log") {
-		t.Fatalf("the aggregator did not log a rebuild; its output ends:\n%s", lastLines(out, 20))
+	if out := p.Svc["aggregator"].Out.String(); !strings.Contains(out, "shard rebuilt from the log") {
+		t.Fatalf("the aggregator did not log a rebuild; its output ends:\n%s", harness.LastLines(out, 20))
 	}
 	t.Logf("FLUSHALL: detected (first 503) after %v, correct again after %v, %d reads answered 503 meanwhile",
 		detected.Round(time.Millisecond), healed.Round(time.Millisecond), unavailable)
@@ -153,22 +154,22 @@ func TestRedisFlushHealsItself(t *testing.T) {
 	// On demand: pulsectl rebuild has every shard rebuilt from the log again, and
 	// follows it to the end.
 	start := time.Now()
-	out, err := exec.Command(binary("pulsectl"), "rebuild", "-redis", addr, "-prefix", p.env["PULSE_REDIS_PREFIX"],
-		"-brokers", strings.Join(kafkaBrokers(), ","), "-topic", p.events, "-timeout", "60s").CombinedOutput()
+	out, err := exec.Command(harness.Binary("pulsectl"), "rebuild", "-redis", addr, "-prefix", p.Env["PULSE_REDIS_PREFIX"],
+		"-brokers", strings.Join(harness.KafkaBrokers(), ","), "-topic", p.Events, "-timeout", "60s").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "2/2 shards done") || !strings.Contains(string(out), "rebuilt in") {
 		t.Fatalf("pulsectl rebuild: %v\n%s", err, out)
 	}
-	eventually(t, 10*time.Second, correct)
+	harness.Eventually(t, 10*time.Second, correct)
 	t.Logf("pulsectl rebuild of 2 shards (%d records) took %v:\n%s", len(recs), time.Since(start).Round(time.Millisecond), out)
 
 	// A user state Redis holds but Pulse did not write (bytes that do not decode):
 	// the next event of that user has the shard rebuilt from the log, instead of
 	// stopping the partition on a read that can never succeed.
-	victim := fmt.Sprintf("heal-%s-%03d", p.run, 7)
+	victim := fmt.Sprintf("heal-%s-%03d", p.Run, 7)
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
 	corrupted := 0
-	iter := rdb.Scan(ctx2, 0, p.env["PULSE_REDIS_PREFIX"]+":{*}:st:*", 1000).Iterator()
+	iter := rdb.Scan(ctx2, 0, p.Env["PULSE_REDIS_PREFIX"]+":{*}:st:*", 1000).Iterator()
 	for iter.Next(ctx2) {
 		if ok, err := rdb.HExists(ctx2, iter.Val(), victim).Result(); err == nil && ok {
 			if err := rdb.HSet(ctx2, iter.Val(), victim, "not a state").Err(); err != nil {
@@ -198,9 +199,9 @@ func TestRedisFlushHealsItself(t *testing.T) {
 		wantIdle++
 	}
 	want[victim] = presence.Idle
-	eventually(t, 30*time.Second, correct)
-	if out := p.svc["aggregator"].out.String(); !strings.Contains(out, "does not decode: rebuilding the shard") {
-		t.Fatalf("the aggregator did not log the undecodable state; its output ends:\n%s", lastLines(out, 20))
+	harness.Eventually(t, 30*time.Second, correct)
+	if out := p.Svc["aggregator"].Out.String(); !strings.Contains(out, "does not decode: rebuilding the shard") {
+		t.Fatalf("the aggregator did not log the undecodable state; its output ends:\n%s", harness.LastLines(out, 20))
 	}
 }
 
@@ -211,23 +212,23 @@ func TestRedisFlushHealsItself(t *testing.T) {
 // from the log; the counts and every status equal the model, and no read answers 200
 // with a wrong state meanwhile.
 func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
-	addr, _ := startRedis(t, freePort(t))
-	p := newTopics(t, 2)
+	addr, _ := startRedis(t, harness.FreePort(t))
+	p := harness.NewTopics(t, 2)
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	m, _ := migNew(t, session, ks, migFiles(t))
 	if _, err := m.Apply(migCtx(t)); err != nil {
 		t.Fatalf("migrating %s: %v", ks, err)
 	}
-	p.env["PULSE_CASSANDRA_KEYSPACE"] = ks
-	p.env["PULSE_REDIS_ADDR"] = addr
-	p.env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
-	p.start(t, "aggregator")
-	p.start(t, "history")
-	p.start(t, "query")
-	q := p.svc["query"].url
+	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	p.Env["PULSE_REDIS_ADDR"] = addr
+	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	p.Start(t, "aggregator")
+	p.Start(t, "history")
+	p.Start(t, "query")
+	q := p.Svc["query"].URL
 
-	prod, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.DefaultProduceTopic(p.events))
+	prod, err := kgo.NewClient(kgo.SeedBrokers(harness.KafkaBrokers()...), kgo.DefaultProduceTopic(p.Events))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	names := func(prefix string, n int) []string {
 		ids := make([]string, n)
 		for i := range ids {
-			ids[i] = fmt.Sprintf("%s-%s-%03d", prefix, p.run, i)
+			ids[i] = fmt.Sprintf("%s-%s-%03d", prefix, p.Run, i)
 		}
 		return ids
 	}
@@ -279,7 +280,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 				}
 			}
 		}
-		code, body := onlineDo(t, http.MethodGet, q+"/v1/online/count?view=operator", testKeys.operator, nil)
+		code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/online/count?view=operator", harness.TestKeys.Operator, nil)
 		if code != http.StatusOK {
 			return fmt.Sprintf("count: %d %s", code, body)
 		}
@@ -301,11 +302,11 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	produce(old, 0)
 	time.Sleep(5 * time.Millisecond) // the next round is strictly newer
 	produce(old, 1)
-	eventually(t, 30*time.Second, correct)
-	adm := kafkaAdmin(t)
+	harness.Eventually(t, 30*time.Second, correct)
+	adm := harness.KafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, p.events)
+	ends, err := adm.ListEndOffsets(ctx, p.Events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	produce(names("new", 60), 2)
 	time.Sleep(5 * time.Millisecond)
 	produce(old[:40], 3)
-	eventually(t, 30*time.Second, correct)
+	harness.Eventually(t, 30*time.Second, correct)
 	onlyHistory := len(old) - 40
 
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -345,7 +346,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 		unavailable++
 	}
 	if healed == 0 {
-		t.Fatalf("the state was not correct again within 90 s of the flush; the aggregator's output ends:\n%s", lastLines(p.svc["aggregator"].out.String(), 20))
+		t.Fatalf("the state was not correct again within 90 s of the flush; the aggregator's output ends:\n%s", harness.LastLines(p.Svc["aggregator"].Out.String(), 20))
 	}
 	if unavailable == 0 {
 		t.Errorf("no read answered 503 between the flush and the repair (healed after %v)", healed)
@@ -353,7 +354,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	// The restored users' times are history's: last-seen of their one event.
 	for _, id := range old[40:] {
 		// The operator view: an invisible user's times are hidden from readers.
-		code, body := onlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", testKeys.operator, nil)
+		code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", harness.TestKeys.Operator, nil)
 		if code != http.StatusOK {
 			t.Fatalf("status of %s: %d %s", id, code, body)
 		}
@@ -367,7 +368,7 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 			t.Fatalf("%s restored from history with last seen %v, its one event was at %v", id, v.LastSeen, seen[id])
 		}
 	}
-	code, body := get(t, p.svc["aggregator"].url+"/metrics")
+	code, body := harness.Get(t, p.Svc["aggregator"].URL+"/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("aggregator /metrics: %d", code)
 	}
@@ -387,7 +388,7 @@ func publicStatusesDiffer(t *testing.T, q string, want map[string]presence.Statu
 	for id := range want {
 		ids = append(ids, id)
 	}
-	code, b := postJSON(t, q+"/statuses", map[string]any{"userIds": ids})
+	code, b := harness.PostJSON(t, q+"/statuses", map[string]any{"userIds": ids})
 	if code != http.StatusOK {
 		return fmt.Sprintf("statuses: %d %s", code, b)
 	}
@@ -398,7 +399,7 @@ func publicStatusesDiffer(t *testing.T, q string, want map[string]presence.Statu
 		t.Fatal(err)
 	}
 	for _, s := range res.Statuses {
-		if s.Status != public(want[s.UserID].String()) {
+		if s.Status != harness.Public(want[s.UserID].String()) {
 			return fmt.Sprintf("%s is %s, model %s", s.UserID, s.Status, want[s.UserID])
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 type readyReport struct {
@@ -26,13 +27,13 @@ type readyReport struct {
 	} `json:"checks"`
 }
 
-func readyz(t *testing.T, s *service) (int, readyReport) {
+func readyz(t *testing.T, s *harness.Service) (int, readyReport) {
 	t.Helper()
-	code, body := get(t, s.url+"/readyz")
+	code, body := harness.Get(t, s.URL+"/readyz")
 	var rep readyReport
 	if code != 0 {
 		if err := json.Unmarshal([]byte(body), &rep); err != nil {
-			t.Fatalf("%s /readyz body %q: %v", s.name, body, err)
+			t.Fatalf("%s /readyz body %q: %v", s.Name, body, err)
 		}
 	}
 	return code, rep
@@ -57,12 +58,12 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 	}
 	// Topics, groups and Redis prefix of their own: a service under test must not join
 	// the groups of a pipeline running on the same stack, nor write its state.
-	env := newTopics(t, 2).env
+	env := harness.NewTopics(t, 2).Env
 	for name, want := range deps {
 		t.Run(name, func(t *testing.T) {
-			s := startService(t, name, env)
+			s := harness.StartService(t, name, env)
 			var rep readyReport
-			eventually(t, 20*time.Second, func() string {
+			harness.Eventually(t, 20*time.Second, func() string {
 				var code int
 				code, rep = readyz(t, s)
 				if code != http.StatusOK {
@@ -76,15 +77,15 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 			if name == "aggregator" {
 				// The shards it registered are whole once it took its partitions, which
 				// query's state check reads after it stopped.
-				store := statestore.New(stateRDB(t, redisAddr()), env["PULSE_REDIS_PREFIX"])
-				eventually(t, 30*time.Second, func() string {
+				store := statestore.New(stateRDB(t, harness.RedisAddr()), env["PULSE_REDIS_PREFIX"])
+				harness.Eventually(t, 30*time.Second, func() string {
 					if err := store.CheckShards(context.Background(), 2); err != nil {
 						return err.Error()
 					}
 					return ""
 				})
 			}
-			code, metrics := get(t, s.url+"/metrics")
+			code, metrics := harness.Get(t, s.URL+"/metrics")
 			if code != http.StatusOK {
 				t.Fatalf("%s /metrics = %d", name, code)
 			}
@@ -94,7 +95,7 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 					t.Errorf("%s /metrics lacks %q", name, line)
 				}
 			}
-			if code, body := get(t, s.url+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
+			if code, body := harness.Get(t, s.URL+"/healthz"); code != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
 				t.Errorf("%s /healthz = %d %s", name, code, body)
 			}
 		})
@@ -137,18 +138,18 @@ func startRedis(t *testing.T, port int) (addr string, stop func()) {
 
 // /readyz turns 503 naming redis while Redis is down, and 200 again once it is back.
 func TestReadyzFailsWhileRedisIsDown(t *testing.T) {
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr, stopRedis := startRedis(t, port)
-	env := newTopics(t, 2).env
+	env := harness.NewTopics(t, 2).Env
 	env["PULSE_REDIS_ADDR"] = addr
 	env["PULSE_READY_CHECK_TIMEOUT"] = "1s"
-	svcs := []*service{startService(t, "query", env), startService(t, "aggregator", env)}
+	svcs := []*harness.Service{harness.StartService(t, "query", env), harness.StartService(t, "aggregator", env)}
 
 	waitReady := func(want int) {
 		for _, s := range svcs {
-			eventually(t, 15*time.Second, func() string {
+			harness.Eventually(t, 15*time.Second, func() string {
 				if code, _ := readyz(t, s); code != want {
-					return s.name + " /readyz = " + strconv.Itoa(code) + ", want " + strconv.Itoa(want)
+					return s.Name + " /readyz = " + strconv.Itoa(code) + ", want " + strconv.Itoa(want)
 				}
 				return ""
 			})
@@ -162,10 +163,10 @@ func TestReadyzFailsWhileRedisIsDown(t *testing.T) {
 		_, rep := readyz(t, s)
 		for _, c := range rep.Checks {
 			if c.Name == "redis" && (c.OK || c.Error == "") {
-				t.Errorf("%s redis check = %+v, want failed with the reason", s.name, c)
+				t.Errorf("%s redis check = %+v, want failed with the reason", s.Name, c)
 			}
 			if c.Name == "kafka" && !c.OK {
-				t.Errorf("%s kafka check failed while only Redis is down: %s", s.name, c.Error)
+				t.Errorf("%s kafka check failed while only Redis is down: %s", s.Name, c.Error)
 			}
 		}
 	}
@@ -176,7 +177,7 @@ func TestReadyzFailsWhileRedisIsDown(t *testing.T) {
 
 // A bad setting stops a service at start with the variable named, exit status 1.
 func TestServiceRefusesBadConfig(t *testing.T) {
-	cmd := exec.Command(binary("ingest"))
+	cmd := exec.Command(harness.Binary("ingest"))
 	cmd.Env = append(os.Environ(), "PULSE_INGEST_ACK_TIMEOUT=-1s", "PULSE_KAFKA_BROKERS=", "PULSE_LOG_FORMAT=text")
 	out, err := cmd.CombinedOutput()
 	exit, ok := err.(*exec.ExitError)
@@ -192,17 +193,17 @@ func TestServiceRefusesBadConfig(t *testing.T) {
 // aggregator within its revoke timeout, leaving the window uncommitted; once Redis
 // answers again the next aggregator applies it, so nothing acknowledged is lost.
 func TestAggregatorStopsInTimeWhileRedisHangs(t *testing.T) {
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr, _ := startRedis(t, port)
-	p := newTopics(t, 2)
-	p.env["PULSE_REDIS_ADDR"] = addr
-	p.env["PULSE_AGGREGATOR_REVOKE_TIMEOUT"] = "3s"
+	p := harness.NewTopics(t, 2)
+	p.Env["PULSE_REDIS_ADDR"] = addr
+	p.Env["PULSE_AGGREGATOR_REVOKE_TIMEOUT"] = "3s"
 	for _, name := range []string{"ingest", "aggregator", "query"} {
-		p.start(t, name)
+		p.Start(t, name)
 	}
-	before, during := "before-"+p.run, "during-"+p.run
-	p.send(t, before, "status", "online", "phone")
-	p.waitStatus(t, before, "online")
+	before, during := "before-"+p.Run, "during-"+p.Run
+	p.Send(t, before, "status", "online", "phone")
+	p.WaitStatus(t, before, "online")
 
 	// Every Redis command now waits 12s: the aggregator's window write times out and
 	// is retried while the next event's window waits.
@@ -211,17 +212,17 @@ func TestAggregatorStopsInTimeWhileRedisHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	p.send(t, during, "status", "online", "phone")
-	p.send(t, before, "status", "offline", "phone")
+	p.Send(t, during, "status", "online", "phone")
+	p.Send(t, before, "status", "offline", "phone")
 	time.Sleep(time.Second)
 	start := time.Now()
-	p.svc["aggregator"].stop(t)
+	p.Svc["aggregator"].Stop(t)
 	// The revoke timeout (3s) plus leaving the group; far below the 12s pause.
 	if d := time.Since(start); d > 7*time.Second {
 		t.Errorf("the aggregator took %v to stop while Redis hung, want about the 3s revoke timeout", d)
 	}
 	time.Sleep(time.Until(paused.Add(12 * time.Second)))
-	p.start(t, "aggregator")
-	p.waitStatus(t, during, "online")
-	p.waitStatus(t, before, "offline")
+	p.Start(t, "aggregator")
+	p.WaitStatus(t, during, "online")
+	p.WaitStatus(t, before, "offline")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // stateRDB is a client of the Redis at addr, closed when the test ends: one server, or
@@ -67,8 +68,8 @@ func deleteRedisPrefix(rdb redis.UniversalClient, prefix string) {
 
 func stateStore(t testing.TB) (*statestore.Store, redis.UniversalClient) {
 	t.Helper()
-	rdb := stateRDB(t, redisAddr())
-	prefix := "it-" + randomID(t)
+	rdb := stateRDB(t, harness.RedisAddr())
+	prefix := "it-" + harness.RandomID(t)
 	t.Cleanup(func() { deleteRedisPrefix(rdb, prefix) })
 	return statestore.New(rdb, prefix), rdb
 }

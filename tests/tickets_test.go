@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // watchTicket asks base for a feed ticket acting as cred (POST /v1/watch/tickets).
@@ -46,7 +47,7 @@ func sseOpen(t *testing.T, u, cred string) (int, string) {
 	if cred != "" {
 		req.Header.Set("Authorization", "Bearer "+cred)
 	}
-	res, err := bareClient.Do(req)
+	res, err := harness.BareClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", u, err)
 	}
@@ -65,19 +66,19 @@ func sseOpen(t *testing.T, u, cred string) (int, string) {
 // (a user token's watch list and connection cap); and a credential in the URL
 // (?access_token=) is refused.
 func TestWatchTickets(t *testing.T) {
-	p := newTopics(t, 1)
-	p.env["PULSE_WATCH_TICKET_TTL"] = "2s"
-	p.env["PULSE_FEED_MAX_CONNECTIONS_PER_USER"] = "1"
-	p.start(t, "query")
-	query := p.svc["query"].url
-	other := startService(t, "query", p.env).url // a second instance on the same Redis
-	alice, bob, carol := p.run+"-alice", p.run+"-bob", p.run+"-carol"
+	p := harness.NewTopics(t, 1)
+	p.Env["PULSE_WATCH_TICKET_TTL"] = "2s"
+	p.Env["PULSE_FEED_MAX_CONNECTIONS_PER_USER"] = "1"
+	p.Start(t, "query")
+	query := p.Svc["query"].URL
+	other := harness.StartService(t, "query", p.Env).URL // a second instance on the same Redis
+	alice, bob, carol := p.Run+"-alice", p.Run+"-bob", p.Run+"-carol"
 	sse := func(base, q string) string { return base + "/v1/watch/sse?" + q }
 
 	// The feed is ready on both instances (tickets are spent by any answer).
 	for _, base := range []string{query, other} {
-		eventually(t, 30*time.Second, func() string {
-			if code, got := sseOpen(t, sse(base, "userIds="+alice), testKeys.reader); code != http.StatusOK {
+		harness.Eventually(t, 30*time.Second, func() string {
+			if code, got := sseOpen(t, sse(base, "userIds="+alice), harness.TestKeys.Reader); code != http.StatusOK {
 				return fmt.Sprintf("%s feed: %d %s", base, code, got)
 			}
 			return ""
@@ -86,7 +87,7 @@ func TestWatchTickets(t *testing.T) {
 
 	// Once, over SSE, on the instance that issued it or another.
 	for _, base := range []string{query, other} {
-		tk, exp := watchTicket(t, query, testKeys.reader)
+		tk, exp := watchTicket(t, query, harness.TestKeys.Reader)
 		if d := time.Until(exp); d <= 0 || d > 3*time.Second {
 			t.Errorf("a ticket expires in %v, want within PULSE_WATCH_TICKET_TTL (2s)", d)
 		}
@@ -99,11 +100,11 @@ func TestWatchTickets(t *testing.T) {
 	}
 
 	// Once, over WebSocket.
-	tk, _ := watchTicket(t, query, testKeys.reader)
+	tk, _ := watchTicket(t, query, harness.TestKeys.Reader)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	conn, _, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {alice}, "ticket": {tk}}),
-		&websocket.DialOptions{HTTPClient: bareClient})
+		&websocket.DialOptions{HTTPClient: harness.BareClient})
 	if err != nil {
 		t.Fatalf("WebSocket with a fresh ticket: %v", err)
 	}
@@ -112,13 +113,13 @@ func TestWatchTickets(t *testing.T) {
 	}
 	conn.CloseNow()
 	_, res, err := websocket.Dial(ctx, watchURL(query, "/v1/watch", url.Values{"userIds": {alice}, "ticket": {tk}}),
-		&websocket.DialOptions{HTTPClient: bareClient})
+		&websocket.DialOptions{HTTPClient: harness.BareClient})
 	if err == nil || res == nil || res.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("WebSocket with a used ticket: %v, %v; want HTTP 401", res, err)
 	}
 
 	// Past its time.
-	tk, _ = watchTicket(t, query, testKeys.reader)
+	tk, _ = watchTicket(t, query, harness.TestKeys.Reader)
 	time.Sleep(2500 * time.Millisecond)
 	if code, got := sseOpen(t, sse(query, "userIds="+alice+"&ticket="+url.QueryEscape(tk)), ""); code != http.StatusUnauthorized {
 		t.Fatalf("SSE with an expired ticket: %d %s, want 401", code, got)
@@ -127,12 +128,12 @@ func TestWatchTickets(t *testing.T) {
 	// It acts as its credential: a reader's ticket may not take the firehose; alice's
 	// token's ticket watches bob (her pulse_watch) but not carol, and counts against
 	// her one connection.
-	tk, _ = watchTicket(t, query, testKeys.reader)
+	tk, _ = watchTicket(t, query, harness.TestKeys.Reader)
 	if code, got := sseOpen(t, sse(query, "firehose=true&ticket="+url.QueryEscape(tk)), ""); code != http.StatusForbidden {
 		t.Errorf("firehose with a reader's ticket: %d %s, want 403", code, got)
 	}
 	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": alice, "iat": time.Now().Unix(),
-		"exp": time.Now().Add(time.Hour).Unix(), "pulse_watch": []string{bob}}).SignedString([]byte(testKeys.hs256))
+		"exp": time.Now().Add(time.Hour).Unix(), "pulse_watch": []string{bob}}).SignedString([]byte(harness.TestKeys.Hs256))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +148,10 @@ func TestWatchTickets(t *testing.T) {
 	hold, stop := context.WithCancel(context.Background())
 	defer stop()
 	// The server frees the stream of bob's ticket once it sees it closed.
-	eventually(t, 10*time.Second, func() string {
+	harness.Eventually(t, 10*time.Second, func() string {
 		req, _ := http.NewRequestWithContext(hold, http.MethodGet, sse(query, "userIds="+alice), nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		held, err := bareClient.Do(req)
+		held, err := harness.BareClient.Do(req)
 		if err != nil {
 			t.Fatalf("alice's one stream: %v", err)
 		}
@@ -168,9 +169,9 @@ func TestWatchTickets(t *testing.T) {
 	}
 
 	// A long-lived credential in the URL is refused, on the feed and elsewhere.
-	for _, u := range []string{sse(query, "userIds="+alice+"&access_token="+testKeys.reader), query + "/v1/online/count?access_token=" + testKeys.reader} {
+	for _, u := range []string{sse(query, "userIds="+alice+"&access_token="+harness.TestKeys.Reader), query + "/v1/online/count?access_token=" + harness.TestKeys.Reader} {
 		if code, got := sseOpen(t, u, ""); code != http.StatusUnauthorized || !strings.Contains(got, "POST /v1/watch/tickets") {
-			t.Errorf("GET %s: %d %s, want 401 pointing at tickets", strings.Replace(u, testKeys.reader, "<key>", 1), code, got)
+			t.Errorf("GET %s: %d %s, want 401 pointing at tickets", strings.Replace(u, harness.TestKeys.Reader, "<key>", 1), code, got)
 		}
 	}
 	// The ticket route needs a credential in the header itself.

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 const (
@@ -17,131 +16,12 @@ const (
 	testIdleAfter    = 8 * time.Second
 )
 
-func newTimeoutPipeline(t *testing.T) *pipeline {
+func newTimeoutPipeline(t *testing.T) *harness.Pipeline {
 	t.Helper()
-	return newPipeline(t, 4, map[string]string{
+	return harness.NewPipeline(t, 4, map[string]string{
 		"PULSE_OFFLINE_AFTER": testOfflineAfter.String(),
 		"PULSE_IDLE_AFTER":    testIdleAfter.String(),
 	})
-}
-
-// send posts one event now and returns when ingest acknowledged it.
-func (p *pipeline) send(t *testing.T, user, kind, status, device string) time.Time {
-	t.Helper()
-	_, acked := p.sendTimed(t, user, kind, status, device)
-	return acked
-}
-
-// sendTimed is send, also returning when the request started: the event's received-at,
-// which its deadlines count from, lies between the two.
-func (p *pipeline) sendTimed(t *testing.T, user, kind, status, device string) (started, acked time.Time) {
-	t.Helper()
-	started = time.Now()
-	e := wireEvent{UserID: user, Kind: kind, Status: status, DeviceID: device}
-	code, body := postJSON(t, p.svc["ingest"].url+"/v1/events", map[string]any{"events": []wireEvent{e}})
-	if code != http.StatusAccepted {
-		t.Fatalf("POST /v1/events = %d %s", code, body)
-	}
-	return started, time.Now()
-}
-
-func (p *pipeline) status(t *testing.T, user string) string {
-	t.Helper()
-	code, body := get(t, p.svc["query"].url+"/status/"+user)
-	var v seedView
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
-		t.Fatalf("GET /status/%s = %d %s", user, code, body)
-	}
-	return v.Status
-}
-
-type countView struct {
-	Total    uint64            `json:"total"`
-	ByStatus map[string]uint64 `json:"byStatus"`
-}
-
-// count reads GET /v1/online/count.
-func (p *pipeline) count(t *testing.T) countView {
-	t.Helper()
-	code, body := freshCount(t, p.svc["query"].url+"/v1/online/count", "")
-	var c countView
-	if code != http.StatusOK || json.Unmarshal(body, &c) != nil {
-		t.Fatalf("GET /v1/online/count = %d %s", code, body)
-	}
-	return c
-}
-
-// waitStatus waits until the user reads status.
-func (p *pipeline) waitStatus(t *testing.T, user, status string) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() string {
-		if s := p.status(t, user); s != status {
-			return user + " reads " + s + ", want " + status + "; aggregator output:\n" + p.svc["aggregator"].out.String()
-		}
-		return ""
-	})
-}
-
-// watchStatus polls a user's public status every 20ms until stop is closed and
-// returns each distinct status seen with the time it was first seen.
-func (p *pipeline) watchStatus(t *testing.T, user string, stop <-chan struct{}) func() []statusAt {
-	var mu sync.Mutex
-	var seen []statusAt
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			s := p.status(t, user)
-			mu.Lock()
-			if len(seen) == 0 || seen[len(seen)-1].status != s {
-				seen = append(seen, statusAt{s, time.Now()})
-			}
-			mu.Unlock()
-			select {
-			case <-stop:
-				// One last read: the caller stopped after seeing a status this
-				// watcher may not have polled yet.
-				if s := p.status(t, user); s != seen[len(seen)-1].status {
-					mu.Lock()
-					seen = append(seen, statusAt{s, time.Now()})
-					mu.Unlock()
-				}
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	return func() []statusAt {
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return seen
-	}
-}
-
-type statusAt struct {
-	status string
-	at     time.Time
-}
-
-// changesOf reads the user's effective changes from presence.changes, deduplicated.
-func (p *pipeline) changesOf(t *testing.T, user string) []*pulsev1.Change {
-	t.Helper()
-	var out []*pulsev1.Change
-	seen := map[int64]bool{}
-	for _, recs := range readTopic(t, p.changes) {
-		for _, r := range recs {
-			var c pulsev1.Change
-			if err := proto.Unmarshal(r.Value, &c); err != nil {
-				t.Fatal(err)
-			}
-			if c.UserId == user && !seen[c.SourceOffset] {
-				seen[c.SourceOffset] = true
-				out = append(out, &c)
-			}
-		}
-	}
-	return out
 }
 
 // A user who stops heartbeating is offline within offline_after plus one window (and
@@ -149,47 +29,47 @@ func (p *pipeline) changesOf(t *testing.T, user string) []*pulsev1.Change {
 // Redis, in the online count, in presence.changes and in Cassandra.
 func TestSilentUserGoesOfflineOnTime(t *testing.T) {
 	p := newTimeoutPipeline(t)
-	user := "silent-" + p.run
+	user := "silent-" + p.Run
 	stop := make(chan struct{})
-	sent, acked := p.sendTimed(t, user, "heartbeat", "", "phone")
-	p.waitStatus(t, user, "online")
-	if c := p.count(t); c.Total != 1 || c.ByStatus["online"] != 1 {
+	sent, acked := p.SendTimed(t, user, "heartbeat", "", "phone")
+	p.WaitStatus(t, user, "online")
+	if c := p.Count(t); c.Total != 1 || c.ByStatus["online"] != 1 {
 		t.Fatalf("online count while the user heartbeats = %+v, want 1 online", c)
 	}
-	seen := p.watchStatus(t, user, stop)
-	eventually(t, 10*time.Second, func() string {
-		if s := p.status(t, user); s != "offline" {
+	seen := p.WatchStatus(t, user, stop)
+	harness.Eventually(t, 10*time.Second, func() string {
+		if s := p.Status(t, user); s != "offline" {
 			return "status " + s + ", want offline"
 		}
 		return ""
 	})
 	close(stop)
 	trace := seen()
-	if len(trace) != 2 || trace[0].status != "online" || trace[1].status != "offline" {
+	if len(trace) != 2 || trace[0].Status != "online" || trace[1].Status != "offline" {
 		t.Fatalf("statuses seen = %+v, want online then offline", trace)
 	}
 	// The deadline is the heartbeat's received-at + offline_after, and received-at lies
 	// between the request's start and its 2xx: "never early" is measured from the start,
 	// "on time" from the 2xx, with a generous bound that absorbs a busy machine.
-	if early := trace[1].at.Sub(sent); early < testOfflineAfter {
+	if early := trace[1].At.Sub(sent); early < testOfflineAfter {
 		t.Errorf("offline %v after the heartbeat was sent: earlier than offline_after %v", early, testOfflineAfter)
 	}
-	wentOffline := trace[1].at.Sub(acked)
+	wentOffline := trace[1].At.Sub(acked)
 	if wentOffline > testOfflineAfter+time.Second {
 		t.Errorf("offline %v after the heartbeat's 2xx, want within offline_after (%v) + one window + log round trip", wentOffline, testOfflineAfter)
 	}
 	t.Logf("offline %v after the last heartbeat's 2xx (offline_after %v)", wentOffline.Round(time.Millisecond), testOfflineAfter)
 
-	if c := p.count(t); c.Total != 0 || c.ByStatus["offline"] != 1 {
+	if c := p.Count(t); c.Total != 0 || c.ByStatus["offline"] != 1 {
 		t.Errorf("online count after the timeout = %+v, want 0 online, 1 offline", c)
 	}
-	changes := p.changesOf(t, user)
+	changes := p.ChangesOf(t, user)
 	if len(changes) != 2 || changes[1].Cause != pulsev1.Cause_CAUSE_TIMEOUT || changes[1].Current != pulsev1.Status_STATUS_OFFLINE ||
 		changes[1].DeviceId != "phone" {
 		t.Fatalf("changes = %v, want online by event then offline by timeout", changes)
 	}
 	session := cassandraSession(t)
-	eventually(t, 30*time.Second, func() string {
+	harness.Eventually(t, 30*time.Second, func() string {
 		var status string
 		var rows []string
 		if err := session.Query(`SELECT status FROM user_status WHERE user_id = ?`, user).Scan(&status); err != nil {
@@ -221,10 +101,10 @@ func jsonList(s []string) string {
 // one of them goes silent, and that device reads offline.
 func TestLiveUsersNeverFlap(t *testing.T) {
 	p := newTimeoutPipeline(t)
-	active, beating, twoDevices := "active-"+p.run, "beating-"+p.run, "two-"+p.run
+	active, beating, twoDevices := "active-"+p.Run, "beating-"+p.Run, "two-"+p.Run
 	stop := make(chan struct{})
-	p.send(t, twoDevices, "heartbeat", "", "laptop") // the laptop then goes silent
-	traces := map[string]func() []statusAt{}
+	p.Send(t, twoDevices, "heartbeat", "", "laptop") // the laptop then goes silent
+	traces := map[string]func() []harness.StatusAt{}
 	// Each user sends every 500ms from its own goroutine, so one slow request on a busy
 	// machine cannot open a gap anywhere near offline_after.
 	deadline := time.Now().Add(testIdleAfter + 3*time.Second)
@@ -235,7 +115,7 @@ func TestLiveUsersNeverFlap(t *testing.T) {
 			defer wg.Done()
 			last := time.Now()
 			for time.Now().Before(deadline) {
-				acked := p.send(t, s.user, s.kind, "", "phone")
+				acked := p.Send(t, s.user, s.kind, "", "phone")
 				if gap := acked.Sub(last); gap > testOfflineAfter/2 {
 					t.Errorf("%s: %v between two acknowledged events: the machine is too slow for this test's timing", s.user, gap)
 				}
@@ -245,28 +125,28 @@ func TestLiveUsersNeverFlap(t *testing.T) {
 		}()
 	}
 	for _, u := range []string{active, beating, twoDevices} {
-		p.waitStatus(t, u, "online")
-		traces[u] = p.watchStatus(t, u, stop)
+		p.WaitStatus(t, u, "online")
+		traces[u] = p.WatchStatus(t, u, stop)
 	}
 	wg.Wait()
 	close(stop)
 	for _, u := range []string{active, twoDevices} {
-		if tr := traces[u](); len(tr) != 1 || tr[0].status != "online" {
+		if tr := traces[u](); len(tr) != 1 || tr[0].Status != "online" {
 			t.Errorf("%s: statuses seen = %+v, want online throughout", u, tr)
 		}
-		if ch := p.changesOf(t, u); len(ch) != 1 {
+		if ch := p.ChangesOf(t, u); len(ch) != 1 {
 			t.Errorf("%s: %d changes, want 1 (offline -> online)", u, len(ch))
 		}
 	}
-	if tr := traces[beating](); len(tr) != 2 || tr[0].status != "online" || tr[1].status != "idle" {
+	if tr := traces[beating](); len(tr) != 2 || tr[0].Status != "online" || tr[1].Status != "idle" {
 		t.Errorf("heartbeats only: statuses seen = %+v, want online then idle, never offline", tr)
 	}
-	ch := p.changesOf(t, beating)
+	ch := p.ChangesOf(t, beating)
 	if len(ch) != 2 || ch[1].Current != pulsev1.Status_STATUS_IDLE || ch[1].Cause != pulsev1.Cause_CAUSE_TIMEOUT {
 		t.Errorf("heartbeats only: changes = %v, want online, then idle by timeout", ch)
 	}
 
-	code, body := get(t, p.svc["query"].url+"/v1/users/"+twoDevices+"/status")
+	code, body := harness.Get(t, p.Svc["query"].URL+"/v1/users/"+twoDevices+"/status")
 	var v struct {
 		Status  string `json:"status"`
 		Devices []struct {
@@ -284,31 +164,31 @@ func TestLiveUsersNeverFlap(t *testing.T) {
 // the new owner rebuilds its deadlines from Redis before applying new events.
 func TestTimeoutsSurviveAnAggregatorOutage(t *testing.T) {
 	p := newTimeoutPipeline(t)
-	users := []string{"outage-a-" + p.run, "outage-b-" + p.run}
+	users := []string{"outage-a-" + p.Run, "outage-b-" + p.Run}
 	var lastAck time.Time
 	for _, u := range users {
-		lastAck = p.send(t, u, "heartbeat", "", "phone")
+		lastAck = p.Send(t, u, "heartbeat", "", "phone")
 	}
 	for _, u := range users {
-		p.waitStatus(t, u, "online")
+		p.WaitStatus(t, u, "online")
 	}
-	p.svc["aggregator"].stop(t)
+	p.Svc["aggregator"].Stop(t)
 	// Nobody decides while no aggregator runs — checked only when the stop was quick
 	// enough that the deadline had not passed before it.
 	if stopped := time.Since(lastAck); stopped < testOfflineAfter-500*time.Millisecond {
 		time.Sleep(testOfflineAfter + time.Second - stopped)
 		for _, u := range users {
-			if s := p.status(t, u); s != "online" {
+			if s := p.Status(t, u); s != "online" {
 				t.Fatalf("%s is %s with no aggregator running, want still online (nobody decides)", u, s)
 			}
 		}
 	} else {
 		t.Logf("the aggregator took %v to stop; not checking the outage itself", stopped)
 	}
-	p.start(t, "aggregator")
-	eventually(t, 15*time.Second, func() string {
+	p.Start(t, "aggregator")
+	harness.Eventually(t, 15*time.Second, func() string {
 		for _, u := range users {
-			if s := p.status(t, u); s != "offline" {
+			if s := p.Status(t, u); s != "offline" {
 				return u + " is " + s + " after the aggregator restarted, want offline"
 			}
 		}
@@ -319,12 +199,12 @@ func TestTimeoutsSurviveAnAggregatorOutage(t *testing.T) {
 // An invisible user is offline to readers and in counts, while connected.
 func TestInvisibleUserReadsOffline(t *testing.T) {
 	// No timeouts here: on a slow machine one could end the invisible session mid-test.
-	p := newPipeline(t, 4, nil)
-	ghost, visible := "ghost-"+p.run, "visible-"+p.run
-	p.send(t, ghost, "status", "invisible", "phone")
-	p.send(t, visible, "status", "online", "phone")
-	eventually(t, 10*time.Second, func() string {
-		if s := p.status(t, visible); s != "online" {
+	p := harness.NewPipeline(t, 4, nil)
+	ghost, visible := "ghost-"+p.Run, "visible-"+p.Run
+	p.Send(t, ghost, "status", "invisible", "phone")
+	p.Send(t, visible, "status", "online", "phone")
+	harness.Eventually(t, 10*time.Second, func() string {
+		if s := p.Status(t, visible); s != "online" {
 			return "visible user is " + s
 		}
 		return ""
@@ -341,28 +221,28 @@ func TestInvisibleUserReadsOffline(t *testing.T) {
 			Registered uint64            `json:"registered"`
 		}
 	)
-	eventually(t, 10*time.Second, func() string {
-		code, body = freshCount(t, p.svc["query"].url+"/v1/online/count", "")
+	harness.Eventually(t, 10*time.Second, func() string {
+		code, body = harness.FreshCount(t, p.Svc["query"].URL+"/v1/online/count", "")
 		if code != http.StatusOK || json.Unmarshal(body, &c) != nil || c.Registered < 2 {
 			return "count before both users are applied: " + string(body)
 		}
 		return ""
 	})
-	if s := p.status(t, ghost); s != "offline" {
+	if s := p.Status(t, ghost); s != "offline" {
 		t.Errorf("invisible user reads %s, want offline", s)
 	}
 	if c.Total != 1 || c.ByStatus["online"] != 1 || c.ByStatus["offline"] != 1 {
 		t.Errorf("GET /v1/online/count = %s, want 1 online and the invisible user counted offline", body)
 	}
 	// Back to online: to others the change is offline -> online.
-	p.send(t, ghost, "status", "online", "phone")
-	eventually(t, 10*time.Second, func() string {
-		if s := p.status(t, ghost); s != "online" {
+	p.Send(t, ghost, "status", "online", "phone")
+	harness.Eventually(t, 10*time.Second, func() string {
+		if s := p.Status(t, ghost); s != "online" {
 			return "after going visible the user reads " + s
 		}
 		return ""
 	})
-	ch := p.changesOf(t, ghost)
+	ch := p.ChangesOf(t, ghost)
 	if len(ch) != 2 || ch[0].Current != pulsev1.Status_STATUS_INVISIBLE || ch[1].Previous != pulsev1.Status_STATUS_INVISIBLE ||
 		ch[1].Current != pulsev1.Status_STATUS_ONLINE {
 		t.Errorf("changes = %v, want offline->invisible, invisible->online", ch)

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TLS on the HTTP edge (docs/design.md, Security): ingest and query with
@@ -155,30 +157,30 @@ func tlsDo(c *http.Client, method, url, key string, body any) (int, string, erro
 
 // startTLSService is startService for a service serving TLS: it waits until the
 // service answers /healthz over https to client, and stops it with SIGTERM at cleanup.
-func startTLSService(t *testing.T, name string, env map[string]string, client *http.Client) *service {
+func startTLSService(t *testing.T, name string, env map[string]string, client *http.Client) *harness.Service {
 	t.Helper()
-	port := freePort(t)
+	port := harness.FreePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	s := &service{name: name, url: "https://" + addr, out: &syncBuffer{}, done: make(chan struct{})}
-	serviceAt.Store(addr, name)
-	s.cmd = exec.Command(binary(name))
-	s.cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR="+addr)
+	s := &harness.Service{Name: name, URL: "https://" + addr, Out: &harness.SyncBuffer{}, Done: make(chan struct{})}
+	harness.ServiceAt.Store(addr, name)
+	s.Cmd = exec.Command(harness.Binary(name))
+	s.Cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR="+addr)
 	for k, v := range env {
-		s.cmd.Env = append(s.cmd.Env, k+"="+v)
+		s.Cmd.Env = append(s.Cmd.Env, k+"="+v)
 	}
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
+	s.Cmd.Stdout, s.Cmd.Stderr = s.Out, s.Out
+	if err := s.Cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
-	go func() { s.err = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() { s.stop(t) })
-	eventually(t, 30*time.Second, func() string {
+	go func() { s.Err = s.Cmd.Wait(); close(s.Done) }()
+	t.Cleanup(func() { s.Stop(t) })
+	harness.Eventually(t, 30*time.Second, func() string {
 		select {
-		case <-s.done:
-			t.Fatalf("%s exited before it answered (%v); output:\n%s", name, s.err, s.out)
+		case <-s.Done:
+			t.Fatalf("%s exited before it answered (%v); output:\n%s", name, s.Err, s.Out)
 		default:
 		}
-		code, body, err := tlsDo(client, http.MethodGet, s.url+"/readyz", "", nil)
+		code, body, err := tlsDo(client, http.MethodGet, s.URL+"/readyz", "", nil)
 		if err != nil || code != http.StatusOK {
 			return fmt.Sprintf("%s https /readyz = %d %s %v", name, code, body, err)
 		}
@@ -188,14 +190,14 @@ func startTLSService(t *testing.T, name string, env map[string]string, client *h
 }
 
 func TestTLSIngestAndQuery(t *testing.T) {
-	p := newTopics(t, 2)
-	p.start(t, "aggregator") // plain HTTP: it serves only probes and metrics
+	p := harness.NewTopics(t, 2)
+	p.Start(t, "aggregator") // plain HTTP: it serves only probes and metrics
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ca1 := newTLSCA(t, "pulse test CA 1")
 	ca1.writeServerPair(t, certFile, keyFile)
 	env := map[string]string{"PULSE_TLS_CERT_FILE": certFile, "PULSE_TLS_KEY_FILE": keyFile}
-	for k, v := range p.env {
+	for k, v := range p.Env {
 		env[k] = v
 	}
 	trusting1 := tlsClient(ca1)
@@ -203,23 +205,23 @@ func TestTLSIngestAndQuery(t *testing.T) {
 	query := startTLSService(t, "query", env, trusting1)
 
 	// /healthz answers over TLS, on both.
-	for _, s := range []*service{ingest, query} {
-		code, body, err := tlsDo(trusting1, http.MethodGet, s.url+"/healthz", "", nil)
+	for _, s := range []*harness.Service{ingest, query} {
+		code, body, err := tlsDo(trusting1, http.MethodGet, s.URL+"/healthz", "", nil)
 		if err != nil || code != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
-			t.Fatalf("%s https /healthz = %d %q %v, want 200 {\"status\":\"ok\"}", s.name, code, body, err)
+			t.Fatalf("%s https /healthz = %d %q %v, want 200 {\"status\":\"ok\"}", s.Name, code, body, err)
 		}
 	}
 
 	// An https request with the CA: the producer posts, the reader counts.
-	user := p.run + "-tls-alice"
-	code, body, err := tlsDo(trusting1, http.MethodPost, ingest.url+"/v1/events", testKeys.producer, map[string]any{
-		"events": []map[string]any{{"eventId": p.run + "-tls-1", "userId": user, "kind": "status", "status": "online", "deviceId": "phone"}},
+	user := p.Run + "-tls-alice"
+	code, body, err := tlsDo(trusting1, http.MethodPost, ingest.URL+"/v1/events", harness.TestKeys.Producer, map[string]any{
+		"events": []map[string]any{{"eventId": p.Run + "-tls-1", "userId": user, "kind": "status", "status": "online", "deviceId": "phone"}},
 	})
 	if err != nil || code != http.StatusAccepted || !strings.Contains(body, `"accepted":1`) {
 		t.Fatalf("https POST /v1/events = %d %s %v, want 202 accepted 1", code, body, err)
 	}
-	eventually(t, 10*time.Second, func() string {
-		code, body, err := tlsDo(trusting1, http.MethodGet, query.url+"/v1/online/count", testKeys.reader, nil)
+	harness.Eventually(t, 10*time.Second, func() string {
+		code, body, err := tlsDo(trusting1, http.MethodGet, query.URL+"/v1/online/count", harness.TestKeys.Reader, nil)
 		if err != nil || code != http.StatusOK {
 			return fmt.Sprintf("https GET /v1/online/count = %d %s %v", code, body, err)
 		}
@@ -235,7 +237,7 @@ func TestTLSIngestAndQuery(t *testing.T) {
 		}
 		return ""
 	})
-	code, body, err = tlsDo(trusting1, http.MethodGet, query.url+"/v1/users/"+user+"/status", testKeys.reader, nil)
+	code, body, err = tlsDo(trusting1, http.MethodGet, query.URL+"/v1/users/"+user+"/status", harness.TestKeys.Reader, nil)
 	if err != nil || code != http.StatusOK || !strings.Contains(body, `"status":"online"`) {
 		t.Fatalf("https GET /v1/users/%s/status = %d %s %v, want 200 online", user, code, body, err)
 	}
@@ -243,36 +245,36 @@ func TestTLSIngestAndQuery(t *testing.T) {
 	// Plain HTTP on the same ports is refused: net/http's 400, never the API.
 	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
 	for _, r := range []struct {
-		s        *service
+		s        *harness.Service
 		method   string
 		path     string
 		key      string
 		body     any
 		endpoint string
 	}{
-		{ingest, http.MethodPost, "/v1/events", testKeys.producer, map[string]any{
+		{ingest, http.MethodPost, "/v1/events", harness.TestKeys.Producer, map[string]any{
 			"events": []map[string]any{{"userId": user, "kind": "status", "status": "offline", "deviceId": "phone"}}}, "POST /v1/events"},
-		{query, http.MethodGet, "/v1/online/count", testKeys.reader, nil, "GET /v1/online/count"},
+		{query, http.MethodGet, "/v1/online/count", harness.TestKeys.Reader, nil, "GET /v1/online/count"},
 		{query, http.MethodGet, "/healthz", "", nil, "GET /healthz"},
 	} {
-		url := "http://" + strings.TrimPrefix(r.s.url, "https://") + r.path
+		url := "http://" + strings.TrimPrefix(r.s.URL, "https://") + r.path
 		code, body, err := tlsDo(plain, r.method, url, r.key, r.body)
 		if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "HTTP request to an HTTPS server") {
 			t.Errorf("plain http %s on %s's TLS port = %d %q %v, want 400 \"Client sent an HTTP request to an HTTPS server\"",
-				r.endpoint, r.s.name, code, body, err)
+				r.endpoint, r.s.Name, code, body, err)
 		}
 	}
 	// The refused plain POST produced nothing: alice is still online.
-	code, body, err = tlsDo(trusting1, http.MethodGet, query.url+"/v1/users/"+user+"/status", testKeys.reader, nil)
+	code, body, err = tlsDo(trusting1, http.MethodGet, query.URL+"/v1/users/"+user+"/status", harness.TestKeys.Reader, nil)
 	if err != nil || code != http.StatusOK || !strings.Contains(body, `"status":"online"`) {
 		t.Fatalf("after the plain POST: GET /v1/users/%s/status = %d %s %v, want 200 online", user, code, body, err)
 	}
 
 	// A client that does not trust the CA fails the handshake.
-	for _, s := range []*service{ingest, query} {
-		_, _, err := tlsDo(tlsClient(), http.MethodGet, s.url+"/healthz", "", nil)
+	for _, s := range []*harness.Service{ingest, query} {
+		_, _, err := tlsDo(tlsClient(), http.MethodGet, s.URL+"/healthz", "", nil)
 		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); !ok {
-			t.Errorf("%s: client without the CA: err = %v, want a certificate verification error", s.name, err)
+			t.Errorf("%s: client without the CA: err = %v, want a certificate verification error", s.Name, err)
 		}
 	}
 
@@ -282,42 +284,42 @@ func TestTLSIngestAndQuery(t *testing.T) {
 	ca2.writeServerPair(t, certFile, keyFile)
 	trusting2 := tlsClient(ca2)
 	start := time.Now()
-	eventually(t, 5*time.Second, func() string {
-		for _, s := range []*service{ingest, query} {
-			if code, body, err := tlsDo(trusting2, http.MethodGet, s.url+"/healthz", "", nil); err != nil || code != http.StatusOK {
-				return fmt.Sprintf("%s with only the new CA: %d %s %v", s.name, code, body, err)
+	harness.Eventually(t, 5*time.Second, func() string {
+		for _, s := range []*harness.Service{ingest, query} {
+			if code, body, err := tlsDo(trusting2, http.MethodGet, s.URL+"/healthz", "", nil); err != nil || code != http.StatusOK {
+				return fmt.Sprintf("%s with only the new CA: %d %s %v", s.Name, code, body, err)
 			}
 		}
 		return ""
 	})
 	t.Logf("the new certificate was served %v after the files were replaced", time.Since(start).Round(time.Millisecond))
-	code, body, err = tlsDo(trusting2, http.MethodPost, ingest.url+"/v1/events", testKeys.producer, map[string]any{
-		"events": []map[string]any{{"eventId": p.run + "-tls-2", "userId": user, "kind": "status", "status": "idle", "deviceId": "phone"}},
+	code, body, err = tlsDo(trusting2, http.MethodPost, ingest.URL+"/v1/events", harness.TestKeys.Producer, map[string]any{
+		"events": []map[string]any{{"eventId": p.Run + "-tls-2", "userId": user, "kind": "status", "status": "idle", "deviceId": "phone"}},
 	})
 	if err != nil || code != http.StatusAccepted || !strings.Contains(body, `"accepted":1`) {
 		t.Fatalf("after the renewal: https POST /v1/events = %d %s %v, want 202 accepted 1", code, body, err)
 	}
-	eventually(t, 10*time.Second, func() string {
-		code, body, err := tlsDo(trusting2, http.MethodGet, query.url+"/v1/users/"+user+"/status", testKeys.reader, nil)
+	harness.Eventually(t, 10*time.Second, func() string {
+		code, body, err := tlsDo(trusting2, http.MethodGet, query.URL+"/v1/users/"+user+"/status", harness.TestKeys.Reader, nil)
 		if err != nil || code != http.StatusOK || !strings.Contains(body, `"status":"idle"`) {
 			return fmt.Sprintf("after the renewal: GET /v1/users/%s/status = %d %s %v, want 200 idle", user, code, body, err)
 		}
 		return ""
 	})
 	// The old certificate is gone: a client trusting only the first CA is refused.
-	for _, s := range []*service{ingest, query} {
-		_, _, err := tlsDo(trusting1, http.MethodGet, s.url+"/healthz", "", nil)
+	for _, s := range []*harness.Service{ingest, query} {
+		_, _, err := tlsDo(trusting1, http.MethodGet, s.URL+"/healthz", "", nil)
 		if _, ok := errors.AsType[*tls.CertificateVerificationError](err); !ok {
-			t.Errorf("%s after the renewal: client trusting only the old CA: err = %v, want a certificate verification error", s.name, err)
+			t.Errorf("%s after the renewal: client trusting only the old CA: err = %v, want a certificate verification error", s.Name, err)
 		}
 	}
-	for _, s := range []*service{ingest, query} {
-		if !strings.Contains(s.out.String(), "tls: certificate reloaded") {
-			t.Errorf("%s logged no reload; output:\n%s", s.name, lastLines(s.out.String(), 20))
+	for _, s := range []*harness.Service{ingest, query} {
+		if !strings.Contains(s.Out.String(), "tls: certificate reloaded") {
+			t.Errorf("%s logged no reload; output:\n%s", s.Name, harness.LastLines(s.Out.String(), 20))
 		}
 		select {
-		case <-s.done:
-			t.Errorf("%s exited during the renewal (%v)", s.name, s.err)
+		case <-s.Done:
+			t.Errorf("%s exited during the renewal (%v)", s.Name, s.Err)
 		default:
 		}
 	}
@@ -328,12 +330,12 @@ func TestTLSIngestAndQuery(t *testing.T) {
 func TestTLSHalfConfiguredRefusesToStart(t *testing.T) {
 	for _, name := range []string{"ingest", "query"} {
 		for _, only := range []string{"PULSE_TLS_CERT_FILE", "PULSE_TLS_KEY_FILE"} {
-			env := stackEnv()
-			env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
+			env := harness.StackEnv()
+			env["PULSE_REDIS_PREFIX"] = "it-" + harness.RandomID(t)
 			env[only] = filepath.Join(t.TempDir(), "somewhere.pem")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			cmd := exec.CommandContext(ctx, binary(name))
-			cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(freePort(t)))
+			cmd := exec.CommandContext(ctx, harness.Binary(name))
+			cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(harness.FreePort(t)))
 			for k, v := range env {
 				cmd.Env = append(cmd.Env, k+"="+v)
 			}

@@ -7,18 +7,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	adm := kafkaAdmin(t)
+	adm := harness.KafkaAdmin(t)
 	topics := []string{"presence.events", "presence.changes"}
 	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		t.Fatalf("listing topics (is the stack up? run 'make up'): %v", err)
 	}
-	want := partitions(t)
+	want := harness.Partitions(t)
 	// The stack creates its topics with a replica on every broker, up to three: one on
 	// the single stack, three on the cluster topology, whose writes then need two in
 	// sync (min.insync.replicas).
@@ -72,9 +74,9 @@ func TestTopicsExistWithConfiguredPartitions(t *testing.T) {
 // Re-running the topic step changes nothing, and asking for another partition count
 // is refused with the reason instead of silently leaving the old count.
 func TestTopicsCommandIsIdempotentAndRefusesRepartition(t *testing.T) {
-	brokers := strings.Join(kafkaBrokers(), ",")
-	n := partitions(t)
-	out, err := exec.Command(binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n)).CombinedOutput()
+	brokers := strings.Join(harness.KafkaBrokers(), ",")
+	n := harness.Partitions(t)
+	out, err := exec.Command(harness.Binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("pulsectl topics: %v\n%s", err, out)
 	}
@@ -85,7 +87,7 @@ func TestTopicsCommandIsIdempotentAndRefusesRepartition(t *testing.T) {
 		}
 	}
 
-	out, err = exec.Command(binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n+1)).CombinedOutput()
+	out, err = exec.Command(harness.Binary("pulsectl"), "topics", "-brokers", brokers, "-partitions", strconv.Itoa(n+1)).CombinedOutput()
 	if err == nil {
 		t.Fatalf("pulsectl topics with %d partitions succeeded on topics of %d:\n%s", n+1, n, out)
 	}
@@ -93,7 +95,7 @@ func TestTopicsCommandIsIdempotentAndRefusesRepartition(t *testing.T) {
 	if !strings.Contains(string(out), want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
-	details, err := kafkaAdmin(t).ListTopics(context.Background(), "presence.events")
+	details, err := harness.KafkaAdmin(t).ListTopics(context.Background(), "presence.events")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // watchToken is the operator key of the change feed tests.
-var watchToken = testKeys.operator
+var watchToken = harness.TestKeys.Operator
 
 // watchMsg is a change feed message as a client decodes it.
 type watchMsg struct {
@@ -87,8 +88,8 @@ func watchURL(base, path string, q url.Values) string {
 func watchDialWS(t *testing.T, ctx context.Context, u string, log *watchLog) *watchWS {
 	t.Helper()
 	var conn *websocket.Conn
-	eventually(t, 20*time.Second, func() string {
-		c, res, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: keyedClient})
+	harness.Eventually(t, 20*time.Second, func() string {
+		c, res, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: harness.KeyedClient})
 		if err != nil {
 			if res != nil && res.StatusCode == http.StatusServiceUnavailable {
 				return "feed not ready: " + err.Error()
@@ -125,9 +126,9 @@ func watchDialWS(t *testing.T, ctx context.Context, u string, log *watchLog) *wa
 func watchSSE(t *testing.T, ctx context.Context, u string, log *watchLog) {
 	t.Helper()
 	var res *http.Response
-	eventually(t, 20*time.Second, func() string {
+	harness.Eventually(t, 20*time.Second, func() string {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		r, err := keyedClient.Do(req)
+		r, err := harness.KeyedClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,17 +176,17 @@ func watchSSE(t *testing.T, ctx context.Context, u string, log *watchLog) {
 
 // watchExpect is the model's changes per user as a reader sees them: public, or as
 // they are for an operator.
-func watchExpect(m *model, users []string, operator bool) (map[string][]modelChange, int) {
-	out := map[string][]modelChange{}
+func watchExpect(m *harness.Model, users []string, operator bool) (map[string][]harness.ModelChange, int) {
+	out := map[string][]harness.ModelChange{}
 	n := 0
 	for _, id := range users {
-		for _, c := range m.users[id].changes {
+		for _, c := range m.Users[id].Changes {
 			if !operator {
-				c.previous, c.current = public(c.previous), public(c.current)
-				if c.previous == c.current {
+				c.Previous, c.Current = harness.Public(c.Previous), harness.Public(c.Current)
+				if c.Previous == c.Current {
 					continue
 				}
-				c.at = c.publicAt
+				c.At = c.PublicAt
 			}
 			out[id] = append(out[id], c)
 			n++
@@ -195,7 +196,7 @@ func watchExpect(m *model, users []string, operator bool) (map[string][]modelCha
 }
 
 // watchDiff compares what a watcher got with what the model expects, exactly.
-func watchDiff(name string, l *watchLog, want map[string][]modelChange) []string {
+func watchDiff(name string, l *watchLog, want map[string][]harness.ModelChange) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var diffs []string
@@ -214,9 +215,9 @@ func watchDiff(name string, l *watchLog, want map[string][]modelChange) []string
 			continue
 		}
 		for i := range w {
-			if g[i].Previous != w[i].previous || g[i].Status != w[i].current || !g[i].At.Equal(w[i].at) || g[i].Cause != "event" || g[i].Cursor == "" {
+			if g[i].Previous != w[i].Previous || g[i].Status != w[i].Current || !g[i].At.Equal(w[i].At) || g[i].Cause != "event" || g[i].Cursor == "" {
 				diffs = append(diffs, fmt.Sprintf("%s: %s change %d = %s>%s at %v (%s), want %s>%s at %v", name, id, i,
-					g[i].Previous, g[i].Status, g[i].At, g[i].Cause, w[i].previous, w[i].current, w[i].at))
+					g[i].Previous, g[i].Status, g[i].At, g[i].Cause, w[i].Previous, w[i].Current, w[i].At))
 				break
 			}
 		}
@@ -231,15 +232,15 @@ func watchDiff(name string, l *watchLog, want map[string][]modelChange) []string
 // events, and an operator's firehose exactly every change as it is. The query
 // service keeps few changes in memory, so the resume reads Kafka.
 func TestWatchDeliversTheModelsChanges(t *testing.T) {
-	p := newPipeline(t, 4, map[string]string{
+	p := harness.NewPipeline(t, 4, map[string]string{
 		"PULSE_FEED_REPLAY_BUFFER": "200",
 		// This test checks what each watcher receives, not the slow-consumer rule: on a
 		// machine busy with a cold Cassandra the test's readers can fall a thousand
 		// changes behind, which the default queue would end as a slow consumer.
 		"PULSE_FEED_QUEUE_SIZE": "65536",
 	})
-	w := generate(p.run, 500, 20, 7)
-	base := p.svc["query"].url
+	w := generate(p.Run, 500, 20, 7)
+	base := p.Svc["query"].URL
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -256,9 +257,9 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	fh := url.Values{"firehose": {"true"}, "view": {"operator"}}
 	// The firehose needs the token: a header the WebSocket handshake carries.
 	var fconn *websocket.Conn
-	eventually(t, 20*time.Second, func() string {
+	harness.Eventually(t, 20*time.Second, func() string {
 		c, res, err := websocket.Dial(ctx, watchURL(base, "/v1/watch", fh), &websocket.DialOptions{
-			HTTPClient: keyedClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + watchToken}}})
+			HTTPClient: harness.KeyedClient, HTTPHeader: http.Header{"Authorization": {"Bearer " + watchToken}}})
 		if err != nil {
 			return fmt.Sprintf("firehose dial: %v (%v)", err, res)
 		}
@@ -282,7 +283,7 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	t.Cleanup(func() { _ = fconn.CloseNow(); <-fdone })
 
 	// Every watcher is registered once it has its snapshot(s).
-	eventually(t, 20*time.Second, func() string {
+	harness.Eventually(t, 20*time.Second, func() string {
 		for name, l := range map[string]*watchLog{"param": byParam, "sse": sse, "resumed": resumed, "firehose": firehose} {
 			if _, s, _ := l.counts(); s != 1 {
 				return name + " has no snapshot yet"
@@ -308,8 +309,8 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	// resume reads them from Kafka.
 	half := len(w.events) / 2
 	start := time.Now()
-	p.post(t, w, w.events[:half], 100, 4)
-	eventually(t, 60*time.Second, func() string {
+	post(p, t, w, w.events[:half], 100, 4)
+	harness.Eventually(t, 60*time.Second, func() string {
 		if n, _, _ := resumed.counts(); n < 300 {
 			got := []string{}
 			for name, l := range map[string]*watchLog{"param": byParam, "resumed": resumed, "firehose": firehose} {
@@ -323,19 +324,19 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	_ = first.conn.CloseNow()
 	<-first.done
 	cut, _, cursor := resumed.counts()
-	p.post(t, w, w.events[half:], 100, 4)
+	post(p, t, w, w.events[half:], 100, 4)
 	t.Logf("posted %d events in %v", len(w.events), time.Since(start).Round(time.Millisecond))
 
-	m := buildModel(t, p.events)
+	m := harness.BuildModel(t, p.Events)
 	want, n := watchExpect(m, w.users, false)
 	wantOp, nOp := watchExpect(m, w.users, true)
-	t.Logf("model: %d users, %d changes, %d of them public; the resumed watcher left after %d", len(m.users), nOp, n, cut)
+	t.Logf("model: %d users, %d changes, %d of them public; the resumed watcher left after %d", len(m.Users), nOp, n, cut)
 	if cut+200 >= n {
 		t.Fatalf("the resumed watcher left after %d of %d changes: not mid-stream, or too late to need the log", cut, n)
 	}
 	// Reconnect once the feed has every change, so the resume surely starts before
 	// what the instance holds in memory.
-	eventually(t, 90*time.Second, func() string {
+	harness.Eventually(t, 90*time.Second, func() string {
 		if got, _, _ := byParam.counts(); got < n {
 			select {
 			case <-paramConn.done:
@@ -351,7 +352,7 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	watchDialWS(t, ctx, watchURL(base, "/v1/watch", url.Values{"userIds": ids["userIds"], "cursor": {cursor}}), resumed)
 
 	logs := map[string]*watchLog{"param": byParam, "command": byCommand, "sse": sse, "resumed": resumed}
-	eventually(t, 90*time.Second, func() string {
+	harness.Eventually(t, 90*time.Second, func() string {
 		for name, l := range logs {
 			if got, _, _ := l.counts(); got < n {
 				return fmt.Sprintf("%s has %d of %d changes", name, got, n)
@@ -365,7 +366,7 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 	time.Sleep(time.Second) // anything extra would arrive now
 	for name, l := range logs {
 		if d := watchDiff(name, l, want); len(d) > 0 {
-			t.Errorf("%s differs from the model:\n%s", name, firstLines(d, 10))
+			t.Errorf("%s differs from the model:\n%s", name, harness.FirstLines(d, 10))
 		}
 	}
 	// Beyond matching the model: SSE carries exactly the WebSocket's messages, cursors
@@ -378,13 +379,13 @@ func TestWatchDeliversTheModelsChanges(t *testing.T) {
 		t.Errorf("the resumed watcher differs from the one that stayed: %s", d)
 	}
 	if d := watchDiff("firehose", firehose, wantOp); len(d) > 0 {
-		t.Errorf("the operator firehose differs from the model:\n%s", firstLines(d, 10))
+		t.Errorf("the operator firehose differs from the model:\n%s", harness.FirstLines(d, 10))
 	}
 	if len(resumed.snapshots) != 1 {
 		t.Errorf("the resumed watcher got %d snapshots, want only the first connection's", len(resumed.snapshots))
 	}
 	// The resume did read the log: the query service counted it.
-	if _, body := get(t, base+"/metrics"); !strings.Contains(body, `pulse_feed_resumes_total{source="log"} 1`) {
+	if _, body := harness.Get(t, base+"/metrics"); !strings.Contains(body, `pulse_feed_resumes_total{source="log"} 1`) {
 		t.Errorf("metrics do not count one resume from the log:\n%s", watchMetricLines(body))
 	}
 }
@@ -430,21 +431,21 @@ func watchMetricLines(body string) string {
 // upgrade, over WebSocket and SSE alike, with an unknown key a 401; bad parameters
 // are 400s.
 func TestWatchRefusesWithoutOperatorToken(t *testing.T) {
-	env := stackEnv()
-	env["PULSE_REDIS_PREFIX"] = "it-" + randomID(t)
-	q := startService(t, "query", env)
+	env := harness.StackEnv()
+	env["PULSE_REDIS_PREFIX"] = "it-" + harness.RandomID(t)
+	q := harness.StartService(t, "query", env)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
 		name, url string
 		status    int
 	}{
-		{"websocket firehose", watchURL(q.url, "/v1/watch", url.Values{"firehose": {"true"}}), http.StatusForbidden},
-		{"websocket firehose, wrong token", watchURL(q.url, "/v1/watch", url.Values{"firehose": {"true"}}) + "#wrong", http.StatusUnauthorized},
-		{"websocket bad cursor", watchURL(q.url, "/v1/watch", url.Values{"userIds": {"a"}, "cursor": {"nope"}}), http.StatusBadRequest},
+		{"websocket firehose", watchURL(q.URL, "/v1/watch", url.Values{"firehose": {"true"}}), http.StatusForbidden},
+		{"websocket firehose, wrong token", watchURL(q.URL, "/v1/watch", url.Values{"firehose": {"true"}}) + "#wrong", http.StatusUnauthorized},
+		{"websocket bad cursor", watchURL(q.URL, "/v1/watch", url.Values{"userIds": {"a"}, "cursor": {"nope"}}), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := &websocket.DialOptions{HTTPClient: keyedClient}
+			opts := &websocket.DialOptions{HTTPClient: harness.KeyedClient}
 			if strings.HasSuffix(tc.url, "#wrong") {
 				opts.HTTPHeader = http.Header{"Authorization": {"Bearer not-the-token-at-all"}}
 			}
@@ -454,7 +455,7 @@ func TestWatchRefusesWithoutOperatorToken(t *testing.T) {
 			}
 		})
 	}
-	code, body := get(t, q.url+"/v1/watch/sse?firehose=true")
+	code, body := harness.Get(t, q.URL+"/v1/watch/sse?firehose=true")
 	if code != http.StatusForbidden || !strings.Contains(body, `"code":"forbidden"`) {
 		t.Errorf("SSE firehose without the token = %d %s, want 403", code, body)
 	}

@@ -1,4 +1,4 @@
-package tests
+package harness
 
 import (
 	"fmt"
@@ -19,24 +19,24 @@ import (
 // the reader key for query. Tests of refusals use bareClient. http.DefaultClient is
 // left as it is.
 
-// testKeys are this run's API keys, made at start and never written down in plain text.
-var testKeys = newTestKeys()
+// TestKeys are this run's API keys, made at start and never written down in plain text.
+var TestKeys = newTestKeys()
 
 type keySet struct {
-	producer, reader, operator string
-	// reader2 is a second reader, for limits per key.
-	reader2 string
-	// rotOld and rotNew are two producer keys active at once, as during a rotation.
-	rotOld, rotNew string
-	// hs256 verifies the user tokens tests sign.
-	hs256 string
+	Producer, Reader, Operator string
+	// Reader2 is a second reader, for limits per key.
+	Reader2 string
+	// RotOld and RotNew are two producer keys active at once, as during a rotation.
+	RotOld, RotNew string
+	// Hs256 verifies the user tokens tests sign.
+	Hs256 string
 	// file is the keys file, once TestMain wrote it.
 	file string
 }
 
 func newTestKeys() keySet {
 	var k keySet
-	for _, p := range []*string{&k.producer, &k.reader, &k.reader2, &k.operator, &k.rotOld, &k.rotNew, &k.hs256} {
+	for _, p := range []*string{&k.Producer, &k.Reader, &k.Reader2, &k.Operator, &k.RotOld, &k.RotNew, &k.Hs256} {
 		key, err := auth.NewKey()
 		if err != nil {
 			panic(err)
@@ -48,16 +48,16 @@ func newTestKeys() keySet {
 
 // writeKeysFile writes the keys file into dir, as an operator would: digests only.
 func writeKeysFile(dir string) error {
-	k := &testKeys
+	k := &TestKeys
 	lines := []string{
 		"# the integration tests' keys",
-		auth.Line("it-producer", auth.ScopeWrite, k.producer),
-		auth.Line("it-reader", auth.ScopeRead, k.reader),
-		auth.Line("it-reader-2", auth.ScopeRead, k.reader2),
-		auth.Line("it-operator", auth.ScopeOperator, k.operator),
+		auth.Line("it-producer", auth.ScopeWrite, k.Producer),
+		auth.Line("it-reader", auth.ScopeRead, k.Reader),
+		auth.Line("it-reader-2", auth.ScopeRead, k.Reader2),
+		auth.Line("it-operator", auth.ScopeOperator, k.Operator),
 		"",
-		auth.Line("it-rotation-old", auth.ScopeWrite, k.rotOld),
-		auth.Line("it-rotation-new", auth.ScopeWrite, k.rotNew),
+		auth.Line("it-rotation-old", auth.ScopeWrite, k.RotOld),
+		auth.Line("it-rotation-new", auth.ScopeWrite, k.RotNew),
 	}
 	k.file = filepath.Join(dir, "api-keys")
 	if err := os.WriteFile(k.file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
@@ -73,34 +73,34 @@ const testCursorSecret = "the tests' cursor secret, thirty-two bytes or more"
 // authEnv is what every service the tests start is told about authentication.
 func authEnv() map[string]string {
 	return map[string]string{
-		auth.KeysFileEnv:         testKeys.file,
-		"PULSE_JWT_HS256_SECRET": testKeys.hs256,
+		auth.KeysFileEnv:         TestKeys.file,
+		"PULSE_JWT_HS256_SECRET": TestKeys.Hs256,
 		"PULSE_CURSOR_SECRET":    testCursorSecret,
 	}
 }
 
-// serviceAt maps the host:port of every service a test started to its name, so
+// ServiceAt maps the host:port of every service a test started to its name, so
 // keyTransport knows which key a request wants.
-var serviceAt sync.Map
+var ServiceAt sync.Map
 
 // keyTransport adds the key of the request's service to requests without
 // Authorization.
-type keyTransport struct{ base http.RoundTripper }
+type keyTransport struct{ Base http.RoundTripper }
 
 func (t keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Authorization") == "" {
-		name, _ := serviceAt.Load(req.URL.Host)
-		key := map[any]string{"ingest": testKeys.producer, "query": testKeys.reader}[name]
+		name, _ := ServiceAt.Load(req.URL.Host)
+		key := map[any]string{"ingest": TestKeys.Producer, "query": TestKeys.Reader}[name]
 		if key != "" {
 			req = req.Clone(req.Context())
 			req.Header.Set("Authorization", "Bearer "+key)
 		}
 	}
-	return t.base.RoundTrip(req)
+	return t.Base.RoundTrip(req)
 }
 
-// bareClient sends requests as they are, without a key.
-var bareClient = &http.Client{Transport: http.DefaultTransport}
+// BareClient sends requests as they are, without a key.
+var BareClient = &http.Client{Transport: http.DefaultTransport}
 
-// keyedClient sends requests with the key of their service (keyTransport).
-var keyedClient = &http.Client{Transport: keyTransport{base: http.DefaultTransport}}
+// KeyedClient sends requests with the key of their service (keyTransport).
+var KeyedClient = &http.Client{Transport: keyTransport{Base: http.DefaultTransport}}

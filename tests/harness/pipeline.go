@@ -1,4 +1,4 @@
-package tests
+package harness
 
 import (
 	"bytes"
@@ -23,18 +23,18 @@ import (
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
 )
 
-// pipeline is the four services running against the stack with topics, consumer
+// Pipeline is the four services running against the stack with topics, consumer
 // groups and a Redis prefix of their own, so tests never see each other's data.
-type pipeline struct {
-	run        string // unique id of this pipeline, also a prefix for user ids
-	events     string
-	changes    string
-	partitions int
-	env        map[string]string
-	svc        map[string]*service
+type Pipeline struct {
+	Run        string // unique id of this pipeline, also a prefix for user ids
+	Events     string
+	Changes    string
+	Partitions int
+	Env        map[string]string
+	Svc        map[string]*Service
 }
 
-func randomID(t testing.TB) string {
+func RandomID(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
@@ -43,34 +43,34 @@ func randomID(t testing.TB) string {
 	return hex.EncodeToString(b)
 }
 
-// newPipeline creates the topics and starts the four services.
-func newPipeline(t *testing.T, partitions int, extraEnv map[string]string) *pipeline {
+// NewPipeline creates the topics and starts the four services.
+func NewPipeline(t *testing.T, partitions int, extraEnv map[string]string) *Pipeline {
 	t.Helper()
-	p := newTopics(t, partitions)
+	p := NewTopics(t, partitions)
 	for k, v := range extraEnv {
-		p.env[k] = v
+		p.Env[k] = v
 	}
 	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
-		p.start(t, name)
+		p.Start(t, name)
 	}
 	return p
 }
 
-// newTopics creates a pipeline's topics and environment, and starts nothing.
-func newTopics(t *testing.T, partitions int) *pipeline {
+// NewTopics creates a pipeline's topics and environment, and starts nothing.
+func NewTopics(t *testing.T, partitions int) *Pipeline {
 	t.Helper()
-	run := randomID(t)
-	p := &pipeline{
-		run:        run,
-		events:     "it." + run + ".events",
-		changes:    "it." + run + ".changes",
-		partitions: partitions,
-		svc:        map[string]*service{},
+	run := RandomID(t)
+	p := &Pipeline{
+		Run:        run,
+		Events:     "it." + run + ".events",
+		Changes:    "it." + run + ".changes",
+		Partitions: partitions,
+		Svc:        map[string]*Service{},
 	}
-	adm := kafkaAdmin(t)
+	adm := KafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, int32(partitions), brokerReplication, nil, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
+	resp, err := adm.CreateTopics(ctx, int32(partitions), BrokerReplication, nil, p.Events, p.Changes, deadletter.Topic(p.Events), deadletter.Topic(p.Changes))
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}
@@ -82,17 +82,17 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, p.events, p.changes, deadletter.Topic(p.events), deadletter.Topic(p.changes))
+		_, _ = adm.DeleteTopics(ctx, p.Events, p.Changes, deadletter.Topic(p.Events), deadletter.Topic(p.Changes))
 	})
 	// A new topic reaches the broker's metadata a moment after it is created, and its
 	// partitions take writes once each has a leader and, when replicated, every replica
 	// in sync.
-	eventually(t, 30*time.Second, func() string {
-		d, err := adm.ListTopics(ctx, p.events, p.changes)
+	Eventually(t, 30*time.Second, func() string {
+		d, err := adm.ListTopics(ctx, p.Events, p.Changes)
 		if err != nil {
 			return err.Error()
 		}
-		for _, name := range []string{p.events, p.changes} {
+		for _, name := range []string{p.Events, p.Changes} {
 			if td := d[name]; td.Err != nil || len(td.Partitions) != partitions {
 				return fmt.Sprintf("topic %s: %d partitions, %v", name, len(td.Partitions), td.Err)
 			}
@@ -104,10 +104,10 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		}
 		return ""
 	})
-	p.env = stackEnv()
+	p.Env = StackEnv()
 	for k, v := range map[string]string{
-		"PULSE_TOPIC_EVENTS":     p.events,
-		"PULSE_TOPIC_CHANGES":    p.changes,
+		"PULSE_TOPIC_EVENTS":     p.Events,
+		"PULSE_TOPIC_CHANGES":    p.Changes,
 		"PULSE_AGGREGATOR_GROUP": "it-" + run + "-aggregator",
 		"PULSE_HISTORY_GROUP":    "it-" + run + "-history",
 		"PULSE_REDIS_PREFIX":     "it-" + run,
@@ -118,34 +118,34 @@ func newTopics(t *testing.T, partitions int) *pipeline {
 		"PULSE_AGGREGATOR_SESSION_TIMEOUT": "6s",
 		"PULSE_HISTORY_SESSION_TIMEOUT":    "6s",
 	} {
-		p.env[k] = v
+		p.Env[k] = v
 	}
 	return p
 }
 
-func (p *pipeline) start(t *testing.T, name string) {
+func (p *Pipeline) Start(t *testing.T, name string) {
 	t.Helper()
-	s := startService(t, name, p.env)
-	eventually(t, 30*time.Second, func() string {
-		if code, body := get(t, s.url+"/readyz"); code != http.StatusOK {
+	s := StartService(t, name, p.Env)
+	Eventually(t, 30*time.Second, func() string {
+		if code, body := Get(t, s.URL+"/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("%s /readyz = %d %s", name, code, body)
 		}
 		return ""
 	})
-	p.svc[name] = s
+	p.Svc[name] = s
 }
 
-// crash kills a service with SIGKILL, as a machine failure would, and starts it again.
-func (p *pipeline) crash(t *testing.T, name string) {
+// Crash kills a service with SIGKILL, as a machine failure would, and starts it again.
+func (p *Pipeline) Crash(t *testing.T, name string) {
 	t.Helper()
-	s := p.svc[name]
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.done
-	p.start(t, name)
+	s := p.Svc[name]
+	_ = s.Cmd.Process.Signal(syscall.SIGKILL)
+	<-s.Done
+	p.Start(t, name)
 }
 
-// wireEvent is one event of POST /v1/events.
-type wireEvent struct {
+// WireEvent is one event of POST /v1/events.
+type WireEvent struct {
 	EventID    string     `json:"eventId,omitempty"`
 	UserID     string     `json:"userId"`
 	Kind       string     `json:"kind,omitempty"`
@@ -154,17 +154,17 @@ type wireEvent struct {
 	OccurredAt *time.Time `json:"occurredAt,omitempty"`
 }
 
-// postJSON posts body and returns the status code and response body.
-func postJSON(t *testing.T, url string, body any) (int, []byte) {
+// PostJSON posts body and returns the status code and response body.
+func PostJSON(t *testing.T, url string, body any) (int, []byte) {
 	t.Helper()
 	b, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return postRaw(t, url, "application/json", b)
+	return PostRaw(t, url, "application/json", b)
 }
 
-func postRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
+func PostRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -173,7 +173,7 @@ func postRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", contentType)
-	res, err := keyedClient.Do(req)
+	res, err := KeyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", url, err)
 	}
@@ -182,12 +182,12 @@ func postRaw(t *testing.T, url, contentType string, body []byte) (int, []byte) {
 	return res.StatusCode, out
 }
 
-// readTopic reads every record of topic, partition by partition in offset order.
-func readTopic(t *testing.T, topic string) map[int32][]*kgo.Record {
+// ReadTopic reads every record of topic, partition by partition in offset order.
+func ReadTopic(t *testing.T, topic string) map[int32][]*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	adm := kafkaAdmin(t)
+	adm := KafkaAdmin(t)
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatalf("end offsets of %s: %v", topic, err)
@@ -208,7 +208,7 @@ func readTopic(t *testing.T, topic string) map[int32][]*kgo.Record {
 	for p := range want {
 		offsets[topic][p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaBrokers()...), kgo.ConsumePartitions(offsets))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(KafkaBrokers()...), kgo.ConsumePartitions(offsets))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,11 +230,11 @@ func readTopic(t *testing.T, topic string) map[int32][]*kgo.Record {
 	return out
 }
 
-// loggedEvents decodes the events topic.
-func loggedEvents(t *testing.T, topic string) map[int32][]*pulsev1.Event {
+// LoggedEvents decodes the events topic.
+func LoggedEvents(t *testing.T, topic string) map[int32][]*pulsev1.Event {
 	t.Helper()
 	out := map[int32][]*pulsev1.Event{}
-	for p, recs := range readTopic(t, topic) {
+	for p, recs := range ReadTopic(t, topic) {
 		for _, r := range recs {
 			var e pulsev1.Event
 			if err := proto.Unmarshal(r.Value, &e); err != nil {
@@ -246,36 +246,36 @@ func loggedEvents(t *testing.T, topic string) map[int32][]*pulsev1.Event {
 	return out
 }
 
-// buildModel folds the logged events.
-func buildModel(t *testing.T, topic string) *model {
+// BuildModel folds the logged events.
+func BuildModel(t *testing.T, topic string) *Model {
 	t.Helper()
-	m := newModel()
+	m := NewModel()
 	seen := map[string]bool{}
-	for _, evs := range loggedEvents(t, topic) {
-		m.fold(evs, seen)
+	for _, evs := range LoggedEvents(t, topic) {
+		m.Fold(evs, seen)
 	}
 	return m
 }
 
-// sortedUsers is the model's user ids, sorted.
-func (m *model) sortedUsers() []string {
-	ids := make([]string, 0, len(m.users))
-	for id := range m.users {
+// SortedUsers is the model's user ids, sorted.
+func (m *Model) SortedUsers() []string {
+	ids := make([]string, 0, len(m.Users))
+	for id := range m.Users {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	return ids
 }
 
-func firstLines(lines []string, n int) string {
+func FirstLines(lines []string, n int) string {
 	if len(lines) > n {
 		return strings.Join(lines[:n], "\n") + fmt.Sprintf("\n… and %d more", len(lines)-n)
 	}
 	return strings.Join(lines, "\n")
 }
 
-// lastLines is the end of a service's output, for failure messages.
-func lastLines(s string, n int) string {
+// LastLines is the end of a service's output, for failure messages.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

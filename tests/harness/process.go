@@ -1,4 +1,4 @@
-package tests
+package harness
 
 import (
 	"bytes"
@@ -17,94 +17,94 @@ import (
 	"time"
 )
 
-// service is a Pulse binary running as a child process of the test.
-type service struct {
-	name string
-	url  string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-	err  error // the process's exit error, once done is closed
+// Service is a Pulse binary running as a child process of the test.
+type Service struct {
+	Name string
+	URL  string
+	Cmd  *exec.Cmd
+	Out  *SyncBuffer
+	Done chan struct{}
+	Err  error // the process's exit error, once done is closed
 }
 
-// syncBuffer collects a child's output; the test reads it while the child writes.
-type syncBuffer struct {
-	mu  sync.Mutex
+// SyncBuffer collects a child's output; the test reads it while the child writes.
+type SyncBuffer struct {
+	Mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *SyncBuffer) String() string {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	return b.buf.String()
 }
 
-// startService runs the named binary with env on a free loopback port and waits until
+// StartService runs the named binary with env on a free loopback port and waits until
 // it answers /healthz. The cleanup stops it with SIGTERM and fails the test unless it
 // exits cleanly (status 0) within the shutdown deadline.
-func startService(t *testing.T, name string, env map[string]string) *service {
+func StartService(t *testing.T, name string, env map[string]string) *Service {
 	t.Helper()
-	port := freePort(t)
-	s := &service{name: name, url: fmt.Sprintf("http://127.0.0.1:%d", port), out: &syncBuffer{}, done: make(chan struct{})}
-	serviceAt.Store(fmt.Sprintf("127.0.0.1:%d", port), name)
-	s.cmd = exec.Command(binary(name))
-	s.cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+	port := FreePort(t)
+	s := &Service{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", port), Out: &SyncBuffer{}, Done: make(chan struct{})}
+	ServiceAt.Store(fmt.Sprintf("127.0.0.1:%d", port), name)
+	s.Cmd = exec.Command(Binary(name))
+	s.Cmd.Env = append(os.Environ(), "PULSE_HTTP_ADDR=127.0.0.1:"+strconv.Itoa(port))
 	for k, v := range env {
-		s.cmd.Env = append(s.cmd.Env, k+"="+v)
+		s.Cmd.Env = append(s.Cmd.Env, k+"="+v)
 	}
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
+	s.Cmd.Stdout, s.Cmd.Stderr = s.Out, s.Out
+	if err := s.Cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
-	go func() { s.err = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() { s.stop(t) })
+	go func() { s.Err = s.Cmd.Wait(); close(s.Done) }()
+	t.Cleanup(func() { s.Stop(t) })
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
-		case <-s.done:
-			t.Fatalf("%s exited before it answered (%v); output:\n%s", name, s.err, s.out)
+		case <-s.Done:
+			t.Fatalf("%s exited before it answered (%v); output:\n%s", name, s.Err, s.Out)
 		default:
 		}
-		if code, _ := get(t, s.url+"/healthz"); code == http.StatusOK {
+		if code, _ := Get(t, s.URL+"/healthz"); code == http.StatusOK {
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer /healthz in 30s; output:\n%s", name, s.out)
+			t.Fatalf("%s did not answer /healthz in 30s; output:\n%s", name, s.Out)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-func (s *service) stop(t *testing.T) {
+func (s *Service) Stop(t *testing.T) {
 	t.Helper()
 	select {
-	case <-s.done:
+	case <-s.Done:
 		return
 	default:
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.done:
-		if s.err != nil {
-			t.Errorf("%s did not exit cleanly on SIGTERM: %v; output:\n%s", s.name, s.err, s.out)
+	case <-s.Done:
+		if s.Err != nil {
+			t.Errorf("%s did not exit cleanly on SIGTERM: %v; output:\n%s", s.Name, s.Err, s.Out)
 		}
 	case <-time.After(20 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		t.Errorf("%s did not stop within 20s of SIGTERM; output:\n%s", s.name, s.out)
+		_ = s.Cmd.Process.Kill()
+		<-s.Done
+		t.Errorf("%s did not stop within 20s of SIGTERM; output:\n%s", s.Name, s.Out)
 	}
 }
 
-// get fetches url with a deadline and returns the status code and body; code 0 means
+// Get fetches url with a deadline and returns the status code and body; code 0 means
 // the request itself failed.
-func get(t *testing.T, url string) (int, string) {
+func Get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -112,7 +112,7 @@ func get(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := keyedClient.Do(req)
+	res, err := KeyedClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -121,9 +121,9 @@ func get(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(body)
 }
 
-// eventually polls cond every 100ms until it returns "" or timeout passes, then fails
+// Eventually polls cond every 100ms until it returns "" or timeout passes, then fails
 // with cond's last complaint.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+func Eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -138,15 +138,15 @@ func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	}
 }
 
-// freshCount GETs a /v1/online/count URL until the answer was read from Redis after
+// FreshCount GETs a /v1/online/count URL until the answer was read from Redis after
 // this call began, so it reflects every state the caller saw before calling: query
 // answers counts from a read it refreshes every PULSE_QUERY_COUNTS_INTERVAL.
-func freshCount(t *testing.T, target, token string) (int, []byte) {
+func FreshCount(t *testing.T, target, token string) (int, []byte) {
 	t.Helper()
 	since := time.Now()
 	deadline := since.Add(5 * time.Second)
 	for {
-		code, body := onlineDo(t, http.MethodGet, target, token, nil)
+		code, body := OnlineDo(t, http.MethodGet, target, token, nil)
 		var c struct {
 			AsOf time.Time `json:"asOf"`
 		}
@@ -163,8 +163,8 @@ func freshCount(t *testing.T, target, token string) (int, []byte) {
 	}
 }
 
-// onlineDo sends a request, with token as bearer when it is set (else the reader key).
-func onlineDo(t *testing.T, method, target, token string, body any) (int, []byte) {
+// OnlineDo sends a request, with token as bearer when it is set (else the reader key).
+func OnlineDo(t *testing.T, method, target, token string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader
 	if body != nil {
@@ -186,7 +186,7 @@ func onlineDo(t *testing.T, method, target, token string, body any) (int, []byte
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := keyedClient.Do(req)
+	res, err := KeyedClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, target, err)
 	}
@@ -206,17 +206,17 @@ func buildBinaries(dir string) error {
 	return cmd.Run()
 }
 
-// binary is the path of a built command: ingest, aggregator, history, query, pulsectl.
-func binary(name string) string {
+// Binary is the path of a built command: ingest, aggregator, history, query, pulsectl.
+func Binary(name string) string {
 	return filepath.Join(binDir, name)
 }
 
 // binDir holds the service binaries TestMain builds once for the whole package.
 var binDir string
 
-// runMain builds the binaries and the keys file into a temporary directory, runs
+// RunMain builds the binaries and the keys file into a temporary directory, runs
 // the tests and returns their exit code, for TestMain.
-func runMain(m *testing.M) int {
+func RunMain(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "pulse-it-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
