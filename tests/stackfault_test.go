@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // stackHome is where the local stack keeps its pid files: PULSE_HOME, as stack.sh
@@ -77,9 +79,19 @@ func stackRestarter(t *testing.T) (restart func()) {
 			return
 		}
 		done = true
-		out, err := exec.Command(filepath.Join("..", "deploy", "local", "stack.sh"), "up").CombinedOutput()
+		// stack.sh up waits for the servers itself (PULSE_WAIT_TIMEOUT, 240 s); the
+		// deadline here ends a restart that hangs past that instead of the whole run,
+		// and WaitDelay stops waiting for the output of a child that keeps it open.
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join("..", "deploy", "local", "stack.sh"), "up")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 10 * time.Second
+		started := time.Now()
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("starting the stack again: %v\n%s", err, out)
+			t.Fatalf("starting the stack again (%v): %v\n%s", time.Since(started).Round(time.Second), err, out)
 		}
 	}
 	t.Cleanup(restart)
