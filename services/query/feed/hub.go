@@ -22,6 +22,32 @@
 // cursor (Config.DedupeLookback records per partition).
 package feed
 
+// Locking. The fan-out shares no lock with the resume ring, and holds the index of
+// subscriptions only read-locked while it delivers a batch:
+//
+//   - Hub.mu guards the hub's life: ready, closing, admin, open and the drain.
+//   - Hub.logMu (read-write) guards the log side: pos, base, the resume ring, the
+//     dedupe marks and progress. The tail write-locks it to move past a batch
+//     (positions, dedupe, cursors, ring); resumes read-lock it (needsLog, check,
+//     waitFor, attachAt), alongside each other and alongside a delivery.
+//   - Hub.subMu (read-write) guards the fan-out index: byUser, firehose, each
+//     subscriber's registered and users, and fanned, the position delivered so
+//     far. The tail read-locks it to deliver a batch; subscribe, unsubscribe,
+//     attachFresh, Close and kicks write-lock it, and wait only for the delivery
+//     in hand, never for the ring or the cursors; attachAt write-locks it inside
+//     logMu to register.
+//   - Each subscriber's queue has its own mutex (queue.mu), held only to push or
+//     pop an item: a push never blocks (a full queue drops the subscriber), and no
+//     hub lock is held while a session reads its queue or writes to its connection.
+//     subscriber.dropped is atomic.
+//
+// They nest only in this order: mu, then logMu, then subMu, then a queue's mu; mu
+// and logMu are never held together. The tail read-locks subMu before it unlocks
+// logMu, and attachAt holds logMu read-locked while it registers, so each change is
+// either in the ring a resume copies or delivered to the resumed queue, never both
+// or neither. A snapshot marker is queued under subMu with fanned, so that every
+// change queued before it is before its cursor and every one after it after.
+
 import (
 	"context"
 	"errors"
@@ -29,6 +55,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,23 +176,33 @@ type Hub struct {
 	m           *metrics
 	replays     *replaySlots
 
-	// mu guards the fields below and the subscribers' fan-out state; the helpers
-	// named ...Locked expect the caller to hold it.
-	mu       sync.Mutex
-	ready    bool
-	closing  bool
-	admin    *kgo.Client // the tail client, also for listing offsets
-	pos      []int64     // next offset to read, by partition
-	base     []int64     // the ring holds every change of [base, pos)
+	// mu guards the hub's life (see Locking at the top of this file).
+	mu      sync.Mutex
+	ready   bool
+	closing bool
+	admin   *kgo.Client // the tail client, also for listing offsets
+	open    map[*subscriber]struct{}
+	drained chan struct{}
+	isDrain bool
+
+	// logMu guards where the hub stands in the log and the resume ring.
+	logMu    sync.RWMutex
+	pos      []int64 // next offset to read, by partition
+	base     []int64 // the ring holds every change of [base, pos)
 	ring     ring
 	marks    marks
+	progress chan struct{} // closed and replaced after every batch
+
+	// subMu guards the fan-out index and the subscribers' registration; the helpers
+	// named ...Locked expect the caller to hold it (write-locked unless they say so).
+	subMu    sync.RWMutex
 	byUser   map[string][]*subscriber
 	firehose []*subscriber
-	open     map[*subscriber]struct{}
-	slow     []*subscriber
-	progress chan struct{} // closed and replaced after every batch
-	drained  chan struct{}
-	isDrain  bool
+	// fanned is the position after the last change delivered: every change queued
+	// so far is before it, every one queued later after it. Stored by the tail
+	// while it holds subMu read-locked, loaded under subMu write-locked; never
+	// changed in place.
+	fanned atomic.Pointer[[]int64]
 }
 
 // NewHub returns a hub for cfg; Run starts it.
@@ -284,8 +321,13 @@ func (h *Hub) connect(ctx context.Context) (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.logMu.Lock()
+	h.pos, h.base, h.marks = ends, slices.Clone(ends), mk
+	h.logMu.Unlock()
+	fanned := slices.Clone(ends)
+	h.fanned.Store(&fanned)
 	h.mu.Lock()
-	h.admin, h.pos, h.base, h.marks, h.ready = cl, ends, slices.Clone(ends), mk, true
+	h.admin, h.ready = cl, true
 	h.mu.Unlock()
 	h.m.ready.Set(1)
 	h.logger.Info("change feed tailing", "topic", h.topic, "partitions", len(ends), "lookback_changes", n)
@@ -355,27 +397,52 @@ type decoded struct {
 	e *entry
 }
 
-// apply folds one poll's records into the hub. Decoding happens before taking the
-// lock, so sessions wait only for the fan-out.
+// apply folds one poll's records into the hub. Decoding happens before taking any
+// lock; the ring and the positions move under logMu, and the changes are delivered
+// under subMu read-locked, so that resumes wait only for the first and subscribes
+// only for the second.
 func (h *Hub) apply(fs kgo.Fetches) {
 	var recs []decoded
 	fs.EachRecord(func(r *kgo.Record) {
-		e, _ := decodeChange(r) // counted by applyLocked
+		e, _ := decodeChange(r) // counted by advanceLocked
 		recs = append(recs, decoded{r, e})
 	})
 	if len(recs) == 0 {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.applyLocked(recs)
+	h.logMu.Lock()
+	changes, reached := h.advanceLocked(recs)
+	// subMu is taken before logMu is let go: a session attaching from the ring
+	// (attachAt) holds logMu while it registers, so it either finds these changes in
+	// the ring and registers after they are delivered, or registers before they are
+	// in the ring and is delivered them.
+	h.subMu.RLock()
+	h.logMu.Unlock()
+	var slow []*subscriber
+	for _, e := range changes {
+		for _, s := range h.byUser[e.userID] {
+			slow = offer(slow, s, item{e: e})
+		}
+		for _, s := range h.firehose {
+			slow = offer(slow, s, item{e: e})
+		}
+	}
+	h.fanned.Store(&reached)
+	h.subMu.RUnlock()
+	if len(slow) > 0 {
+		h.subMu.Lock()
+		h.kickSlowLocked(slow)
+		h.subMu.Unlock()
+	}
 }
 
-// applyLocked moves the positions past recs and passes their changes through the
-// dedupe marks into the replay ring and every watching subscriber's queue. The caller
-// holds h.mu: a session attaching meanwhile must see the ring and the positions agree.
-func (h *Hub) applyLocked(recs []decoded) {
-	var changes, dups, bad int
+// advanceLocked moves the positions past recs and passes their changes through the
+// dedupe marks into the replay ring; it returns the changes to deliver, in order, and
+// a copy of the position after them. The caller holds h.logMu: a session attaching
+// meanwhile must see the ring and the positions agree.
+func (h *Hub) advanceLocked(recs []decoded) ([]*entry, []int64) {
+	var dups, bad int
+	var out []*entry
 	for _, d := range recs {
 		p := d.r.Partition
 		if int(p) >= len(h.pos) || d.r.Offset < h.pos[p] {
@@ -390,51 +457,44 @@ func (h *Hub) applyLocked(recs []decoded) {
 			dups++
 			continue
 		}
-		changes++
 		d.e.cursor = h.cursor(h.pos)
 		h.ring.push(d.e, h.base)
-		for _, s := range h.byUser[d.e.userID] {
-			h.offerLocked(s, item{e: d.e})
-		}
-		for _, s := range h.firehose {
-			h.offerLocked(s, item{e: d.e})
-		}
+		out = append(out, d.e)
 	}
-	h.kickSlowLocked()
 	close(h.progress)
 	h.progress = make(chan struct{})
-	h.m.records.WithLabelValues("change").Add(float64(changes))
+	h.m.records.WithLabelValues("change").Add(float64(len(out)))
 	h.m.records.WithLabelValues("duplicate").Add(float64(dups))
 	h.m.records.WithLabelValues("undecodable").Add(float64(bad))
+	return out, slices.Clone(h.pos)
 }
 
-// offerLocked queues it for s without ever blocking; a full queue marks s slow, and
-// nothing more is queued for it (a later success would leave a gap). The caller holds
-// h.mu, which guards s.dropped and h.slow.
-func (h *Hub) offerLocked(s *subscriber, it item) {
-	if s.dropped || it.e != nil && !s.operator && it.e.publicNoop() {
-		return
+// offer queues it for s without ever blocking, and returns slow with s added when
+// s's queue just filled: s is then dropped, and nothing more is queued for it (a
+// later success would leave a gap). The caller holds h.subMu, read-locked at least.
+func offer(slow []*subscriber, s *subscriber, it item) []*subscriber {
+	if s.dropped.Load() || it.e != nil && !s.operator && it.e.publicNoop() {
+		return slow
 	}
 	if !s.q.push(it) {
-		s.dropped = true
-		h.slow = append(h.slow, s)
+		s.dropped.Store(true)
+		slow = append(slow, s)
 	}
+	return slow
 }
 
-// kickSlowLocked ends the subscribers whose queue filled. The caller holds h.mu.
-func (h *Hub) kickSlowLocked() {
-	for _, s := range h.slow {
+// kickSlowLocked ends the subscribers whose queue filled. The caller holds h.subMu.
+func (h *Hub) kickSlowLocked(slow []*subscriber) {
+	for _, s := range slow {
 		h.kickLocked(s, ErrSlowConsumer)
 		h.m.slow.Inc()
 	}
-	clear(h.slow)
-	h.slow = h.slow[:0]
 }
 
 // kickLocked ends s with err: it leaves the fan-out, and its session sees err. The
-// caller holds h.mu.
+// caller holds h.subMu.
 func (h *Hub) kickLocked(s *subscriber, err error) {
-	s.dropped = true
+	s.dropped.Store(true)
 	h.unregisterLocked(s)
 	s.cancel(err)
 }
@@ -442,9 +502,11 @@ func (h *Hub) kickLocked(s *subscriber, err error) {
 func (h *Hub) shutdown() {
 	h.mu.Lock()
 	h.closing = true
+	h.subMu.Lock()
 	for s := range h.open {
 		h.kickLocked(s, ErrGoingAway)
 	}
+	h.subMu.Unlock()
 	h.checkDrainedLocked()
 	h.mu.Unlock()
 	h.m.ready.Set(0)
@@ -469,17 +531,20 @@ func (h *Hub) checkDrainedLocked() {
 	}
 }
 
-// subscriber is one session as the hub sees it. Fields but q and ctx are guarded by
-// the hub's mutex.
+// subscriber is one session as the hub sees it. registered and users are guarded by
+// the hub's subMu; the other fields are set once, or safe to use concurrently.
 type subscriber struct {
 	q        *queue
 	ctx      context.Context // cancelled, with the reason, when the hub drops it
 	cancel   context.CancelCauseFunc
 	operator bool
 	firehose bool
+	// dropped: the subscriber left for good (closed, kicked, or its queue filled);
+	// nothing more is queued for it and it is not registered again. Set under subMu
+	// (read-locked at least), so that a registration under subMu sees it.
+	dropped atomic.Bool
 
 	registered bool
-	dropped    bool
 	// users are the ids s is under in byUser while registered, each with s's index in
 	// that id's slice, so that leaving costs O(1) per id however many others watch it.
 	users map[string]int
@@ -492,15 +557,16 @@ type item struct {
 }
 
 // snapMarker asks the session for a snapshot of ids at the queue's position: every
-// change queued before it is older than cursor, every one after it newer.
+// change queued before it is before the position at, every one after it after. The
+// session signs its cursor, outside the hub's locks.
 type snapMarker struct {
 	ids      []string
 	firehose bool
-	cursor   string
+	at       []int64 // shared, never changed
 }
 
 // registerLocked adds s to the fan-out: to the firehose, or under each of ids. The
-// caller holds h.mu, which guards the fan-out.
+// caller holds h.subMu, which guards the fan-out.
 func (h *Hub) registerLocked(s *subscriber, ids []string) {
 	s.registered = true
 	if s.firehose {
@@ -510,7 +576,7 @@ func (h *Hub) registerLocked(s *subscriber, ids []string) {
 	h.indexLocked(s, ids)
 }
 
-// indexLocked adds s under each of ids not yet watched. The caller holds h.mu.
+// indexLocked adds s under each of ids not yet watched. The caller holds h.subMu.
 func (h *Hub) indexLocked(s *subscriber, ids []string) {
 	for _, id := range ids {
 		if _, ok := s.users[id]; ok {
@@ -523,7 +589,7 @@ func (h *Hub) indexLocked(s *subscriber, ids []string) {
 
 // unindexLocked removes s from under each of ids it watches: O(1) per id, since s
 // knows where it stands in each id's slice (the last subscriber takes its place). The
-// caller holds h.mu.
+// caller holds h.subMu.
 func (h *Hub) unindexLocked(s *subscriber, ids []string) {
 	for _, id := range ids {
 		if i, ok := s.users[id]; ok {
@@ -533,7 +599,7 @@ func (h *Hub) unindexLocked(s *subscriber, ids []string) {
 	}
 }
 
-// dropLocked removes s, at index i, from byUser[id]. The caller holds h.mu.
+// dropLocked removes s, at index i, from byUser[id]. The caller holds h.subMu.
 func (h *Hub) dropLocked(s *subscriber, id string, i int) {
 	subs := h.byUser[id]
 	last := len(subs) - 1
@@ -558,7 +624,7 @@ func (h *Hub) dropLocked(s *subscriber, id string, i int) {
 }
 
 // unregisterLocked takes s out of the fan-out; safe when it is not in it. The caller
-// holds h.mu.
+// holds h.subMu.
 func (h *Hub) unregisterLocked(s *subscriber) {
 	if !s.registered {
 		return
@@ -576,16 +642,16 @@ func (h *Hub) unregisterLocked(s *subscriber) {
 	clear(s.users)
 }
 
-// attachFresh registers s live at the hub's position and queues the snapshot of ids
-// as its first item.
+// attachFresh registers s live at the position delivered so far and queues the
+// snapshot of ids as its first item. It waits for no resume: the ring is not read.
 func (h *Hub) attachFresh(s *subscriber, ids []string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.dropped {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if s.dropped.Load() {
 		return context.Cause(s.ctx)
 	}
 	h.registerLocked(s, ids)
-	h.offerLocked(s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, cursor: h.cursor(h.pos)}})
+	h.kickSlowLocked(offer(nil, s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, at: *h.fanned.Load()}}))
 	return nil
 }
 
@@ -602,11 +668,13 @@ const (
 // just before that one (walk) to compute cursors from. When the ring does not reach
 // back to from, it returns behind and the ring's base: the log must be read up to it.
 func (h *Hub) attachAt(s *subscriber, ids []string, from []int64) ([]*entry, []int64, attachResult, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.dropped {
+	if s.dropped.Load() {
 		return nil, nil, 0, context.Cause(s.ctx)
 	}
+	// logMu read-locked keeps the tail from moving the ring and the positions until
+	// s is registered and the ring read (see apply); other resumes read alongside.
+	h.logMu.RLock()
+	defer h.logMu.RUnlock()
 	for p, o := range from {
 		if o > h.pos[p] {
 			return nil, nil, ahead, nil
@@ -617,6 +685,14 @@ func (h *Hub) attachAt(s *subscriber, ids []string, from []int64) ([]*entry, []i
 			return nil, slices.Clone(h.base), behind, nil
 		}
 	}
+	h.subMu.Lock()
+	if s.dropped.Load() { // dropped meanwhile
+		h.subMu.Unlock()
+		return nil, nil, 0, context.Cause(s.ctx)
+	}
+	h.registerLocked(s, ids)
+	h.subMu.Unlock()
+	// Every change from here on is delivered to s; the ring holds those before.
 	walk := slices.Clone(h.base)
 	var out []*entry
 	found := false
@@ -631,26 +707,24 @@ func (h *Hub) attachAt(s *subscriber, ids []string, from []int64) ([]*entry, []i
 			walk[e.partition] = e.offset + 1
 		}
 	})
-	h.registerLocked(s, ids)
 	return out, walk, attached, nil
 }
 
 // subscribe adds ids to a registered s and queues their snapshot: only the ids
 // added, so that naming watched ids again costs no state read.
 func (h *Hub) subscribe(s *subscriber, add []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.dropped {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	if s.dropped.Load() {
 		return
 	}
 	h.indexLocked(s, add)
-	h.offerLocked(s, item{snap: &snapMarker{ids: add, cursor: h.cursor(h.pos)}})
-	h.kickSlowLocked()
+	h.kickSlowLocked(offer(nil, s, item{snap: &snapMarker{ids: add, at: *h.fanned.Load()}}))
 }
 
 func (h *Hub) unsubscribe(s *subscriber, ids []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
 	if s.registered {
 		h.unindexLocked(s, ids)
 	}
@@ -662,7 +736,7 @@ func (h *Hub) waitFor(ctx context.Context, s *subscriber, pos []int64) (bool, er
 	t := time.NewTimer(h.cfg.CatchUpTimeout)
 	defer t.Stop()
 	for {
-		h.mu.Lock()
+		h.logMu.RLock()
 		ok := true
 		for p, o := range pos {
 			if o > h.pos[p] {
@@ -670,7 +744,7 @@ func (h *Hub) waitFor(ctx context.Context, s *subscriber, pos []int64) (bool, er
 			}
 		}
 		ch := h.progress
-		h.mu.Unlock()
+		h.logMu.RUnlock()
 		if ok {
 			return true, nil
 		}

@@ -2,10 +2,12 @@ package feed
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,5 +462,119 @@ func TestQueueBoundAndOrder(t *testing.T) {
 	}
 	if _, ok := q.pop(); ok || q.buf != nil {
 		t.Fatalf("drained queue still holds %d slots", cap(q.buf))
+	}
+}
+
+// Sessions attaching while changes flow, with a snapshot or with a cursor out of the
+// ring, get exactly the changes after their position, each once: the tail moves the
+// ring and delivers under different locks, and neither hand-over may lose or repeat
+// a change.
+func TestAttachWhileChangesFlow(t *testing.T) {
+	h := newHarness(t, 2, nil)
+	h.start()
+	ref := h.open(Options{Firehose: true})
+	start := read(t, ref, 1)[0].Cursor
+
+	// attached is a session opened meanwhile, the position it starts at, and the
+	// change it got while attaching, if any.
+	type attached struct {
+		s     *Session
+		from  string
+		first *Message
+	}
+	var mu sync.Mutex
+	var sessions []attached
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				fresh, err := h.hub.Open(ctx, Options{Firehose: true})
+				if err != nil {
+					cancel()
+					t.Error(err)
+					return
+				}
+				m, err := fresh.Next(ctx)
+				cancel()
+				if err != nil || m.Type != TypeSnapshot {
+					t.Errorf("fresh session's first message %s, %v; want a snapshot", m.Type, err)
+					fresh.Close()
+					return
+				}
+				c, err := DecodeCursor(m.Cursor)
+				if err != nil {
+					t.Error(err)
+					fresh.Close()
+					return
+				}
+				resumed, err := h.hub.Open(context.Background(), Options{Firehose: true, Cursor: &c})
+				if err != nil {
+					t.Error(err)
+					fresh.Close()
+					return
+				}
+				// The first Next attaches the resume, here while changes flow; it
+				// returns the first change after the cursor if one is there.
+				ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+				var first *Message
+				if m, err := resumed.Next(ctx); err == nil {
+					first = &m
+				} else if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("resumed session: %v", err)
+				}
+				cancel()
+				mu.Lock()
+				sessions = append(sessions, attached{fresh, m.Cursor, nil}, attached{resumed, m.Cursor, first})
+				mu.Unlock()
+			}
+		})
+	}
+	users := []string{"a", "b", "c", "d"}
+	const n = 300
+	for i := range n {
+		to := on
+		if (i/len(users))%2 == 1 {
+			to = off
+		}
+		h.produce(h.change(users[i%len(users)], to))
+	}
+	close(done)
+	wg.Wait()
+	all := read(t, ref, n)
+	if len(sessions) == 0 {
+		t.Fatal("no session attached")
+	}
+	for i, a := range sessions {
+		k := 0 // the first change after a.from
+		if a.from != start {
+			k = slices.IndexFunc(all, func(w wire) bool { return w.Cursor == a.from }) + 1
+			if k == 0 {
+				t.Fatalf("session %d starts at a cursor no change has", i)
+			}
+		}
+		var got []wire
+		if a.first != nil {
+			var w wire
+			if err := json.Unmarshal(a.first.Data, &w); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, w)
+		}
+		got = append(got, read(t, a.s, n-k-len(got))...)
+		for j := range got {
+			if got[j].short() != all[k+j].short() || got[j].Cursor != all[k+j].Cursor {
+				t.Fatalf("session %d from change %d: message %d is %s %s, live %s %s", i, k, j,
+					got[j].short(), got[j].Cursor, all[k+j].short(), all[k+j].Cursor)
+			}
+		}
+		quiet(t, a.s, 10*time.Millisecond)
+		a.s.Close()
 	}
 }

@@ -46,8 +46,8 @@ const (
 // and the ring no longer reaches back to it in some partition. A resume the check
 // will expire needs no slot.
 func (h *Hub) needsLog(c Cursor) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.logMu.RLock()
+	defer h.logMu.RUnlock()
 	if c.Topic != h.fingerprint || len(c.Offsets) != len(h.base) {
 		return false
 	}
@@ -107,9 +107,9 @@ func (r *resume) step(ctx context.Context) (outcome, error) {
 // the hub to reach the cursor: an instance further along the log may have issued it.
 func (r *resume) check(ctx context.Context) (expired string, err error) {
 	h := r.h
-	h.mu.Lock()
+	h.logMu.RLock()
 	n := len(h.pos)
-	h.mu.Unlock()
+	h.logMu.RUnlock()
 	switch {
 	case r.from.Topic != h.fingerprint:
 		return whyOtherLog, nil

@@ -223,9 +223,11 @@ func (s *Session) Close() {
 	s.closed = true
 	s.endResume()
 	h := s.h
-	h.mu.Lock()
+	h.subMu.Lock()
 	h.unregisterLocked(s.sub)
-	s.sub.dropped = true
+	s.sub.dropped.Store(true)
+	h.subMu.Unlock()
+	h.mu.Lock()
 	delete(h.open, s.sub)
 	h.checkDrainedLocked()
 	h.mu.Unlock()
@@ -488,7 +490,8 @@ type snapshotMessage struct {
 // the marker that the state already reflects (the aggregator writes Redis before it
 // produces the changes) are dropped by the floors set here.
 func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error) {
-	out := snapshotMessage{Type: TypeSnapshot, Statuses: []Status{}, Cursor: mk.cursor}
+	cursor := s.h.cursor(mk.at)
+	out := snapshotMessage{Type: TypeSnapshot, Statuses: []Status{}, Cursor: cursor}
 	var ids []string
 	for _, id := range mk.ids {
 		if _, ok := s.wanted[id]; ok {
@@ -525,7 +528,7 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 	if err != nil {
 		return Message{}, fmt.Errorf("encoding snapshot: %w", err)
 	}
-	return Message{Type: TypeSnapshot, Cursor: mk.cursor, Data: b}, nil
+	return Message{Type: TypeSnapshot, Cursor: cursor, Data: b}, nil
 }
 
 func viewStatus(st presence.Status, operator bool) string {
