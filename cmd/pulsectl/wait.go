@@ -111,9 +111,7 @@ func poll(ctx context.Context, t *target, start time.Time) {
 			t.mu.Unlock()
 			return
 		}
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := t.probe(pctx)
-		cancel()
+		err := probeWithin(ctx, 3*time.Second, t.probe)
 		t.mu.Lock()
 		if err == nil {
 			t.readyIn = max(time.Since(start), time.Millisecond)
@@ -127,6 +125,23 @@ func poll(ctx context.Context, t *target, start time.Time) {
 			return
 		case <-time.After(500 * time.Millisecond):
 		}
+	}
+}
+
+// probeWithin runs probe under a deadline of d and returns at the deadline even when
+// probe does not: a driver may block past its context (connecting to a server that
+// accepts connections while it starts), and wait must end within -timeout. An
+// abandoned probe finishes in the background; the command exits soon after.
+func probeWithin(ctx context.Context, d time.Duration, probe func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- probe(ctx) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %v", d)
 	}
 }
 

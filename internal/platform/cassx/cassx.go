@@ -206,7 +206,7 @@ func (c Config) withEnvSecurity() (Config, error) {
 }
 
 // NewSession validates cfg and connects. The driver offers no context for connecting;
-// ConnectTimeout bounds each dial and handshake instead. What cfg leaves unset of TLS,
+// ConnectTimeout bounds each dial and handshake, and connectDeadline the whole. What cfg leaves unset of TLS,
 // and of the credentials, comes from the environment (PULSE_CASSANDRA_TLS*,
 // PULSE_CASSANDRA_USERNAME, PULSE_CASSANDRA_PASSWORD*), as the services' tables read it.
 func NewSession(cfg Config) (*gocql.Session, error) {
@@ -247,11 +247,49 @@ func NewSession(cfg Config) (*gocql.Session, error) {
 		cluster.SslOpts = &gocql.SslOptions{Config: tc, EnableHostVerification: true}
 	}
 
-	session, err := cluster.CreateSession()
+	session, err := createSession(cluster, connectDeadline(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to cassandra at %s port %d: %w", strings.Join(hosts, ","), cfg.Port, err)
 	}
 	return session, nil
+}
+
+// connectDeadline bounds a whole connect: the driver's dials, handshakes and its
+// reads of the ring and the schema, each already bounded by ConnectTimeout or
+// Timeout, but not their sum, nor a wait inside the driver on a node that accepts
+// connections and does not answer yet (a node starting up).
+func connectDeadline(cfg Config) time.Duration {
+	return max(30*time.Second, 4*cfg.ConnectTimeout+2*cfg.Timeout)
+}
+
+// createSession is cluster.CreateSession that gives up after d. A session the
+// driver finishes after that is closed at once.
+func createSession(cluster *gocql.ClusterConfig, d time.Duration) (*gocql.Session, error) {
+	type result struct {
+		s   *gocql.Session
+		err error
+	}
+	done := make(chan result) // unbuffered: a late session goes to exactly one side
+	abandoned := make(chan struct{})
+	go func() {
+		s, err := cluster.CreateSession()
+		select {
+		case done <- result{s, err}:
+		case <-abandoned:
+			if err == nil {
+				s.Close()
+			}
+		}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-t.C:
+		close(abandoned)
+		return nil, fmt.Errorf("no session after %v", d)
+	}
 }
 
 // Ping runs a cheap query that every node answers from its local system tables, so it

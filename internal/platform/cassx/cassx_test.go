@@ -1,10 +1,13 @@
 package cassx
 
 import (
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 	"github.com/pulse-presence/pulse/internal/platform/config"
 )
 
@@ -62,5 +65,66 @@ func TestNewSessionRejectsInvalidConfig(t *testing.T) {
 	_, err := NewSession(Config{Hosts: []string{"127.0.0.1"}, Consistency: "ANY"})
 	if err == nil || !strings.HasPrefix(err.Error(), "cassandra Consistency: unknown level \"ANY\"") {
 		t.Fatalf("NewSession() error = %v, want the Consistency validation error", err)
+	}
+}
+
+// A node that accepts connections and never answers (one starting up, or hung) holds
+// the driver's connect for as long as its own timeouts allow; createSession gives up
+// at its deadline instead.
+func TestCreateSessionGivesUpAtItsDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	cluster := gocql.NewCluster("127.0.0.1")
+	cluster.Port = ln.Addr().(*net.TCPAddr).Port
+	cluster.ConnectTimeout = time.Minute
+	cluster.Timeout = time.Minute
+	start := time.Now()
+	s, err := createSession(cluster, 300*time.Millisecond)
+	if err == nil {
+		s.Close()
+		t.Fatal("createSession connected to a node that never answers")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("createSession returned after %v, want about its 300ms deadline", took)
+	}
+	if !strings.Contains(err.Error(), "no session after 300ms") {
+		t.Fatalf("error = %v, want it to name the deadline", err)
+	}
+}
+
+func TestConnectDeadlineCoversTheDriversTimeouts(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{ConnectTimeout: time.Second, Timeout: time.Second}, 30 * time.Second},
+		{Config{ConnectTimeout: 10 * time.Second, Timeout: 30 * time.Second}, 100 * time.Second},
+	} {
+		if got := connectDeadline(c.cfg); got != c.want {
+			t.Errorf("connectDeadline(%+v) = %v, want %v", c.cfg, got, c.want)
+		}
 	}
 }
