@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,107 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	pulseports "github.com/pulse-presence/pulse/internal/platform/ports"
 )
-
-// config is the parsed command line.
-type config struct {
-	root   string // the repository's top folder
-	home   string // PULSE_HOME: the stack's pid files, logs and binaries
-	outDir string // results go to outDir/<UTC time>/
-	quick  bool
-	phases map[string]bool
-
-	ports    ports
-	keyspace string
-	prefix   string // Pulse's Redis prefix, for the services bench starts
-	aggGroup string
-	histGrp  string
-	events   string // topics
-	changes  string
-	// https: ingest and query serve TLS; tls is the client side, trusting the
-	// system's roots and caFile's CAs.
-	https  bool
-	caFile string
-	tls    *tls.Config
-
-	users       int // loadgen's user population
-	batchSize   int
-	batchRates  []float64 // events/s
-	singleRates []float64
-	stepTime    time.Duration
-	singleTime  time.Duration
-	warmup      time.Duration
-	settle      time.Duration
-	idleWait    time.Duration
-	// withoutHistory runs the batched steps a second time with history paused.
-	withoutHistory bool
-	warmupRun      time.Duration
-	lagEvery       time.Duration
-	stepReads      float64
-	freshRate      float64
-	freshPoll      time.Duration
-	crit           criteria
-
-	halfTime       time.Duration
-	halfReads      float64
-	halfBatchReads float64
-	halfCounts     float64
-	halfFresh      float64
-	readBatch      int
-
-	historyAt float64 // events/s at which history is judged
-
-	scaleUsers   int
-	scaleOnline  float64
-	scaleCalls   int
-	scaleWindow  int
-	scaleWorkers int
-	scaleShards  int
-
-	scaleOutTopologies []string
-	scaleOutEvents     int
-	scaleOutUsers      int
-	scaleOutLimit      time.Duration
-	scaleOutRounds     int
-
-	limitsTime       time.Duration
-	limitsEchoRates  []float64
-	limitsRedisUsers int
-	limitsCQLUsers   int
-
-	profile     bool
-	profileTime time.Duration
-
-	keepServices bool
-	flags        map[string]string // every flag's final value, for results.json
-}
-
-// ports of the stack and the services; the defaults are stack.sh's, and the same
-// PULSE_*_PORT variables move them.
-type ports struct {
-	ingest, query, aggregator, history int
-	kafka, redis, cassandra            int
-}
-
-func (p ports) service(name string) int {
-	switch name {
-	case "ingest":
-		return p.ingest
-	case "query":
-		return p.query
-	case "aggregator":
-		return p.aggregator
-	case "history":
-		return p.history
-	}
-	return 0
-}
-
-// allPhases in the order they run.
-var allPhases = []string{"batch", "single", "half", "rebuild", "limits", "scaleout", "scale"}
 
 // rates is a flag holding a comma-separated list of rates.
 type rates []float64
@@ -185,12 +88,12 @@ var quickValues = map[string]string{
 	"scaleout-events":     "300000",
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	cfg := config{
-		batchRates:  rates{5000, 10000, 20000, 35000, 50000, 75000, 100000, 125000},
-		singleRates: rates{1000, 2000, 5000, 10000, 15000, 20000, 25000},
+func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
+	cfg := harness.Config{
+		BatchRates:  rates{5000, 10000, 20000, 35000, 50000, 75000, 100000, 125000},
+		SingleRates: rates{1000, 2000, 5000, 10000, 15000, 20000, 25000},
 
-		limitsEchoRates: rates{5000, 10000, 20000, 40000, 80000, 160000},
+		LimitsEchoRates: rates{5000, 10000, 20000, 40000, 80000, 160000},
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -198,83 +101,83 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintln(stderr, "usage: bench [flags]\n\nMeasures Pulse on the local stack; see `go doc ./cmd/bench` and docs/performance.md.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.root, "root", ".", "the repository's top `folder`")
-	fs.StringVar(&cfg.home, "pulse-home", os.Getenv("PULSE_HOME"), "the stack's `folder` (default <root>/.pulse, or $PULSE_HOME)")
-	fs.StringVar(&cfg.outDir, "out", "bench-results", "results go to `folder`/<UTC time>/")
-	fs.BoolVar(&cfg.quick, "quick", false, "a ~3 minute run: fewer and shorter steps, 1M users at scale (flags given explicitly still win)")
+	fs.StringVar(&cfg.Root, "root", ".", "the repository's top `folder`")
+	fs.StringVar(&cfg.Home, "pulse-home", os.Getenv("PULSE_HOME"), "the stack's `folder` (default <root>/.pulse, or $PULSE_HOME)")
+	fs.StringVar(&cfg.OutDir, "out", "bench-results", "results go to `folder`/<UTC time>/")
+	fs.BoolVar(&cfg.Quick, "quick", false, "a ~3 minute run: fewer and shorter steps, 1M users at scale (flags given explicitly still win)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to run, of "+strings.Join(allPhases, ","))
 
-	cfg.ports = ports{
-		ingest: envInt("PULSE_INGEST_PORT", pulseports.Ingest), query: envInt("PULSE_QUERY_PORT", pulseports.Query),
-		aggregator: envInt("PULSE_AGGREGATOR_PORT", pulseports.Aggregator), history: envInt("PULSE_HISTORY_PORT", pulseports.History),
-		kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka), redis: envInt("PULSE_REDIS_PORT", pulseports.Redis),
-		cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
+	cfg.Ports = harness.Ports{
+		Ingest: envInt("PULSE_INGEST_PORT", pulseports.Ingest), Query: envInt("PULSE_QUERY_PORT", pulseports.Query),
+		Aggregator: envInt("PULSE_AGGREGATOR_PORT", pulseports.Aggregator), History: envInt("PULSE_HISTORY_PORT", pulseports.History),
+		Kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka), Redis: envInt("PULSE_REDIS_PORT", pulseports.Redis),
+		Cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
 	}
-	fs.StringVar(&cfg.keyspace, "keyspace", envString("PULSE_KEYSPACE", "pulse"), "Cassandra keyspace of the services bench starts")
-	fs.StringVar(&cfg.prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")
-	fs.StringVar(&cfg.aggGroup, "aggregator-group", "pulse-aggregator", "the aggregator's consumer group")
-	fs.StringVar(&cfg.histGrp, "history-group", "pulse-history", "the history writer's consumer group")
-	fs.StringVar(&cfg.events, "events-topic", "presence.events", "the events topic")
-	fs.StringVar(&cfg.changes, "changes-topic", "presence.changes", "the changes topic")
+	fs.StringVar(&cfg.Keyspace, "keyspace", envString("PULSE_KEYSPACE", "pulse"), "Cassandra keyspace of the services bench starts")
+	fs.StringVar(&cfg.Prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")
+	fs.StringVar(&cfg.AggGroup, "aggregator-group", "pulse-aggregator", "the aggregator's consumer group")
+	fs.StringVar(&cfg.HistGroup, "history-group", "pulse-history", "the history writer's consumer group")
+	fs.StringVar(&cfg.Events, "events-topic", "presence.events", "the events topic")
+	fs.StringVar(&cfg.Changes, "changes-topic", "presence.changes", "the changes topic")
 
-	fs.IntVar(&cfg.users, "users", 100000, "`number` of users the load is spread over (loadgen -users)")
-	fs.IntVar(&cfg.batchSize, "batch-size", 200, "events per batched POST (100…500 is typical)")
-	fs.Var((*rates)(&cfg.batchRates), "batch-rates", "batched steps, offered `events/s`, increasing")
-	fs.Var((*rates)(&cfg.singleRates), "single-rates", "single-event steps, offered `events/s`, increasing")
-	fs.DurationVar(&cfg.stepTime, "step", 20*time.Second, "measured length of a batched step")
-	fs.DurationVar(&cfg.singleTime, "single-step", 15*time.Second, "measured length of a single-event step")
-	fs.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "load before each measured window, excluded from latency numbers")
-	fs.DurationVar(&cfg.settle, "settle", 30*time.Second, "longest wait after a step for the aggregator to catch up")
-	fs.DurationVar(&cfg.warmupRun, "warmup-run", 10*time.Second, "an unmeasured load at half the first batched rate before the first step (0: none)")
-	fs.DurationVar(&cfg.idleWait, "idle-wait", 2*time.Minute, "longest wait before the first step for both consumer groups to catch up")
-	fs.BoolVar(&cfg.withoutHistory, "batch-without-history", true, "batch phase: run the batched steps again with history paused (SIGSTOP), to compare the live path's capacity with and without it")
-	fs.DurationVar(&cfg.lagEvery, "lag-interval", 2*time.Second, "how often consumer lag is sampled during a step")
-	fs.Float64Var(&cfg.stepReads, "step-reads", 200, "GET /status/s during steps")
-	fs.Float64Var(&cfg.freshRate, "fresh-rate", 20, "freshness probes/s during steps")
-	fs.DurationVar(&cfg.freshPoll, "fresh-poll", 5*time.Millisecond, "interval of a probe's status reads (finer adds read load on 2 cores)")
-	fs.Float64Var(&cfg.crit.MinAccepted, "min-accepted", 0.95, "a step keeps up only if ingest accepted this fraction of the offered events")
-	fs.Float64Var(&cfg.crit.MaxFailed, "max-failed", 0.01, "… and at most this fraction of its requests failed or were dropped")
-	fs.DurationVar(&cfg.crit.MaxFreshP99, "max-fresh-p99", time.Second, "… and the freshness p99 stayed at most this")
-	fs.DurationVar(&cfg.crit.LagGrowth, "max-lag-growth", time.Second, "… and the aggregator's lag grew by at most this much of offered events")
+	fs.IntVar(&cfg.Users, "users", 100000, "`number` of users the load is spread over (loadgen -users)")
+	fs.IntVar(&cfg.BatchSize, "batch-size", 200, "events per batched POST (100…500 is typical)")
+	fs.Var((*rates)(&cfg.BatchRates), "batch-rates", "batched steps, offered `events/s`, increasing")
+	fs.Var((*rates)(&cfg.SingleRates), "single-rates", "single-event steps, offered `events/s`, increasing")
+	fs.DurationVar(&cfg.StepTime, "step", 20*time.Second, "measured length of a batched step")
+	fs.DurationVar(&cfg.SingleTime, "single-step", 15*time.Second, "measured length of a single-event step")
+	fs.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "load before each measured window, excluded from latency numbers")
+	fs.DurationVar(&cfg.Settle, "settle", 30*time.Second, "longest wait after a step for the aggregator to catch up")
+	fs.DurationVar(&cfg.WarmupRun, "warmup-run", 10*time.Second, "an unmeasured load at half the first batched rate before the first step (0: none)")
+	fs.DurationVar(&cfg.IdleWait, "idle-wait", 2*time.Minute, "longest wait before the first step for both consumer groups to catch up")
+	fs.BoolVar(&cfg.WithoutHistory, "batch-without-history", true, "batch phase: run the batched steps again with history paused (SIGSTOP), to compare the live path's capacity with and without it")
+	fs.DurationVar(&cfg.LagEvery, "lag-interval", 2*time.Second, "how often consumer lag is sampled during a step")
+	fs.Float64Var(&cfg.StepReads, "step-reads", 200, "GET /status/s during steps")
+	fs.Float64Var(&cfg.FreshRate, "fresh-rate", 20, "freshness probes/s during steps")
+	fs.DurationVar(&cfg.FreshPoll, "fresh-poll", 5*time.Millisecond, "interval of a probe's status reads (finer adds read load on 2 cores)")
+	fs.Float64Var(&cfg.Crit.MinAccepted, "min-accepted", 0.95, "a step keeps up only if ingest accepted this fraction of the offered events")
+	fs.Float64Var(&cfg.Crit.MaxFailed, "max-failed", 0.01, "… and at most this fraction of its requests failed or were dropped")
+	fs.DurationVar(&cfg.Crit.MaxFreshP99, "max-fresh-p99", time.Second, "… and the freshness p99 stayed at most this")
+	fs.DurationVar(&cfg.Crit.LagGrowth, "max-lag-growth", time.Second, "… and the aggregator's lag grew by at most this much of offered events")
 
-	fs.DurationVar(&cfg.halfTime, "half", 30*time.Second, "measured length of the half-max phase")
-	fs.Float64Var(&cfg.halfReads, "half-reads", 5000, "GET /status/s in the half-max phase")
-	fs.Float64Var(&cfg.halfBatchReads, "half-statuses", 100, "POST /statuses/s in the half-max phase")
-	fs.Float64Var(&cfg.halfCounts, "half-count", 50, "GET /v1/online/count/s in the half-max phase")
-	fs.Float64Var(&cfg.halfFresh, "half-fresh", 50, "freshness probes/s in the half-max phase")
-	fs.IntVar(&cfg.readBatch, "read-batch", 100, "ids per POST /statuses")
+	fs.DurationVar(&cfg.HalfTime, "half", 30*time.Second, "measured length of the half-max phase")
+	fs.Float64Var(&cfg.HalfReads, "half-reads", 5000, "GET /status/s in the half-max phase")
+	fs.Float64Var(&cfg.HalfBatchReads, "half-statuses", 100, "POST /statuses/s in the half-max phase")
+	fs.Float64Var(&cfg.HalfCounts, "half-count", 50, "GET /v1/online/count/s in the half-max phase")
+	fs.Float64Var(&cfg.HalfFresh, "half-fresh", 50, "freshness probes/s in the half-max phase")
+	fs.IntVar(&cfg.ReadBatch, "read-batch", 100, "ids per POST /statuses")
 
-	fs.Float64Var(&cfg.historyAt, "history-at", 50000, "history is judged at the batched step closest to this `events/s`")
+	fs.Float64Var(&cfg.HistoryAt, "history-at", 50000, "history is judged at the batched step closest to this `events/s`")
 
-	fs.IntVar(&cfg.scaleUsers, "scale-users", 10_000_000, "registered users bulk-loaded for counts and memory")
-	fs.Float64Var(&cfg.scaleOnline, "scale-online", 0.3, "fraction of them online")
-	fs.IntVar(&cfg.scaleCalls, "scale-calls", 2000, "counts calls timed per layout")
-	fs.IntVar(&cfg.scaleWindow, "scale-window", 5000, "users per bulk-load write (one WriteWindow, or one pipeline of the baseline)")
-	fs.IntVar(&cfg.scaleWorkers, "scale-workers", 4, "concurrent bulk-load writers")
-	fs.IntVar(&cfg.scaleShards, "scale-shards", 0, "shards of the bulk-loaded layout (0: presence.events' partition count)")
+	fs.IntVar(&cfg.ScaleUsers, "scale-users", 10_000_000, "registered users bulk-loaded for counts and memory")
+	fs.Float64Var(&cfg.ScaleOnline, "scale-online", 0.3, "fraction of them online")
+	fs.IntVar(&cfg.ScaleCalls, "scale-calls", 2000, "counts calls timed per layout")
+	fs.IntVar(&cfg.ScaleWindow, "scale-window", 5000, "users per bulk-load write (one WriteWindow, or one pipeline of the baseline)")
+	fs.IntVar(&cfg.ScaleWorkers, "scale-workers", 4, "concurrent bulk-load writers")
+	fs.IntVar(&cfg.ScaleShards, "scale-shards", 0, "shards of the bulk-loaded layout (0: presence.events' partition count)")
 
 	scaleOutTopos := fs.String("scaleout-topologies", "single,cluster", "scaleout phase: topologies to fold on, of single and cluster (the cluster topology is started for the phase when it is not up, and stopped after)")
-	fs.IntVar(&cfg.scaleOutEvents, "scaleout-events", 2_000_000, "scaleout phase: events each run folds")
-	fs.IntVar(&cfg.scaleOutUsers, "scaleout-users", 200_000, "scaleout phase: users the events are spread over")
-	fs.IntVar(&cfg.scaleOutRounds, "scaleout-rounds", 2, "scaleout phase: rounds of one run with one aggregator and one with two")
-	fs.DurationVar(&cfg.scaleOutLimit, "scaleout-limit", 10*time.Minute, "scaleout phase: longest one run's fold may take")
+	fs.IntVar(&cfg.ScaleOutEvents, "scaleout-events", 2_000_000, "scaleout phase: events each run folds")
+	fs.IntVar(&cfg.ScaleOutUsers, "scaleout-users", 200_000, "scaleout phase: users the events are spread over")
+	fs.IntVar(&cfg.ScaleOutRounds, "scaleout-rounds", 2, "scaleout phase: rounds of one run with one aggregator and one with two")
+	fs.DurationVar(&cfg.ScaleOutLimit, "scaleout-limit", 10*time.Minute, "scaleout phase: longest one run's fold may take")
 
-	fs.DurationVar(&cfg.limitsTime, "limits-time", 20*time.Second, "limits phase: measured length of Kafka's producer run, each Redis pass and the Cassandra writer")
-	fs.Var((*rates)(&cfg.limitsEchoRates), "limits-echo", "limits phase: offered `events/s` of the bare Echo handler's steps (one event per POST, each -single-step long), increasing")
-	fs.IntVar(&cfg.limitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
-	fs.IntVar(&cfg.limitsCQLUsers, "limits-cql-users", 20000, "limits phase: users the minimal Cassandra writer spreads its rows over")
+	fs.DurationVar(&cfg.LimitsTime, "limits-time", 20*time.Second, "limits phase: measured length of Kafka's producer run, each Redis pass and the Cassandra writer")
+	fs.Var((*rates)(&cfg.LimitsEchoRates), "limits-echo", "limits phase: offered `events/s` of the bare Echo handler's steps (one event per POST, each -single-step long), increasing")
+	fs.IntVar(&cfg.LimitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
+	fs.IntVar(&cfg.LimitsCQLUsers, "limits-cql-users", 20000, "limits phase: users the minimal Cassandra writer spreads its rows over")
 
-	fs.BoolVar(&cfg.profile, "profile", false, "take CPU profiles of aggregator, ingest and query during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
-	fs.DurationVar(&cfg.profileTime, "profile-time", 20*time.Second, "length of each CPU profile")
-	fs.BoolVar(&cfg.keepServices, "keep-services", false, "leave the services bench started running at the end")
-	fs.BoolVar(&cfg.https, "https", os.Getenv("PULSE_TLS_CERT_FILE") != "",
+	fs.BoolVar(&cfg.Profile, "profile", false, "take CPU profiles of aggregator, ingest and query during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
+	fs.DurationVar(&cfg.ProfileTime, "profile-time", 20*time.Second, "length of each CPU profile")
+	fs.BoolVar(&cfg.KeepServices, "keep-services", false, "leave the services bench started running at the end")
+	fs.BoolVar(&cfg.HTTPS, "https", os.Getenv("PULSE_TLS_CERT_FILE") != "",
 		"ingest and query serve TLS: call them at https URLs (default: when PULSE_TLS_CERT_FILE is set, which the services bench starts inherit)")
 	caFile := trust.Flag(fs, os.Getenv)
 
 	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
 	}
-	if cfg.quick {
+	if cfg.Quick {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, v := range quickValues {
@@ -286,73 +189,73 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 	}
-	cfg.phases = map[string]bool{}
+	cfg.Phases = map[string]bool{}
 	for p := range strings.SplitSeq(*phases, ",") {
 		p = strings.TrimSpace(p)
 		if !slices.Contains(allPhases, p) {
 			return cfg, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ","))
 		}
-		cfg.phases[p] = true
+		cfg.Phases[p] = true
 	}
 	for t := range strings.SplitSeq(*scaleOutTopos, ",") {
 		if t = strings.TrimSpace(t); t != "" {
-			cfg.scaleOutTopologies = append(cfg.scaleOutTopologies, t)
+			cfg.ScaleOutTopologies = append(cfg.ScaleOutTopologies, t)
 		}
 	}
-	root, err := filepath.Abs(cfg.root)
+	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.root = root
-	if cfg.home == "" {
-		cfg.home = filepath.Join(root, ".pulse")
+	cfg.Root = root
+	if cfg.Home == "" {
+		cfg.Home = filepath.Join(root, ".pulse")
 	}
-	if !filepath.IsAbs(cfg.outDir) {
-		cfg.outDir = filepath.Join(root, cfg.outDir)
+	if !filepath.IsAbs(cfg.OutDir) {
+		cfg.OutDir = filepath.Join(root, cfg.OutDir)
 	}
-	cfg.caFile = *caFile
-	if cfg.tls, err = trust.Config(cfg.caFile); err != nil {
+	cfg.CAFile = *caFile
+	if cfg.TLS, err = trust.Config(cfg.CAFile); err != nil {
 		return cfg, fmt.Errorf("-ca: %w", err)
 	}
-	cfg.flags = cli.Values(fs)
-	return cfg, cfg.validate()
+	cfg.Flags = cli.Values(fs)
+	return cfg, validate(cfg)
 }
 
 // validate names every bad flag at once.
-func (c config) validate() error {
+func validate(c harness.Config) error {
 	var p cli.Problems
 	bad := p.Check
-	bad(c.users < 1, "-users must be at least 1")
-	bad(c.batchSize < 1 || c.batchSize > 1000, "-batch-size must be 1…1000")
-	bad(c.readBatch < 1 || c.readBatch > 1000, "-read-batch must be 1…1000")
-	bad(len(c.singleRates) == 0 && c.phases["single"], "-single-rates: at least one rate")
-	for name, d := range map[string]time.Duration{"-step": c.stepTime, "-single-step": c.singleTime, "-half": c.halfTime,
-		"-lag-interval": c.lagEvery, "-fresh-poll": c.freshPoll, "-profile-time": c.profileTime} {
+	bad(c.Users < 1, "-users must be at least 1")
+	bad(c.BatchSize < 1 || c.BatchSize > 1000, "-batch-size must be 1…1000")
+	bad(c.ReadBatch < 1 || c.ReadBatch > 1000, "-read-batch must be 1…1000")
+	bad(len(c.SingleRates) == 0 && c.Phases["single"], "-single-rates: at least one rate")
+	for name, d := range map[string]time.Duration{"-step": c.StepTime, "-single-step": c.SingleTime, "-half": c.HalfTime,
+		"-lag-interval": c.LagEvery, "-fresh-poll": c.FreshPoll, "-profile-time": c.ProfileTime} {
 		bad(d <= 0, "%s must be above 0", name)
 	}
-	bad(c.warmup < 0 || c.settle < 0 || c.idleWait < 0 || c.warmupRun < 0, "-warmup, -warmup-run, -settle and -idle-wait must not be negative")
-	bad(len(c.batchRates) == 0, "-batch-rates: at least one rate (the warm-up and the half-max phase use the first)")
-	bad(c.crit.MinAccepted <= 0 || c.crit.MinAccepted > 1, "-min-accepted must be in (0, 1]")
-	bad(c.crit.MaxFailed < 0 || c.crit.MaxFailed >= 1, "-max-failed must be in [0, 1)")
-	bad(c.crit.MaxFreshP99 <= 0 || c.crit.LagGrowth <= 0, "-max-fresh-p99 and -max-lag-growth must be above 0")
-	for name, r := range map[string]float64{"-step-reads": c.stepReads, "-fresh-rate": c.freshRate, "-half-reads": c.halfReads,
-		"-half-statuses": c.halfBatchReads, "-half-count": c.halfCounts, "-half-fresh": c.halfFresh} {
+	bad(c.Warmup < 0 || c.Settle < 0 || c.IdleWait < 0 || c.WarmupRun < 0, "-warmup, -warmup-run, -settle and -idle-wait must not be negative")
+	bad(len(c.BatchRates) == 0, "-batch-rates: at least one rate (the warm-up and the half-max phase use the first)")
+	bad(c.Crit.MinAccepted <= 0 || c.Crit.MinAccepted > 1, "-min-accepted must be in (0, 1]")
+	bad(c.Crit.MaxFailed < 0 || c.Crit.MaxFailed >= 1, "-max-failed must be in [0, 1)")
+	bad(c.Crit.MaxFreshP99 <= 0 || c.Crit.LagGrowth <= 0, "-max-fresh-p99 and -max-lag-growth must be above 0")
+	for name, r := range map[string]float64{"-step-reads": c.StepReads, "-fresh-rate": c.FreshRate, "-half-reads": c.HalfReads,
+		"-half-statuses": c.HalfBatchReads, "-half-count": c.HalfCounts, "-half-fresh": c.HalfFresh} {
 		bad(!(r >= 0) || math.IsInf(r, 0), "%s must be a number ≥ 0", name)
 	}
-	bad(c.scaleUsers < 1 || c.scaleUsers > 1<<31, "-scale-users must be 1…2^31")
-	bad(!(c.scaleOnline > 0 && c.scaleOnline <= 1), "-scale-online must be in (0, 1]")
-	bad(c.scaleCalls < 1, "-scale-calls must be at least 1")
-	bad(c.scaleWindow < 1 || c.scaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
-	bad(c.scaleShards < 0, "-scale-shards must not be negative")
-	bad(c.limitsTime <= 0, "-limits-time must be above 0")
-	for _, t := range c.scaleOutTopologies {
+	bad(c.ScaleUsers < 1 || c.ScaleUsers > 1<<31, "-scale-users must be 1…2^31")
+	bad(!(c.ScaleOnline > 0 && c.ScaleOnline <= 1), "-scale-online must be in (0, 1]")
+	bad(c.ScaleCalls < 1, "-scale-calls must be at least 1")
+	bad(c.ScaleWindow < 1 || c.ScaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")
+	bad(c.ScaleShards < 0, "-scale-shards must not be negative")
+	bad(c.LimitsTime <= 0, "-limits-time must be above 0")
+	for _, t := range c.ScaleOutTopologies {
 		bad(t != "single" && t != "cluster", fmt.Sprintf("-scaleout-topologies: %q: want single or cluster", t))
 	}
-	bad(len(c.scaleOutTopologies) == 0 && c.phases["scaleout"], "-scaleout-topologies: at least one topology")
-	bad(c.scaleOutEvents < 1000 || c.scaleOutUsers < 1, "-scaleout-events must be at least 1000 and -scaleout-users at least 1")
-	bad(c.scaleOutLimit <= 0, "-scaleout-limit must be positive")
-	bad(c.scaleOutRounds < 1, "-scaleout-rounds must be at least 1")
-	bad(len(c.limitsEchoRates) == 0 && c.phases["limits"], "-limits-echo: at least one rate")
-	bad(c.limitsRedisUsers < 1 || c.limitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
+	bad(len(c.ScaleOutTopologies) == 0 && c.Phases["scaleout"], "-scaleout-topologies: at least one topology")
+	bad(c.ScaleOutEvents < 1000 || c.ScaleOutUsers < 1, "-scaleout-events must be at least 1000 and -scaleout-users at least 1")
+	bad(c.ScaleOutLimit <= 0, "-scaleout-limit must be positive")
+	bad(c.ScaleOutRounds < 1, "-scaleout-rounds must be at least 1")
+	bad(len(c.LimitsEchoRates) == 0 && c.Phases["limits"], "-limits-echo: at least one rate")
+	bad(c.LimitsRedisUsers < 1 || c.LimitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
 	return p.Err()
 }

@@ -13,23 +13,23 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.scaleUsers != 2_000_000 {
-		t.Errorf("-scale-users given with -quick: got %d", cfg.scaleUsers)
+	if cfg.ScaleUsers != 2_000_000 {
+		t.Errorf("-scale-users given with -quick: got %d", cfg.ScaleUsers)
 	}
-	if cfg.stepTime != 8*time.Second || cfg.halfTime != 10*time.Second {
-		t.Errorf("-quick left step %v, half %v", cfg.stepTime, cfg.halfTime)
+	if cfg.StepTime != 8*time.Second || cfg.HalfTime != 10*time.Second {
+		t.Errorf("-quick left step %v, half %v", cfg.StepTime, cfg.HalfTime)
 	}
-	if !slices.Equal(cfg.batchRates, []float64{5000, 10000, 20000, 35000, 50000}) {
-		t.Errorf("-quick batch rates %v", cfg.batchRates)
+	if !slices.Equal(cfg.BatchRates, []float64{5000, 10000, 20000, 35000, 50000}) {
+		t.Errorf("-quick batch rates %v", cfg.BatchRates)
 	}
-	if cfg.flags["quick"] != "true" || cfg.flags["scale-users"] != "2000000" {
-		t.Errorf("recorded flags %v", cfg.flags)
+	if cfg.Flags["quick"] != "true" || cfg.Flags["scale-users"] != "2000000" {
+		t.Errorf("recorded flags %v", cfg.Flags)
 	}
-	if !slices.Equal(cfg.scaleOutTopologies, []string{"single"}) || cfg.scaleOutEvents != 300_000 {
-		t.Errorf("-quick scale-out: topologies %v, %d events", cfg.scaleOutTopologies, cfg.scaleOutEvents)
+	if !slices.Equal(cfg.ScaleOutTopologies, []string{"single"}) || cfg.ScaleOutEvents != 300_000 {
+		t.Errorf("-quick scale-out: topologies %v, %d events", cfg.ScaleOutTopologies, cfg.ScaleOutEvents)
 	}
 	for _, p := range allPhases {
-		if !cfg.phases[p] {
+		if !cfg.Phases[p] {
 			t.Errorf("phase %s off by default", p)
 		}
 	}
@@ -40,11 +40,11 @@ func TestFullDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.scaleUsers != 10_000_000 || cfg.stepTime != 20*time.Second || cfg.batchRates[len(cfg.batchRates)-1] != 125000 {
-		t.Errorf("defaults: %d users, step %v, rates %v", cfg.scaleUsers, cfg.stepTime, cfg.batchRates)
+	if cfg.ScaleUsers != 10_000_000 || cfg.StepTime != 20*time.Second || cfg.BatchRates[len(cfg.BatchRates)-1] != 125000 {
+		t.Errorf("defaults: %d users, step %v, rates %v", cfg.ScaleUsers, cfg.StepTime, cfg.BatchRates)
 	}
-	if !slices.Equal(cfg.scaleOutTopologies, []string{"single", "cluster"}) || cfg.scaleOutRounds != 2 {
-		t.Errorf("scale-out defaults: topologies %v, %d rounds", cfg.scaleOutTopologies, cfg.scaleOutRounds)
+	if !slices.Equal(cfg.ScaleOutTopologies, []string{"single", "cluster"}) || cfg.ScaleOutRounds != 2 {
+		t.Errorf("scale-out defaults: topologies %v, %d rounds", cfg.ScaleOutTopologies, cfg.ScaleOutRounds)
 	}
 }
 

@@ -39,6 +39,11 @@
 // finds the processes it measures with `stack.sh pids`. The stack's servers must be up
 // (`make bench` runs `stack.sh up` first).
 //
+// main parses the flags, opens the harness (internal/harness) and runs the enabled
+// phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
+// limits, scaleout, scale) recording into one report.Results; internal/report and
+// internal/plot write the folder, internal/probe samples CPU, lag and /metrics.
+//
 // Usage:
 //
 //	go run ./cmd/bench [-quick] [flags]
@@ -46,11 +51,76 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 
+	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/limits"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/rebuild"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/scaleout"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/steps"
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
 )
 
+// phaseList is the phases in the order they run; allPhases names them for -phases.
+var (
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase{}, limits.Phase{}, scaleout.Phase{}, scale.Phase{}}
+	allPhases []string
+)
+
+func init() {
+	for _, p := range phaseList {
+		allPhases = append(allPhases, p.Name())
+	}
+}
+
 func main() {
 	cli.Main("bench", func(ctx context.Context) error { return run(ctx, os.Args[1:]) })
+}
+
+// run is the whole benchmark. The results are written also after a failed phase or a
+// Ctrl-C, with what was measured.
+func run(ctx context.Context, args []string) error {
+	cfg, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	env, err := harness.Open(ctx, cfg, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	phaseErr := runPhases(ctx, env)
+	if phaseErr != nil {
+		env.Note("the run stopped early: %v", phaseErr)
+	}
+	if err := env.Finish("go run ./cmd/bench " + strings.Join(args, " ")); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return phaseErr
+}
+
+// runPhases warms up, then runs the phases asked for. Every phase starts by waiting
+// for caught-up consumers: a step that fell behind leaves a backlog whose catching up
+// would otherwise load the next phase.
+func runPhases(ctx context.Context, env *harness.Env) error {
+	if env.Cfg.WarmupRun > 0 {
+		if err := steps.WarmUp(ctx, env); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	for _, p := range phaseList {
+		if !env.Cfg.Phases[p.Name()] {
+			continue
+		}
+		if err := p.Run(ctx, env); err != nil {
+			return fmt.Errorf("%s phase: %w", p.Name(), err)
+		}
+	}
+	return nil
 }

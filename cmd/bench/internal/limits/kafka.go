@@ -1,0 +1,307 @@
+package limits
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+)
+
+// perfReportEvery is how often ProducerPerformance prints a window's figures.
+const perfReportEvery = 5 * time.Second
+
+// kafkaLimit runs Kafka's ProducerPerformance unthrottled against a throwaway topic with
+// the events topic's partitions and replicas, with payloads of presence.events records'
+// size, acks=all and the producer settings ingest's client runs with, for -limits-time
+// after report.PerfWarmWindows windows that are not counted.
+func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, error) {
+	cp, tool, err := kafkaToolsClasspath(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	td, err := env.Lag.Adm.ListTopics(ctx, env.Cfg.Events)
+	if err != nil {
+		return nil, fmt.Errorf("describing %s: %w", env.Cfg.Events, err)
+	}
+	ev, ok := td[env.Cfg.Events]
+	if !ok || ev.Err != nil || len(ev.Partitions) == 0 {
+		return nil, fmt.Errorf("describing %s: %v", env.Cfg.Events, ev.Err)
+	}
+	replicas := len(ev.Partitions.Sorted()[0].Replicas)
+	res := &report.KafkaLimit{Tool: tool, Topic: fmt.Sprintf("bench.limits.%d", time.Now().UnixNano()),
+		Partitions: len(ev.Partitions), Replicas: replicas, Raw: filepath.Join("raw", "limits-kafka.txt")}
+	if _, err := env.Lag.Adm.CreateTopic(ctx, int32(res.Partitions), int16(replicas), nil, res.Topic); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", res.Topic, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := env.Lag.Adm.DeleteTopics(dctx, res.Topic); err != nil {
+			env.Note("deleting the throwaway topic %s: %v", res.Topic, err)
+		}
+	}()
+
+	payloads, value, record, err := kafkaPayloads(env.Cfg.Users, 2000, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	res.ValueBytes, res.RecordBytes = value, record
+	payloadFile := filepath.Join(env.RawDir, "limits-kafka-payloads.txt")
+	if err := os.WriteFile(payloadFile, payloads, 0o644); err != nil {
+		return nil, err
+	}
+	res.Keys = "ProducerPerformance (" + tool + ")" + " sends records without keys; RoundRobinPartitioner deals them record by record over every partition, as many user-id keys spread Pulse's records, and each payload carries a key's and the schema header's bytes in their place"
+	res.Props = []string{
+		fmt.Sprintf("bootstrap.servers=127.0.0.1:%d", env.Cfg.Ports.Kafka),
+		// ingest's client: acks=all and idempotence, franz-go's default snappy
+		// compression and 10 ms linger, batches of up to about 1 MB.
+		"acks=all", "enable.idempotence=true", "compression.type=snappy", "linger.ms=10", "batch.size=1000000",
+		"partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner",
+	}
+	args := []string{"-Xms256m", "-Xmx512m", "-Duser.language=en", "-Duser.country=US", "-cp", cp,
+		"org.apache.kafka.tools.ProducerPerformance", "--topic", res.Topic, "--num-records", "2000000000",
+		"--throughput", "-1", "--payload-file", payloadFile, "--producer-props"}
+	args = append(args, res.Props...)
+	raw, err := os.Create(filepath.Join(env.Dir, res.Raw))
+	if err != nil {
+		return nil, err
+	}
+	defer raw.Close()
+	fmt.Fprintf(raw, "$ java %s\n", strings.Join(args, " "))
+
+	want := report.PerfWarmWindows + int(math.Ceil(float64(env.Cfg.LimitsTime)/float64(perfReportEvery)))
+	rctx, cancel := context.WithTimeout(ctx, env.Cfg.LimitsTime+report.PerfWarmWindows*perfReportEvery+90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, "java", args...)
+	cmd.Stderr = raw
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	before := env.CPU()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting java: %w", err)
+	}
+	var lines []perfLine
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		fmt.Fprintln(raw, sc.Text())
+		if l, ok := parsePerfLine(sc.Text()); ok {
+			lines = append(lines, l)
+			if !l.Final && len(lines) >= want {
+				break // enough windows: the tool would run for hours
+			}
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	io.Copy(io.Discard, out)
+	waitErr := cmd.Wait()
+	elapsed := time.Since(start).Seconds()
+	cpu := probe.Delta(before, env.CPU())
+	if ps := cmd.ProcessState; ps != nil {
+		res.CPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	if elapsed > 0 {
+		res.KafkaCPUCores = cpu["kafka"] / elapsed
+	}
+	sum, err := summarizePerf(lines, report.PerfWarmWindows)
+	if err != nil {
+		if waitErr != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (java: %v; see %s)", err, waitErr, res.Raw)
+		}
+		return nil, err
+	}
+	res.Windows, res.Records, res.Seconds = sum.windows, sum.records, sum.seconds
+	res.RecordsPerSec, res.MBPerSec, res.AvgLatencyMs, res.MaxLatencyMs = sum.recordsPerSec, sum.mbPerSec, sum.avgMs, sum.maxMs
+	fmt.Fprintf(env.Out, "      ProducerPerformance: %s records/s, %.2f MB/s (%s B per record, %d partitions, acks=all), avg latency %.0f ms\n",
+		report.Num(res.RecordsPerSec), res.MBPerSec, report.Sig(res.RecordBytes), res.Partitions, res.AvgLatencyMs)
+	return res, nil
+}
+
+// kafkaToolsClasspath is the classpath holding org.apache.kafka.tools: the stack's
+// cached Kafka jars when they include kafka-tools (deploy/local/kafka/pom.xml lists it),
+// else those jars and the kafka-tools jar of the same version, fetched once with Maven
+// into PULSE_HOME/cache/bench/ (a stack fetched before the pom listed it).
+func kafkaToolsClasspath(ctx context.Context, env *harness.Env) (classpath, tool string, err error) {
+	lib := filepath.Join(env.Cfg.Home, "cache", "kafka", "lib")
+	if m, _ := filepath.Glob(filepath.Join(lib, "kafka-tools-[0-9]*.jar")); len(m) > 0 {
+		return filepath.Join(lib, "*"), filepath.Base(m[0]), nil
+	}
+	clients, _ := filepath.Glob(filepath.Join(lib, "kafka-clients-*.jar"))
+	if len(clients) == 0 {
+		return "", "", fmt.Errorf("no kafka-clients jar in %s: is the stack fetched (make up)?", lib)
+	}
+	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(clients[0]), "kafka-clients-"), ".jar")
+	dir := filepath.Join(env.Cfg.Home, "cache", "bench", "kafka-tools-"+version)
+	jar := filepath.Join(dir, "kafka-tools-"+version+".jar")
+	if _, err := os.Stat(jar); err != nil {
+		fmt.Fprintf(env.Out, "      fetching org.apache.kafka:kafka-tools:%s with Maven (the stack's cache predates it)\n", version)
+		cmd := exec.CommandContext(ctx, "mvn", "-B", "-q", "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
+			"-Dartifact=org.apache.kafka:kafka-tools:"+version, "-DoutputDirectory="+dir)
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("fetching kafka-tools %s: %w\n%s", version, err, o)
+		}
+	}
+	return filepath.Join(lib, "*") + string(os.PathListSeparator) + jar, filepath.Base(jar), nil
+}
+
+// kafkaPayloads are n payloads for ProducerPerformance's --payload-file, one a line:
+// each is a real presence.events record of a loadgen-like event (users lg-0 … of
+// users, loadgen's mix of kinds) — its key, schema header and protobuf value — with
+// every byte folded into 7-bit ASCII other than the newline, since the tool reads the
+// file as UTF-8 text. Sizes and repetitions, which compression sees, stay the records'.
+// It also answers the mean value and payload sizes.
+func kafkaPayloads(users, n int, now time.Time) (file []byte, valueMean, recordMean float64, err error) {
+	rng := rand.New(rand.NewPCG(17, 17))
+	kinds := []presence.Kind{presence.KindStatus, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindActivity}
+	statuses := []presence.Status{presence.Online, presence.Idle, presence.Invisible, presence.Offline}
+	var values, total int
+	for range n {
+		e := presence.Event{
+			ID:     fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, 0x8000|rng.Uint32()&0x3fff, rng.Uint64()&0xffffffffffff),
+			UserID: "lg-" + strconv.Itoa(rng.IntN(max(users, 1))), Kind: kinds[rng.IntN(len(kinds))],
+			DeviceID: "d" + strconv.Itoa(rng.IntN(2)), OccurredAt: now, ReceivedAt: now.Add(time.Duration(rng.IntN(1000)) * time.Microsecond),
+			Source: presence.SourceAPI,
+		}
+		if e.Kind == presence.KindStatus {
+			e.Status = statuses[rng.IntN(len(statuses))]
+		}
+		r, err := records.Event("presence.events", &e)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		line := append([]byte{}, r.Key...)
+		for _, h := range r.Headers {
+			line = append(line, h.Key...)
+			line = append(line, h.Value...)
+		}
+		line = append(line, r.Value...)
+		values += len(r.Value)
+		total += len(line)
+		file = append(file, foldASCII(line)...)
+		file = append(file, '\n')
+	}
+	return file, float64(values) / float64(n), float64(total) / float64(n), nil
+}
+
+// foldASCII maps every byte into 0x00…0x7f, newline excluded, in place.
+func foldASCII(p []byte) []byte {
+	for i, c := range p {
+		c &= 0x7f
+		if c == '\n' {
+			c = 0x0b
+		}
+		p[i] = c
+	}
+	return p
+}
+
+// perfLine is one report of ProducerPerformance: a window's, or the whole run's
+// (Final, with percentiles) when the tool finished its records.
+type perfLine struct {
+	Records                     int64
+	RecordsPerSec, MBPerSec     float64
+	AvgMs, MaxMs                float64
+	Final                       bool
+	P50Ms, P95Ms, P99Ms, P999Ms float64
+}
+
+var perfRE = regexp.MustCompile(`^(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\), ([0-9.]+) ms avg latency, ([0-9.]+) ms max latency(?:, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th)?\.$`)
+
+// parsePerfLine reads one line of the tool's output; false for any other line.
+func parsePerfLine(s string) (perfLine, bool) {
+	m := perfRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return perfLine{}, false
+	}
+	var l perfLine
+	var err error
+	if l.Records, err = strconv.ParseInt(m[1], 10, 64); err != nil {
+		return perfLine{}, false
+	}
+	fs := []*float64{&l.RecordsPerSec, &l.MBPerSec, &l.AvgMs, &l.MaxMs, &l.P50Ms, &l.P95Ms, &l.P99Ms, &l.P999Ms}
+	for i, f := range fs {
+		if m[i+2] == "" {
+			continue
+		}
+		if *f, err = strconv.ParseFloat(m[i+2], 64); err != nil {
+			return perfLine{}, false
+		}
+	}
+	l.Final = m[6] != ""
+	return l, true
+}
+
+// perfSummary is what a run's reports add up to.
+type perfSummary struct {
+	windows                     int
+	records                     int64
+	seconds                     float64
+	recordsPerSec, mbPerSec     float64
+	avgMs, maxMs                float64
+	p50Ms, p95Ms, p99Ms, p999Ms float64
+	fromFinal                   bool
+}
+
+// summarizePerf adds up the windows after the first skip (the producer warming up):
+// their records over their time, each window's time being its records over its rate. A
+// run that ended by itself before that, with its final line, is taken whole.
+func summarizePerf(lines []perfLine, skip int) (perfSummary, error) {
+	var windows []perfLine
+	var final *perfLine
+	for i := range lines {
+		if lines[i].Final {
+			final = &lines[i]
+		} else {
+			windows = append(windows, lines[i])
+		}
+	}
+	if len(windows) <= skip {
+		if final != nil && final.RecordsPerSec > 0 {
+			return perfSummary{windows: 1, records: final.Records, seconds: float64(final.Records) / final.RecordsPerSec,
+				recordsPerSec: final.RecordsPerSec, mbPerSec: final.MBPerSec, avgMs: final.AvgMs, maxMs: final.MaxMs,
+				p50Ms: final.P50Ms, p95Ms: final.P95Ms, p99Ms: final.P99Ms, p999Ms: final.P999Ms, fromFinal: true}, nil
+		}
+		return perfSummary{}, fmt.Errorf("ProducerPerformance reported %d windows, none after the %d of its warm-up", len(windows), skip)
+	}
+	var s perfSummary
+	var mb, lat float64
+	for _, w := range windows[skip:] {
+		if w.RecordsPerSec <= 0 {
+			continue
+		}
+		sec := float64(w.Records) / w.RecordsPerSec
+		s.windows++
+		s.records += w.Records
+		s.seconds += sec
+		mb += w.MBPerSec * sec
+		lat += w.AvgMs * float64(w.Records)
+		s.maxMs = math.Max(s.maxMs, w.MaxMs)
+	}
+	if s.seconds <= 0 || s.records == 0 {
+		return perfSummary{}, errors.New("ProducerPerformance sent no records after its warm-up")
+	}
+	s.recordsPerSec = float64(s.records) / s.seconds
+	s.mbPerSec = mb / s.seconds
+	s.avgMs = lat / float64(s.records)
+	return s, nil
+}

@@ -1,0 +1,128 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Criteria say when a step falls behind.
+type Criteria struct {
+	// MinAccepted is the fraction of the offered events ingest must accept.
+	MinAccepted float64
+	// MaxFailed is the fraction of the ingest workload's requests that may fail or be
+	// dropped (never sent because every worker was busy).
+	MaxFailed float64
+	// MaxFreshP99 bounds the freshness p99.
+	MaxFreshP99 time.Duration
+	// LagGrowth is how much the aggregator's lag may grow over the step, in seconds
+	// of offered events; below LagGrowthFloor records growth is noise either way.
+	LagGrowth time.Duration
+}
+
+// LagGrowthFloor: lag is read from committed offsets, which move once per 100 ms
+// window and partition, so a few thousand records either way say nothing.
+const LagGrowthFloor = 2000
+
+// Observation is what a step measured that its Verdict depends on.
+type Observation struct {
+	Offered   float64 // events/s asked of the ingest workload
+	Accepted  float64 // events/s ingest acknowledged (2xx) for it
+	Scheduled uint64  // requests of the ingest workload due in the measured window
+	Failed    uint64  // of those: 4xx, 5xx, transport errors and drops
+
+	LagKnown         bool
+	LagStart, LagEnd int64 // the aggregator's lag on the events topic, records
+
+	FreshProbes, FreshSeen, FreshTimeouts uint64
+	FreshP99                              time.Duration
+}
+
+// Verdict is whether a step kept up, and if not, every reason why.
+type Verdict struct {
+	KeptUp  bool
+	Reasons []string
+}
+
+// decide judges a step against c.
+func Decide(o Observation, c Criteria) Verdict {
+	var reasons []string
+	if o.Offered > 0 && o.Accepted < c.MinAccepted*o.Offered {
+		reasons = append(reasons, fmt.Sprintf("accepted %.0f of %.0f events/s offered (%.1f%%, want ≥ %.0f%%)",
+			o.Accepted, o.Offered, 100*o.Accepted/o.Offered, 100*c.MinAccepted))
+	}
+	if o.Scheduled == 0 {
+		reasons = append(reasons, "no ingest request was due in the measured window")
+	} else if f := float64(o.Failed) / float64(o.Scheduled); f > c.MaxFailed {
+		reasons = append(reasons, fmt.Sprintf("%d of %d ingest requests failed or were dropped (%.2f%%, want ≤ %.2g%%)",
+			o.Failed, o.Scheduled, 100*f, 100*c.MaxFailed))
+	}
+	if o.LagKnown {
+		allowed := math.Max(LagGrowthFloor, o.Offered*c.LagGrowth.Seconds())
+		if g := o.LagEnd - o.LagStart; float64(g) > allowed {
+			reasons = append(reasons, fmt.Sprintf("aggregator lag grew by %d records over the step (%d → %d; allowed %.0f)",
+				g, o.LagStart, o.LagEnd, allowed))
+		}
+	}
+	switch {
+	case o.FreshProbes > 0 && o.FreshSeen == 0:
+		reasons = append(reasons, fmt.Sprintf("no freshness probe saw its write (%d probes)", o.FreshProbes))
+	case o.FreshProbes > 0 && float64(o.FreshTimeouts) > c.MaxFailed*float64(o.FreshProbes):
+		reasons = append(reasons, fmt.Sprintf("%d of %d freshness probes timed out", o.FreshTimeouts, o.FreshProbes))
+	case o.FreshSeen > 0 && o.FreshP99 > c.MaxFreshP99:
+		reasons = append(reasons, fmt.Sprintf("freshness p99 %s > %s", o.FreshP99.Round(time.Millisecond), c.MaxFreshP99))
+	}
+	return Verdict{KeptUp: len(reasons) == 0, Reasons: reasons}
+}
+
+// MaxKeptUp is the offered rate of the last step that kept up before the first that
+// fell behind (steps run in increasing order and stop after the first that fell
+// behind); 0 when the first already fell behind.
+func MaxKeptUp(steps []StepResult) (offered, accepted float64) {
+	for _, s := range steps {
+		if !s.KeptUp {
+			break
+		}
+		offered, accepted = s.OfferedEventsPerSec, s.AcceptedEventsPerSec
+	}
+	return offered, accepted
+}
+
+// closestStep is the index of the step whose offered rate is nearest to rate (by
+// ratio, so 40k is as near to 50k as 62.5k), -1 for none.
+func closestStep(steps []StepResult, rate float64) int {
+	best, bestD := -1, math.Inf(1)
+	for i, s := range steps {
+		if s.OfferedEventsPerSec <= 0 {
+			continue
+		}
+		d := math.Abs(math.Log(s.OfferedEventsPerSec / rate))
+		if d < bestD {
+			best, bestD = i, d
+		}
+	}
+	return best
+}
+
+// QuantilesOf summarises durations exactly (nearest rank), in milliseconds.
+func QuantilesOf(d []time.Duration) Quantiles {
+	if len(d) == 0 {
+		return Quantiles{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, v := range s {
+		sum += v
+	}
+	at := func(q float64) float64 {
+		i := int(q*float64(len(s))+0.999999999) - 1
+		i = min(max(i, 0), len(s)-1)
+		return ms(s[i])
+	}
+	return Quantiles{Count: uint64(len(s)), Mean: ms(sum / time.Duration(len(s))),
+		P50: at(0.5), P90: at(0.9), P99: at(0.99), P999: at(0.999), Max: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,295 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// historyCheck picks the batched step closest to rate and reads history's numbers
+// from it. The lag in seconds is the commit-lag histogram's p99 over the step when
+// the history writer exported it, else the records behind over the accepted rate.
+func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
+	if m == nil {
+		return nil
+	}
+	i := closestStep(m.Steps, rate)
+	if i < 0 {
+		return nil
+	}
+	s := m.Steps[i]
+	h := &HistoryCheck{AtOfferedEventsPerSec: s.OfferedEventsPerSec, AcceptedEventsPerSec: s.AcceptedEventsPerSec,
+		RowsPerSec: s.History.RowsPerSec, LagRecords: s.History.LagRecords, RowsByTable: s.History.RowsByTable,
+		HistoryCPUPerEvent: s.CPU["history"].SecondsPerEvent, CassandraCPUPerEvent: s.CPU["cassandra"].SecondsPerEvent}
+	h.LagKnown = true
+	switch {
+	case s.History.CommitLagKnown:
+		h.LagSeconds, h.LagSource = s.History.CommitLagP99Seconds, "p99 of pulse_history_commit_lag_seconds over the step"
+	case s.AcceptedEventsPerSec > 0:
+		h.LagSeconds, h.LagSource = float64(s.History.LagRecords)/s.AcceptedEventsPerSec, "records behind at the step's end ÷ accepted events/s"
+	default:
+		h.LagKnown, h.LagSource = false, "not measured"
+	}
+	return h
+}
+
+// evaluate judges every target of the issue on r; a target whose phase did not run
+// is listed as not measured.
+func evaluate(r *Results, scaleGoal int) []Target {
+	return slices.Concat(throughputTargets(r), []Target{historyCostTarget(r)}, halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
+		ratioTargets(limitRatios(r)))
+}
+
+// judged is t judged on v (NaN: not measured), with note as its context.
+func judged(t Target, v float64, note string) Target {
+	t = t.judge(v)
+	t.Note = note
+	return t
+}
+
+func throughputTargets(r *Results) []Target {
+	batched, single := math.NaN(), math.NaN()
+	var bNote, sNote string
+	if m := r.Batched; m != nil {
+		batched, bNote = m.MaxAcceptedEventsPerSec, modeNote(m)
+	}
+	if m := r.Single; m != nil {
+		single, sNote = m.MaxAcceptedEventsPerSec, modeNote(m)
+	}
+	return []Target{
+		judged(Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}, batched, bNote),
+		judged(Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}, single, sNote),
+	}
+}
+
+func halfTargets(h *StepResult) []Target {
+	f50, f99, read99 := math.NaN(), math.NaN(), math.NaN()
+	var hNote, readNote string
+	if h != nil {
+		hNote = fmt.Sprintf("at %s events/s (half the max batched rate)", Num(h.OfferedEventsPerSec))
+		if h.Freshness.Seen > 0 {
+			f50, f99 = h.Freshness.Ms.P50, h.Freshness.Ms.P99
+		}
+		for _, rd := range h.Reads {
+			if rd.Name == "read" && rd.Ms.Count > 0 {
+				read99 = rd.Ms.P99
+				readNote = fmt.Sprintf("%s reads/s achieved of %s, %s", Num(rd.AchievedRate), Num(rd.TargetRate), hNote)
+			}
+		}
+	}
+	return []Target{
+		judged(Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}, f50, hNote),
+		judged(Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}, f99, hNote),
+		judged(Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}, read99, readNote),
+	}
+}
+
+func scaleTargets(s *ScaleResult, scaleGoal int) []Target {
+	c99, speed, online, registered := math.NaN(), math.NaN(), math.NaN(), math.NaN()
+	var scNote, speedNote string
+	if s != nil {
+		scNote = fmt.Sprintf("%s registered users, %s online", Num(float64(s.Users)), Num(float64(s.Online)))
+		if s.Users < scaleGoal {
+			scNote += fmt.Sprintf(" (the target is stated at %s)", Num(float64(scaleGoal)))
+		}
+		if s.Pulse.CountsMs.Count > 0 {
+			c99 = s.Pulse.CountsMs.P99
+		}
+		if s.Pulse.CountsMs.Count > 0 && s.Baseline.CountsMs.Count > 0 {
+			speed = s.CountsP50Speedup
+			speedNote = fmt.Sprintf("p50 %s vs baseline %s (p99 ratio %s×); %s", FmtMs(s.Pulse.CountsMs.P50, 1),
+				FmtMs(s.Baseline.CountsMs.P50, 1), Sig(s.CountsP99Speedup), scNote)
+			if s.Pulse.RedisCountsMs.Count > 0 {
+				speedNote += fmt.Sprintf("; Pulse's count is served from memory and re-read from Redis every %v (that read: p50 %s, %s× the baseline's)",
+					CountsInterval, FmtMs(s.Pulse.RedisCountsMs.P50, 1), Sig(Ratio(s.Baseline.CountsMs.P50, s.Pulse.RedisCountsMs.P50)))
+			}
+		}
+		if s.Pulse.BytesPerOnlineUser > 0 && s.Baseline.BytesPerOnlineUser > 0 {
+			online = s.OnlineMemoryRatio
+		}
+		if s.Pulse.BytesPerRegisteredUser > 0 && s.Baseline.BytesPerRegisteredUser > 0 {
+			registered = s.RegisteredMemoryRatio
+		}
+	}
+	return []Target{
+		judged(Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}, c99, scNote),
+		judged(Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}, speed, speedNote),
+		judged(Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}, online, scNote),
+		judged(Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}, registered, scNote),
+	}
+}
+
+func historyTargets(h *HistoryCheck) []Target {
+	rows, lag := math.NaN(), math.NaN()
+	var histNote string
+	if h != nil {
+		rows = h.RowsPerSec
+		if h.LagKnown {
+			lag = h.LagSeconds
+		}
+		histNote = fmt.Sprintf("batched step at %s events/s (%s accepted); lag: %s", Num(h.AtOfferedEventsPerSec), Num(h.AcceptedEventsPerSec), h.LagSource)
+	}
+	return []Target{
+		judged(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote),
+		judged(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote),
+	}
+}
+
+// historyCostTarget compares the batched capacity with history and with history
+// paused, measured in the same run: what history's writes take from the live path.
+func historyCostTarget(r *Results) Target {
+	t := Target{ID: "live-with-history", What: "batched capacity with history ÷ with history paused, same run", Op: ">=", Threshold: 0.8, Unit: "ratio"}
+	with, without := r.Batched, r.BatchedWithoutHistory
+	if with == nil || without == nil || without.MaxAcceptedEventsPerSec == 0 {
+		return judged(t, math.NaN(), "")
+	}
+	note := fmt.Sprintf("with history: %s; paused: %s", modeNote(with), modeNote(without))
+	if last := without.Steps[len(without.Steps)-1]; last.KeptUp {
+		note += " (the paused run's capacity is a floor, so the ratio is a ceiling)"
+	}
+	return judged(t, with.MaxAcceptedEventsPerSec/without.MaxAcceptedEventsPerSec, note)
+}
+
+func modeNote(m *ModeResult) string {
+	if len(m.Steps) == 0 {
+		return "no step ran"
+	}
+	last := m.Steps[len(m.Steps)-1]
+	if last.KeptUp {
+		return fmt.Sprintf("every step kept up: %s events/s is a floor", Num(last.OfferedEventsPerSec))
+	}
+	if m.MaxOfferedEventsPerSec == 0 {
+		return fmt.Sprintf("the first step (%s events/s) already fell behind", Num(last.OfferedEventsPerSec))
+	}
+	return fmt.Sprintf("last step that kept up: %s offered; fell behind at %s", Num(m.MaxOfferedEventsPerSec), Num(last.OfferedEventsPerSec))
+}
+
+// limitRatios pairs each stage's Pulse figure with its limit. A ratio is measured only
+// when both sides are, and the limit is above 0.
+func limitRatios(r *Results) []LimitRatio {
+	nan := math.NaN()
+	pick := func(ok bool, v float64) float64 {
+		if ok {
+			return v
+		}
+		return nan
+	}
+	l := r.Limits
+	if l == nil {
+		l = &LimitsResult{}
+	}
+	var out []LimitRatio
+	add := func(x LimitRatio, p, lim float64) {
+		if !math.IsNaN(p) && !math.IsNaN(lim) && lim > 0 && !math.IsInf(p, 0) {
+			x.Measured, x.PulseValue, x.LimitValue, x.Ratio = true, p, lim, p/lim
+		} else {
+			if !math.IsNaN(p) {
+				x.PulseValue = p
+			}
+			if !math.IsNaN(lim) {
+				x.LimitValue = lim
+			}
+		}
+		out = append(out, x)
+	}
+	// A mode whose every step kept up gives a floor of Pulse's rate, and of the ratio.
+	floor := func(m *ModeResult) string {
+		if m != nil && len(m.Steps) > 0 && m.Steps[len(m.Steps)-1].KeptUp {
+			return "every step kept up: Pulse's rate, and the ratio, are floors"
+		}
+		return ""
+	}
+	batched := nan
+	if r.Batched != nil {
+		batched = r.Batched.MaxAcceptedEventsPerSec
+	}
+	add(LimitRatio{ID: "batched-vs-kafka", Stage: "ingest → Kafka → aggregator → Redis, batched",
+		Pulse: "events/s accepted at the highest batched step that kept up", Limit: "records/s of Kafka's ProducerPerformance, same record size, acks=all",
+		Unit: "events/s", Note: floor(r.Batched)}, batched, pick(l.Kafka != nil, fieldOr(l.Kafka, func(k *KafkaLimit) float64 { return k.RecordsPerSec })))
+	single := nan
+	if r.Single != nil {
+		single = r.Single.MaxAcceptedEventsPerSec
+	}
+	echo, echoNote := nan, floor(r.Single)
+	if e := l.Echo; e != nil {
+		echo = e.MaxAcceptedEventsPerSec
+		if echo == 0 {
+			// No step kept up: what it accepted while overloaded is its rate.
+			echo = e.PeakAcceptedEventsPerSec
+			echoNote = strings.TrimPrefix(echoNote+"; no step of the bare handler kept up: its limit is the most it accepted", "; ")
+		}
+	}
+	add(LimitRatio{ID: "single-vs-echo", Stage: "one event per POST /status",
+		Pulse: "events/s accepted at the highest single step that kept up", Limit: "events/s a bare Echo handler (decode, 202) accepted under the same loadgen: the highest step that kept up",
+		Unit: "events/s", Note: echoNote}, single, echo)
+	hist := nan
+	var histNote string
+	if r.History != nil {
+		hist = r.History.RowsPerSec
+		histNote = fmt.Sprintf("history at the batched step of %s events/s", Num(r.History.AtOfferedEventsPerSec))
+		if r.History.LagRecords <= LagGrowthFloor {
+			histNote += "; it had caught up by the step's end, so the offered load set its rate: a floor of what it can write"
+		}
+	}
+	add(LimitRatio{ID: "history-vs-gocql", Stage: "history → Cassandra",
+		Pulse: "rows/s history wrote (every table)", Limit: "rows/s of a minimal gocql writer of user_activity and user_status",
+		Unit: "rows/s", Note: histNote}, hist, pick(l.Cassandra != nil, fieldOr(l.Cassandra, func(c *CassandraLimit) float64 { return c.RowsPerSec })))
+	loop := pick(l.Redis != nil, fieldOr(l.Redis, func(x *RedisLimit) float64 { return x.Loop.UsersPerSec }))
+	ww := nan
+	if l.Redis != nil && l.Redis.WriteWindow.Users > 0 {
+		ww = l.Redis.WriteWindow.UsersPerSec
+	}
+	add(LimitRatio{ID: "writewindow-vs-redis", Stage: "aggregator's window write → Redis",
+		Pulse: "users/s through statestore.WriteWindow (the aggregator's write), same windows", Limit: "users/s of a minimal pipelined go-redis loop writing the same keys",
+		Unit: "users/s"}, ww, loop)
+	rebuild := nan
+	if r.Rebuild != nil {
+		rebuild = r.Rebuild.UsersPerSecond
+	}
+	add(LimitRatio{ID: "rebuild-vs-redis", Stage: "aggregator folding the log into Redis (rebuild)",
+		Pulse: "users/s registered by the aggregators rebuilding every shard", Limit: "users/s of the minimal go-redis loop",
+		Unit: "users/s", Note: "the rebuild reads and folds every record of the log, about 20 per user; the loop only writes"}, rebuild, loop)
+	return out
+}
+
+// fieldOr is f(p), or NaN for a nil p.
+func fieldOr[T any](p *T, f func(*T) float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return f(p)
+}
+
+// ratioOf finds a ratio by id.
+func ratioOf(rs []LimitRatio, id string) (LimitRatio, bool) {
+	for _, x := range rs {
+		if x.ID == id {
+			return x, true
+		}
+	}
+	return LimitRatio{}, false
+}
+
+// ratioTargets are the issue's targets stated against the limits.
+func ratioTargets(rs []LimitRatio) []Target {
+	val := func(id string) (float64, string) {
+		x, ok := ratioOf(rs, id)
+		if !ok || !x.Measured {
+			return math.NaN(), ""
+		}
+		note := fmt.Sprintf("%s of %s %s", Num(x.PulseValue), Num(x.LimitValue), x.Unit)
+		if x.Note != "" {
+			note += "; " + x.Note
+		}
+		return x.Ratio, note
+	}
+	b, bn := val("batched-vs-kafka")
+	s, sn := val("single-vs-echo")
+	h, hn := val("history-vs-gocql")
+	return []Target{
+		judged(Target{ID: "batched-vs-kafka", What: "batched ingest → Redis ÷ Kafka's own producer rate for the same records", Op: ">=", Threshold: 0.5, Unit: "ratio"}, b, bn),
+		judged(Target{ID: "single-vs-echo", What: "one event per POST ÷ a bare Echo handler under the same load generator", Op: ">=", Threshold: 0.5, Unit: "ratio"}, s, sn),
+		judged(Target{ID: "history-vs-gocql", What: "history rows/s ÷ a minimal gocql writer's", Op: ">=", Threshold: 0.7, Unit: "ratio"}, h, hn),
+	}
+}

@@ -1,0 +1,407 @@
+// Package scaleout is the scaleout phase: the same records folded by one aggregator,
+// then by two in one group, on the single topology and on the cluster one.
+package scaleout
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
+)
+
+// target is where one topology's servers are.
+type target struct {
+	name        string
+	brokers     []string
+	redis       []string
+	replication int
+	started     bool // bench started it and stops it afterwards
+}
+
+// Phase measures, on each topology of -scaleout-topologies, how fast one aggregator
+// and then two fold the same records: a topic of the phase's own is filled straight
+// from bench (no ingest, no load generator taking cores while the aggregators run),
+// and each run's group starts at its beginning with an empty Redis prefix, timed by the
+// shards' bookkeeping (each shard's last folded offset, in Redis with every window).
+type Phase struct{}
+
+func (Phase) Name() string { return "scaleout" }
+
+func (Phase) Run(ctx context.Context, env *harness.Env) error {
+	env.Idle(ctx, "the scale-out runs", false)
+	fmt.Fprintln(env.Out, "==> scale-out: the same records folded by one aggregator, then two")
+	var err error
+	env.Res.ScaleOut, err = run(ctx, env)
+	return err
+}
+
+func run(ctx context.Context, env *harness.Env) (*report.ScaleOutResult, error) {
+	res := &report.ScaleOutResult{Events: env.Cfg.ScaleOutEvents, Users: env.Cfg.ScaleOutUsers}
+	bin := filepath.Join(env.Cfg.Home, "bin", "bench-aggregator")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/aggregator")
+	build.Dir, build.Stdout, build.Stderr = env.Cfg.Root, env.Out, env.Out
+	if err := build.Run(); err != nil {
+		return res, fmt.Errorf("building the aggregator: %w", err)
+	}
+	stamp := time.Now().UTC().Format("20060102t150405")
+	for _, topo := range env.Cfg.ScaleOutTopologies {
+		t, err := findTarget(ctx, env, topo)
+		if err != nil {
+			return res, err
+		}
+		r, err := scaleOutOn(ctx, env, t, bin, stamp)
+		if t.started {
+			fmt.Fprintf(env.Out, "    stopping the %s topology bench started\n", topo)
+			if err := env.Stack.ClusterScript(ctx, "down").Run(); err != nil {
+				env.Note("stopping the cluster topology after the scale-out runs: %v", err)
+			}
+		}
+		if r != nil {
+			res.Topologies = append(res.Topologies, *r)
+		}
+		if err != nil {
+			return res, fmt.Errorf("%s topology: %w", topo, err)
+		}
+	}
+	return res, nil
+}
+
+// findTarget finds topo's servers, starting the cluster topology when it is not up.
+func findTarget(ctx context.Context, env *harness.Env, topo string) (target, error) {
+	if topo == "single" {
+		return target{name: topo, replication: 1,
+			brokers: []string{fmt.Sprintf("127.0.0.1:%d", env.Cfg.Ports.Kafka)},
+			redis:   []string{fmt.Sprintf("127.0.0.1:%d", env.Cfg.Ports.Redis)}}, nil
+	}
+	t := target{name: topo, replication: 3}
+	pids, err := env.Stack.ClusterPids(ctx)
+	if err != nil {
+		return t, fmt.Errorf("cluster: %w", err)
+	}
+	// Eleven servers: six Redis nodes, three brokers, two Cassandra nodes.
+	servers := 0
+	for name := range pids {
+		if strings.HasPrefix(name, "redis-") || strings.HasPrefix(name, "kafka-") || strings.HasPrefix(name, "cassandra-") {
+			servers++
+		}
+	}
+	if servers < 11 {
+		fmt.Fprintln(env.Out, "    starting the cluster topology (make up TOPOLOGY=cluster)")
+		if err := env.Stack.ClusterScript(ctx, "up").Run(); err != nil {
+			return t, fmt.Errorf("starting the cluster topology: %w", err)
+		}
+		t.started = true
+	}
+	var vars bytes.Buffer
+	cmd := env.Stack.ClusterScript(ctx, "env")
+	cmd.Stdout = &vars
+	if err := cmd.Run(); err != nil {
+		return t, fmt.Errorf("stack.sh env (cluster): %w", err)
+	}
+	sc := bufio.NewScanner(&vars)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+		switch k {
+		case "PULSE_KAFKA_BROKERS":
+			t.brokers = strings.Split(v, ",")
+		case "PULSE_REDIS_ADDR":
+			t.redis = strings.Split(v, ",")
+		}
+	}
+	if len(t.brokers) == 0 || len(t.redis) == 0 {
+		return t, fmt.Errorf("stack.sh env (cluster) named no brokers or no Redis nodes:\n%s", vars.String())
+	}
+	return t, nil
+}
+
+// scaleOutOn fills a topic on t and folds it with one aggregator, then with two.
+func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp string) (*report.ScaleOutTopology, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	rdb := redisx.NewClient(redisx.Config{Addrs: t.redis})
+	defer rdb.Close()
+
+	topics, err := adm.ListTopics(ctx, env.Cfg.Events)
+	if err != nil {
+		return nil, err
+	}
+	partitions := len(topics[env.Cfg.Events].Partitions)
+	if partitions == 0 {
+		return nil, fmt.Errorf("%s has no partitions on the %s topology", env.Cfg.Events, t.name)
+	}
+	res := &report.ScaleOutTopology{Topology: t.name, Partitions: partitions, Replication: t.replication,
+		RedisNodes: len(t.redis), StartedByBench: t.started}
+	events := "bench.scaleout." + stamp + ".events"
+	changes := "bench.scaleout." + stamp + ".changes"
+	var configs map[string]*string
+	if t.replication > 1 {
+		two := "2"
+		configs = map[string]*string{"min.insync.replicas": &two}
+	}
+	for _, topic := range []string{events, changes} {
+		r, err := adm.CreateTopic(ctx, int32(partitions), int16(t.replication), configs, topic)
+		if err == nil {
+			err = r.Err
+		}
+		if err != nil {
+			return res, fmt.Errorf("creating %s: %w", topic, err)
+		}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, err := adm.DeleteTopics(dctx, events, changes); err != nil {
+			env.Note("deleting the scale-out topics on the %s topology: %v", t.name, err)
+		}
+	}()
+
+	fmt.Fprintf(env.Out, "    %s topology: %d partitions, replication %d, %d Redis node(s); producing %s events of %s users\n",
+		t.name, partitions, t.replication, len(t.redis), report.Num(float64(env.Cfg.ScaleOutEvents)), report.Num(float64(env.Cfg.ScaleOutUsers)))
+	start := time.Now()
+	if err := produceScaleOut(ctx, cl, events, env.Cfg.ScaleOutEvents, env.Cfg.ScaleOutUsers); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(env.Out, "    produced in %.1f s\n", time.Since(start).Seconds())
+	ends, err := adm.ListEndOffsets(ctx, events)
+	if err != nil {
+		return res, err
+	}
+	end := make([]int64, partitions)
+	for p := range partitions {
+		o, _ := ends.Lookup(events, int32(p))
+		end[p] = o.Offset
+	}
+
+	// One aggregator, then two, for -scaleout-rounds rounds: alternating, so neither
+	// count gets only the first (or only the warmer) turn.
+	var order []int
+	for range env.Cfg.ScaleOutRounds {
+		order = append(order, 1, 2)
+	}
+	for i, members := range order {
+		id := fmt.Sprintf("bench-scaleout-%s-%s-%d", stamp, t.name, i+1)
+		// Short enough to stay apart from deployments, as long as none needs to be.
+		prefix := fmt.Sprintf("bso%d", members)
+		if _, err := scale.DeletePrefix(ctx, rdb, prefix); err != nil {
+			return res, err
+		}
+		run, err := scaleOutRun(ctx, env, t, bin, members, id, prefix, events, changes, end, rdb)
+		if _, derr := scale.DeletePrefix(context.WithoutCancel(ctx), rdb, prefix); derr != nil {
+			env.Note("deleting the scale-out state under %s: %v", prefix, derr)
+		}
+		dr, derr := adm.DeleteGroup(context.WithoutCancel(ctx), id)
+		if derr == nil {
+			derr = dr.Err
+		}
+		if derr != nil {
+			env.Note("deleting the scale-out group %s: %v", id, derr)
+		}
+		if err != nil {
+			return res, fmt.Errorf("%d aggregator(s): %w", members, err)
+		}
+		res.Runs = append(res.Runs, run)
+		fmt.Fprintf(env.Out, "    %d aggregator(s): %s events/s (first window after %.1f s, all in %.1f s; aggregators %.2f cores, machine %.2f)\n",
+			members, report.Num(run.EventsPerSec), run.FirstWriteSeconds, run.Seconds, run.AggregatorCores, run.MachineBusyCores)
+	}
+	res.Speedup = scaleOutSpeedup(res.Runs)
+	return res, nil
+}
+
+// scaleOutSpeedup is the mean events/s of the runs with two aggregators ÷ that of the
+// runs with one (0 when either is missing).
+func scaleOutSpeedup(runs []report.ScaleOutRun) float64 {
+	var sum [3]float64
+	var n [3]int
+	for _, r := range runs {
+		if r.Aggregators == 1 || r.Aggregators == 2 {
+			sum[r.Aggregators] += r.EventsPerSec
+			n[r.Aggregators]++
+		}
+	}
+	if n[1] == 0 || n[2] == 0 || sum[1] == 0 {
+		return 0
+	}
+	return (sum[2] / float64(n[2])) / (sum[1] / float64(n[1]))
+}
+
+// produceScaleOut writes n events of users users to topic as ingest would (records.Event,
+// acks from all in-sync replicas), in the mix loadgen's batches send: status 1, heartbeat
+// 3, activity 1, statuses online 5, idle 2, offline 2, invisible 1.
+func produceScaleOut(ctx context.Context, cl *kgo.Client, topic string, n, users int) error {
+	rng := rand.New(rand.NewPCG(1, 2))
+	statuses := []presence.Status{presence.Online, presence.Online, presence.Online, presence.Online, presence.Online,
+		presence.Idle, presence.Idle, presence.Offline, presence.Offline, presence.Invisible}
+	devices := []string{"web", "phone", "tablet"}
+	const chunk = 10_000
+	for i := 0; i < n; {
+		batch := make([]*kgo.Record, 0, min(chunk, n-i))
+		now := time.Now()
+		for ; len(batch) < cap(batch); i++ {
+			e := presence.Event{ID: "so" + strconv.Itoa(i), UserID: "so" + strconv.Itoa(rng.IntN(users)),
+				DeviceID: devices[rng.IntN(len(devices))], OccurredAt: now, ReceivedAt: now, Source: presence.SourceAPI}
+			switch k := rng.IntN(5); {
+			case k == 0:
+				e.Kind, e.Status = presence.KindStatus, statuses[rng.IntN(len(statuses))]
+			case k == 4:
+				e.Kind = presence.KindActivity
+			default:
+				e.Kind = presence.KindHeartbeat
+			}
+			r, err := records.Event(topic, &e)
+			if err != nil {
+				return err
+			}
+			batch = append(batch, r)
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := cl.ProduceSync(pctx, batch...).FirstErr()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("producing the scale-out events: %w", err)
+		}
+	}
+	return nil
+}
+
+// scaleOutRun starts members aggregators in group id and times their fold of events
+// up to end, polling the shards' bookkeeping every 50 ms.
+func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, members int, id, prefix, events, changes string,
+	end []int64, rdb redis.UniversalClient) (report.ScaleOutRun, error) {
+	run := report.ScaleOutRun{Aggregators: members}
+	var total int64
+	for _, e := range end {
+		total += e
+	}
+	vars := []string{
+		"PULSE_HTTP_ADDR=127.0.0.1:0",
+		"PULSE_KAFKA_BROKERS=" + strings.Join(t.brokers, ","),
+		"PULSE_REDIS_ADDR=" + strings.Join(t.redis, ","),
+		"PULSE_REDIS_PREFIX=" + prefix,
+		"PULSE_AGGREGATOR_GROUP=" + id,
+		"PULSE_TOPIC_EVENTS=" + events,
+		"PULSE_TOPIC_CHANGES=" + changes,
+		// The records are all there is: nothing older to restore from history.
+		"PULSE_AGGREGATOR_REBUILD_FROM_HISTORY=false",
+		// No device may time out during the runs: the second run would fold timeouts
+		// the first never saw.
+		"PULSE_OFFLINE_AFTER=1h",
+		"PULSE_IDLE_AFTER=1h",
+	}
+	vars = append(vars, harness.EnvironWithoutPulse()...)
+	busy0 := probe.Snapshot(nil)[probe.Machine]
+	started := time.Now()
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			done := make(chan struct{})
+			go func() { _ = p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = p.Process.Kill()
+				<-done
+			}
+		}
+	}()
+	for i := range members {
+		logf, err := os.Create(filepath.Join(env.RawDir, fmt.Sprintf("scaleout-%s-%d-of-%d.log", t.name, i+1, members)))
+		if err != nil {
+			return run, err
+		}
+		defer logf.Close()
+		cmd := exec.Command(bin)
+		cmd.Env = append(vars, "PULSE_KAFKA_CLIENT_ID=bench-scaleout-"+strconv.Itoa(i+1))
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			return run, fmt.Errorf("starting an aggregator: %w", err)
+		}
+		procs = append(procs, cmd)
+	}
+
+	store := statestore.New(rdb, prefix)
+	ctx, cancel := context.WithTimeout(ctx, env.Cfg.ScaleOutLimit)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return run, fmt.Errorf("the fold had not finished after %s: %w", env.Cfg.ScaleOutLimit, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		for _, p := range procs {
+			if p.ProcessState != nil {
+				return run, fmt.Errorf("an aggregator exited: %s", p.ProcessState)
+			}
+		}
+		folded, all, err := foldedSoFar(ctx, store, end)
+		if err != nil {
+			return run, err
+		}
+		at := time.Since(started).Seconds()
+		if folded > 0 && run.FirstWriteSeconds == 0 {
+			run.FirstWriteSeconds = at
+		}
+		if all {
+			run.Seconds = at
+			break
+		}
+	}
+	run.EventsPerSec = float64(total) / run.Seconds
+	var cpu float64
+	for _, p := range procs {
+		c, _ := probe.ProcessCPU(p.Process.Pid)
+		cpu += c
+	}
+	run.AggregatorCores = cpu / run.Seconds
+	if busy1, ok := probe.Snapshot(nil)[probe.Machine]; ok {
+		run.MachineBusyCores = (busy1 - busy0) / run.Seconds
+	}
+	return run, nil
+}
+
+// foldedSoFar is how many of the records below end the shards' bookkeeping says were
+// folded, and whether all were.
+func foldedSoFar(ctx context.Context, store *statestore.Store, end []int64) (int64, bool, error) {
+	var folded int64
+	all := true
+	for s, e := range end {
+		bk, err := store.ShardBookkeeping(ctx, s)
+		if err != nil {
+			return 0, false, err
+		}
+		if !bk.Exists || bk.Rebuilding {
+			all = all && e == 0
+			continue
+		}
+		folded += min(bk.Offset+1, e)
+		all = all && bk.Offset >= e-1
+	}
+	return folded, all, nil
+}
