@@ -216,13 +216,12 @@ func foldASCII(p []byte) []byte {
 }
 
 // perfLine is one report of ProducerPerformance: a window's, or the whole run's
-// (Final, with percentiles) when the tool finished its records.
+// (Final, with percentiles bench does not keep) when the tool finished its records.
 type perfLine struct {
-	Records                     int64
-	RecordsPerSec, MBPerSec     float64
-	AvgMs, MaxMs                float64
-	Final                       bool
-	P50Ms, P95Ms, P99Ms, P999Ms float64
+	Records                 int64
+	RecordsPerSec, MBPerSec float64
+	AvgMs, MaxMs            float64
+	Final                   bool
 }
 
 var perfRE = regexp.MustCompile(`^(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\), ([0-9.]+) ms avg latency, ([0-9.]+) ms max latency(?:, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th)?\.$`)
@@ -233,33 +232,26 @@ func parsePerfLine(s string) (perfLine, bool) {
 	if m == nil {
 		return perfLine{}, false
 	}
-	var l perfLine
+	l := perfLine{Final: m[6] != ""}
 	var err error
 	if l.Records, err = strconv.ParseInt(m[1], 10, 64); err != nil {
 		return perfLine{}, false
 	}
-	fs := []*float64{&l.RecordsPerSec, &l.MBPerSec, &l.AvgMs, &l.MaxMs, &l.P50Ms, &l.P95Ms, &l.P99Ms, &l.P999Ms}
-	for i, f := range fs {
-		if m[i+2] == "" {
-			continue
-		}
+	for i, f := range []*float64{&l.RecordsPerSec, &l.MBPerSec, &l.AvgMs, &l.MaxMs} {
 		if *f, err = strconv.ParseFloat(m[i+2], 64); err != nil {
 			return perfLine{}, false
 		}
 	}
-	l.Final = m[6] != ""
 	return l, true
 }
 
 // perfSummary is what a run's reports add up to.
 type perfSummary struct {
-	windows                     int
-	records                     int64
-	seconds                     float64
-	recordsPerSec, mbPerSec     float64
-	avgMs, maxMs                float64
-	p50Ms, p95Ms, p99Ms, p999Ms float64
-	fromFinal                   bool
+	windows                 int
+	records                 int64
+	seconds                 float64
+	recordsPerSec, mbPerSec float64
+	avgMs, maxMs            float64
 }
 
 // summarizePerf adds up the windows after the first skip (the producer warming up):
@@ -278,8 +270,7 @@ func summarizePerf(lines []perfLine, skip int) (perfSummary, error) {
 	if len(windows) <= skip {
 		if final != nil && final.RecordsPerSec > 0 {
 			return perfSummary{windows: 1, records: final.Records, seconds: float64(final.Records) / final.RecordsPerSec,
-				recordsPerSec: final.RecordsPerSec, mbPerSec: final.MBPerSec, avgMs: final.AvgMs, maxMs: final.MaxMs,
-				p50Ms: final.P50Ms, p95Ms: final.P95Ms, p99Ms: final.P99Ms, p999Ms: final.P999Ms, fromFinal: true}, nil
+				recordsPerSec: final.RecordsPerSec, mbPerSec: final.MBPerSec, avgMs: final.AvgMs, maxMs: final.MaxMs}, nil
 		}
 		return perfSummary{}, fmt.Errorf("ProducerPerformance reported %d windows, none after the %d of its warm-up", len(windows), skip)
 	}

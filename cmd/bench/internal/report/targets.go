@@ -169,12 +169,6 @@ func modeNote(m *ModeResult) string {
 // when both sides are, and the limit is above 0.
 func limitRatios(r *Results) []LimitRatio {
 	nan := math.NaN()
-	pick := func(ok bool, v float64) float64 {
-		if ok {
-			return v
-		}
-		return nan
-	}
 	l := r.Limits
 	if l == nil {
 		l = &LimitsResult{}
@@ -200,17 +194,10 @@ func limitRatios(r *Results) []LimitRatio {
 		}
 		return ""
 	}
-	batched := nan
-	if r.Batched != nil {
-		batched = r.Batched.MaxAcceptedEventsPerSec
-	}
+	maxAccepted := func(m *ModeResult) float64 { return m.MaxAcceptedEventsPerSec }
 	add(LimitRatio{ID: "batched-vs-kafka", Stage: "ingest → Kafka → aggregator → Redis, batched",
 		Pulse: "events/s accepted at the highest batched step that kept up", Limit: "records/s of Kafka's ProducerPerformance, same record size, acks=all",
-		Unit: "events/s", Note: floor(r.Batched)}, batched, pick(l.Kafka != nil, fieldOr(l.Kafka, func(k *KafkaLimit) float64 { return k.RecordsPerSec })))
-	single := nan
-	if r.Single != nil {
-		single = r.Single.MaxAcceptedEventsPerSec
-	}
+		Unit: "events/s", Note: floor(r.Batched)}, fieldOr(r.Batched, maxAccepted), fieldOr(l.Kafka, func(k *KafkaLimit) float64 { return k.RecordsPerSec }))
 	echo, echoNote := nan, floor(r.Single)
 	if e := l.Echo; e != nil {
 		echo = e.MaxAcceptedEventsPerSec
@@ -222,7 +209,7 @@ func limitRatios(r *Results) []LimitRatio {
 	}
 	add(LimitRatio{ID: "single-vs-echo", Stage: "one event per POST /status",
 		Pulse: "events/s accepted at the highest single step that kept up", Limit: "events/s a bare Echo handler (decode, 202) accepted under the same loadgen: the highest step that kept up",
-		Unit: "events/s", Note: echoNote}, single, echo)
+		Unit: "events/s", Note: echoNote}, fieldOr(r.Single, maxAccepted), echo)
 	hist := nan
 	var histNote string
 	if r.History != nil {
@@ -234,8 +221,8 @@ func limitRatios(r *Results) []LimitRatio {
 	}
 	add(LimitRatio{ID: "history-vs-gocql", Stage: "history → Cassandra",
 		Pulse: "rows/s history wrote (every table)", Limit: "rows/s of a minimal gocql writer of user_activity and user_status",
-		Unit: "rows/s", Note: histNote}, hist, pick(l.Cassandra != nil, fieldOr(l.Cassandra, func(c *CassandraLimit) float64 { return c.RowsPerSec })))
-	loop := pick(l.Redis != nil, fieldOr(l.Redis, func(x *RedisLimit) float64 { return x.Loop.UsersPerSec }))
+		Unit: "rows/s", Note: histNote}, hist, fieldOr(l.Cassandra, func(c *CassandraLimit) float64 { return c.RowsPerSec }))
+	loop := fieldOr(l.Redis, func(x *RedisLimit) float64 { return x.Loop.UsersPerSec })
 	ww := nan
 	if l.Redis != nil && l.Redis.WriteWindow.Users > 0 {
 		ww = l.Redis.WriteWindow.UsersPerSec
@@ -243,13 +230,10 @@ func limitRatios(r *Results) []LimitRatio {
 	add(LimitRatio{ID: "writewindow-vs-redis", Stage: "aggregator's window write → Redis",
 		Pulse: "users/s through statestore.WriteWindow (the aggregator's write), same windows", Limit: "users/s of a minimal pipelined go-redis loop writing the same keys",
 		Unit: "users/s"}, ww, loop)
-	rebuild := nan
-	if r.Rebuild != nil {
-		rebuild = r.Rebuild.UsersPerSecond
-	}
 	add(LimitRatio{ID: "rebuild-vs-redis", Stage: "aggregator folding the log into Redis (rebuild)",
 		Pulse: "users/s registered by the aggregators rebuilding every shard", Limit: "users/s of the minimal go-redis loop",
-		Unit: "users/s", Note: "the rebuild reads and folds every record of the log, about 20 per user; the loop only writes"}, rebuild, loop)
+		Unit: "users/s", Note: "the rebuild reads and folds every record of the log, about 20 per user; the loop only writes"},
+		fieldOr(r.Rebuild, func(x *RebuildResult) float64 { return x.UsersPerSecond }), loop)
 	return out
 }
 
