@@ -102,7 +102,7 @@ func EnvironWithoutPulse() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PULSE_") })
 }
 
-// pids asks stack.sh for the pid of every process of the Stack that runs.
+// pids asks stack.sh for the pid of every process of the stack that runs.
 func (s *Stack) pids(ctx context.Context) (map[string]int, error) {
 	return pidsOf(s.script(ctx, "pids"))
 }
