@@ -144,7 +144,7 @@ func (s *Stack) findServers(ctx context.Context) error {
 		s.procs[name] = process{pid: pids[name]}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("the Stack is not running (%s not found in %s): run `deploy/local/stack.sh up` or `make up`",
+		return fmt.Errorf("the stack is not running (%s not found in %s): run `deploy/local/stack.sh up` or `make up`",
 			strings.Join(missing, ", "), filepath.Join(s.cfg.Home, "run"))
 	}
 	return nil

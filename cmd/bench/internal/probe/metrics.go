@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Metrics is one scrape of a /Metrics page, by metric family name.
+// Metrics is one scrape of a /metrics page, by metric family name.
 type Metrics map[string]*dto.MetricFamily
 
 // ParseMetrics reads the text exposition format the services serve.
@@ -122,19 +122,19 @@ func Quantile(bs []Bucket, q float64) float64 {
 	return bs[len(bs)-1].le
 }
 
-// Scrape reads url's /Metrics page.
+// Scrape reads url's /metrics page.
 func Scrape(ctx context.Context, c *http.Client, url string) (Metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/Metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scraping %s/Metrics: %w", url, err)
+		return nil, fmt.Errorf("scraping %s/metrics: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s/Metrics: HTTP %d", url, resp.StatusCode)
+		return nil, fmt.Errorf("scraping %s/metrics: HTTP %d", url, resp.StatusCode)
 	}
 	return ParseMetrics(resp.Body)
 }

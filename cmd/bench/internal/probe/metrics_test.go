@@ -1,7 +1,11 @@
 package probe
 
 import (
+	"context"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -93,5 +97,23 @@ func TestBucketDelta(t *testing.T) {
 	// Rank 50 of the step's 200 batches is half-way through (0.1, 1].
 	if got := Quantile(d, 0.25); got != 0.55 {
 		t.Errorf("p25 of the delta = %v, want 0.55", got)
+	}
+}
+
+func TestScrape(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, samplePage)
+	}))
+	defer srv.Close()
+	m, err := Scrape(context.Background(), srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Sum("pulse_history_rows_written_total"); got != 2200 {
+		t.Fatalf("scraped rows %v, want 2200", got)
 	}
 }
