@@ -591,7 +591,7 @@ func (x *DeviceState) GetLastSeenUs() int64 {
 
 // UserState is a user's current state as the aggregator keeps it. It is internal to
 // Pulse (readers get JSON); fields follow the same compatibility rules. Redis holds it
-// in pkg/statestore's denser encoding of these same fields (state.go).
+// in internal/stores/statestore's denser encoding of these same fields (state.go).
 type UserState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dense index of the user in its shard's bitmaps.
