@@ -259,3 +259,34 @@ func TestStatementErrorMessage(t *testing.T) {
 		t.Fatal("StatementError does not unwrap to the server error")
 	}
 }
+
+// TestAppliedMigrationsKeepTheirBytes pins the checksum of every released migration:
+// pulsectl migrate refuses a keyspace where a file it applied has changed since, so an
+// edit — a comment included — must be a new migration instead.
+func TestAppliedMigrationsKeepTheirBytes(t *testing.T) {
+	ms, err := Load(os.DirFS("../../../migrations"))
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	// The first 16 hex digits of each file's SHA-256.
+	released := map[string]string{
+		"0001_keyspace.cql":                   "d45710e7d052d7f9",
+		"0002_user_status.cql":                "087475c28efdcdb6",
+		"0003_user_activity.cql":              "91dca481973672da",
+		"0004_user_status_compaction.cql":     "b5211f39dea220d9",
+		"0005_history_rollups.cql":            "8c95e4b42df3aa87",
+		"0006_user_sessions_microseconds.cql": "dda070e003629bbb",
+		"0007_point_in_time.cql":              "9575f798456f2fe6",
+		"0008_shard_progress.cql":             "ece9f9fb6b9dae02",
+		"0009_uniques_shown.cql":              "725d1a0e3436f2b1",
+	}
+	for _, m := range ms {
+		want, ok := released[m.File]
+		if !ok {
+			continue // a new migration: pin it here once it is released
+		}
+		if got := m.Checksum[:16]; got != want {
+			t.Errorf("%s changed (checksum %s…, released as %s…): add a new migration instead", m.File, got, want)
+		}
+	}
+}
