@@ -1,6 +1,7 @@
 package report
 
 import (
+	"flag"
 	"os"
 	"reflect"
 	"slices"
@@ -8,16 +9,19 @@ import (
 	"testing"
 )
 
+var updateKeys = flag.Bool("update-keys", false, "rewrite testdata/results-keys.txt from the result types")
+
 // TestResultsKeys pins results.json's keys: runs are compared by them, so a key may be
 // added (and testdata/results-keys.txt with it) but never renamed or dropped by
-// accident. PULSE_UPDATE_KEYS=1 rewrites the file.
+// accident. `go test -run TestResultsKeys ./cmd/bench/internal/report -args -update-keys`
+// rewrites the file.
 func TestResultsKeys(t *testing.T) {
 	var got []string
 	walkKeys(reflect.TypeOf(Results{}), "", &got)
 	slices.Sort(got)
 	text := strings.Join(got, "\n") + "\n"
 	const file = "testdata/results-keys.txt"
-	if os.Getenv("PULSE_UPDATE_KEYS") == "1" {
+	if *updateKeys {
 		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
