@@ -802,6 +802,7 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 		code int
 		want string
 	}{
+		{"", 400, "must not be empty"},
 		{"yesterday", 400, "RFC 3339"},
 		{time.Now().Add(time.Hour).UTC().Format(time.RFC3339), 400, "in the future"},
 		{"1960-01-01T00:00:00Z", 400, "older than"},

@@ -23,13 +23,18 @@ import (
 // the status of a user at T is the one set by their latest change at or before T. The
 // views are the present's: invisible users read as offline except to operators.
 
-// atParam reads ?at=: past is false when it is absent. An instant in the future or
-// further back than the retention is a 400. An instant of the past costs costAt
+// atParam reads ?at=: past is false when it is absent. An empty value (at=), an
+// instant in the future or further back than the retention is a 400: a reader who
+// names an instant must not get the live state instead. An instant of the past costs costAt
 // reads of the credential's bucket (costs.go): a 429 when it lacks them.
 func (a *api) atParam(c echo.Context) (at time.Time, past bool, err error) {
-	s := c.QueryParam("at")
-	if s == "" {
+	vals, given := c.QueryParams()["at"]
+	if !given {
 		return time.Time{}, false, nil
+	}
+	s := vals[0]
+	if s == "" {
+		return time.Time{}, false, httpserver.BadRequest("at", "must not be empty: give an RFC 3339 instant, or leave at out for the live state")
 	}
 	at, err = time.Parse(time.RFC3339Nano, s)
 	if err != nil {
