@@ -271,7 +271,7 @@ func TestPostEventsBatch(t *testing.T) {
 		{"userId": "42", "kind": "heartbeat", "deviceId": "phone"},
 		{"userId": "0b9d3c5e-7f1a-4c2b-9e8d-1a2b3c4d5e6f", "kind": "activity", "occurredAt": "2025-03-14T16:14:26.5358979+01:00"},
 		{"userId": "42", "kind": "status", "status": "invisible", "eventId": "client-4",
-		 "occurredAt": "2025-03-14T15:04:26.535897Z", "deviceId": null},
+		 "occurredAt": "2025-03-14T15:04:26.535897Z"},
 		{"userId": "ünïcödé", "status": "idle", "occurredAt": "2025-03-14T15:09:00Z"}
 	]}`
 	res := hs.post("/v1/events", body)
@@ -384,7 +384,13 @@ func TestInvalidRequestsProduceNothing(t *testing.T) {
 		{name: "missing userId", path: "/status", body: `{"status":"online"}`,
 			status: 400, want: badRequest("userId", "is required")},
 		{name: "null userId", path: "/v1/heartbeat", body: `{"userId":null}`,
-			status: 400, want: badRequest("userId", "is required")},
+			status: 400, want: badRequest("userId", "must not be null: leave it out for its default")},
+		{name: "null occurredAt", path: "/v1/heartbeat", body: `{"userId":"u1","occurredAt":null}`,
+			status: 400, want: badRequest("occurredAt", "must not be null: leave it out for its default")},
+		{name: "null deviceId in a batch", path: "/v1/events", body: `{"events":[{"userId":"u1","status":"online"},{"userId":"u1","status":"online","deviceId":null}]}`,
+			status: 400, want: badRequest("events[1].deviceId", "must not be null: leave it out for its default")},
+		{name: "null status on the seed route", path: "/status", body: `{"userId":"u1","status":null}`,
+			status: 400, want: badRequest("status", "must not be null: leave it out for its default")},
 		{name: "empty userId", path: "/status", body: `{"userId":"","status":"online"}`,
 			status: 400, want: badRequest("userId", "must not be empty")},
 		{name: "too long userId", path: "/status", body: `{"userId":"` + long + `","status":"online"}`,

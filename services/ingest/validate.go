@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -13,29 +15,30 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
 
-// eventJSON is one event as producers send it. Pointers tell an absent (or null)
-// field, which takes its default, from an empty one, which is refused.
+// eventJSON is one event as producers send it. Pointers tell an absent field, which
+// takes its default, from an empty one, which is refused. A null member is refused
+// too (nullMember): no field of an event is nullable.
 type eventJSON struct {
-	EventID    *string `json:"eventId"`
-	UserID     *string `json:"userId"`
-	Kind       *string `json:"kind"`
-	Status     *string `json:"status"`
-	DeviceID   *string `json:"deviceId"`
-	OccurredAt *string `json:"occurredAt"`
+	EventID    *string `json:"eventId,omitempty"`
+	UserID     *string `json:"userId,omitempty"`
+	Kind       *string `json:"kind,omitempty"`
+	Status     *string `json:"status,omitempty"`
+	DeviceID   *string `json:"deviceId,omitempty"`
+	OccurredAt *string `json:"occurredAt,omitempty"`
 }
 
 // statusJSON is the seed's POST /status body.
 type statusJSON struct {
-	UserID *string `json:"userId"`
-	Status *string `json:"status"`
+	UserID *string `json:"userId,omitempty"`
+	Status *string `json:"status,omitempty"`
 }
 
 // heartbeatJSON is the POST /v1/heartbeat body.
 type heartbeatJSON struct {
-	EventID    *string `json:"eventId"`
-	UserID     *string `json:"userId"`
-	DeviceID   *string `json:"deviceId"`
-	OccurredAt *string `json:"occurredAt"`
+	EventID    *string `json:"eventId,omitempty"`
+	UserID     *string `json:"userId,omitempty"`
+	DeviceID   *string `json:"deviceId,omitempty"`
+	OccurredAt *string `json:"occurredAt,omitempty"`
 }
 
 // batchJSON is the POST /v1/events body. Events stay raw so each is decoded on its
@@ -203,6 +206,9 @@ func decodeBatchExact(body []byte, r rules, maxBatch int) ([]presence.Event, err
 		if err := httpserver.DecodeObject(raw, &ej, path); err != nil {
 			return nil, err
 		}
+		if err := nullMember(raw, path); err != nil {
+			return nil, err
+		}
 		e, err := r.event(ej, path)
 		if err != nil {
 			return nil, err
@@ -225,6 +231,11 @@ func decodeFast(body []byte, v any) bool {
 	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
 		return false
 	}
+	// A null member decodes as if absent; the exact pass refuses it by name. A body
+	// with "null" only inside a string takes the exact pass too, and is accepted there.
+	if bytes.Contains(body, []byte("null")) {
+		return false
+	}
 	return jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)) == nil
 }
 
@@ -236,8 +247,27 @@ func decodeObject[T any](body []byte) (T, error) {
 		return in, nil
 	}
 	var exact T // not what decodeFast left half-filled
-	err := httpserver.DecodeObject(body, &exact, "")
-	return exact, err
+	if err := httpserver.DecodeObject(body, &exact, ""); err != nil {
+		return exact, err
+	}
+	return exact, nullMember(body, "")
+}
+
+// nullMember refuses an object, already decoded without error, that has a member
+// whose value is null, naming the first such member in name order: encoding/json
+// would decode it as absent and the event would take a default the producer did
+// not ask for.
+func nullMember(obj []byte, path string) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &members); err != nil {
+		return httpserver.BadRequest(httpserver.OrBody(path), "must be a JSON object")
+	}
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if string(bytes.TrimSpace(members[name])) == "null" {
+			return httpserver.BadRequest(httpserver.FieldPath(path, name), "must not be null: leave it out for its default")
+		}
+	}
+	return nil
 }
 
 // decodeStatus decodes and checks a seed POST /status body.
