@@ -189,16 +189,32 @@ func TestFeedReadLimitFollowsThePrincipal(t *testing.T) {
 	if m, raw := u.mustRead(); m.Type != "snapshot" || !slices.Contains(snapshotIDs(m), bob) {
 		t.Fatalf("the token's subscribe of alice and bob: %s, want bob's snapshot", raw)
 	}
-	// 100 ids it may not name: no forbidden message, the connection ends unread.
-	u.send(subscribeCmd("subscribe", many[:100]...))
-	m, raw, err := u.read()
-	if err == nil {
-		t.Fatalf("the token's subscribe of 100 long ids was read: %s; want the connection closed with 1009", raw)
+	// 100 ids it may not name: no forbidden message, the connection ends unread. The
+	// service refuses the frame on its header's length and closes, so the client's
+	// write of the payload can lose the race and fail before the close frame is
+	// read; such an attempt proves nothing either way and is made again on a new
+	// connection.
+	oversized := subscribeCmd("subscribe", many[:100]...)
+	for attempt := 1; ; attempt++ {
+		if err := u.conn.Write(ctx, websocket.MessageText, []byte(oversized)); err != nil {
+			if attempt == 5 {
+				t.Fatalf("5 writes of the oversized command failed before the close could be read; last: %v", err)
+			}
+			u = dialFeed(t, ctx, base, tok, url.Values{"userIds": {alice}})
+			if m, raw := u.mustRead(); m.Type != "snapshot" {
+				t.Fatalf("first message %s", raw)
+			}
+			continue
+		}
+		_, raw, err := u.read()
+		if err == nil {
+			t.Fatalf("the token's subscribe of 100 long ids was read: %s; want the connection closed with 1009", raw)
+		}
+		if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+			t.Fatalf("the token's oversized command ended the connection with %v, want 1009", err)
+		}
+		return
 	}
-	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
-		t.Fatalf("the token's oversized command ended the connection with %v, want 1009", err)
-	}
-	_ = m
 }
 
 // produceChanges writes n alternating online/offline changes of user to topic, as
