@@ -16,7 +16,8 @@ UNIT_PKGS := $(MODULE)/internal/... $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE
 STACK := deploy/local/stack.sh
 # TOPOLOGY=single (the default): one node of each server. TOPOLOGY=cluster: Redis
 # Cluster (3 masters, 3 replicas), three Kafka brokers, two Cassandra nodes and two
-# members of each consumer service, beside the single stack (deploy/local/cluster.sh).
+# members of each consumer service, beside the single stack (the columns of
+# deploy/local/topologies).
 # up, down, status, clean, logs, run and every test target take it.
 TOPOLOGY ?= single
 export PULSE_TOPOLOGY := $(TOPOLOGY)

@@ -10,64 +10,25 @@
 #   stack.sh logs [n]  follow the logs (all, or one of kafka, cassandra, redis, <service>)
 #   stack.sh run       up, build and start the services, wait for Ctrl-C, then down
 #   stack.sh services [name...]
-#                      build and start the services that are not running (all four, or
+#                      build and start the services that are not running (all, or
 #                      those named) with this environment, and wait until they are ready
 #   stack.sh stop-services [name...]
-#                      stop the services (all four, or those named); the servers keep running
+#                      stop the services (all, or those named); the servers keep running
 #   stack.sh pids      "name pid" for each process of the stack that runs
 #   stack.sh env       the variables that point services and tests at this topology
 #
 # Everything lives under $PULSE_HOME (default <repo>/.pulse, gitignored): cache/ holds
 # the server jars, data/ the servers' data, logs/ their logs, run/ the pid files.
 #
-# PULSE_TOPOLOGY=cluster (make ... TOPOLOGY=cluster) runs the cluster topology instead,
-# described in cluster.sh: several nodes of each server, in <repo>/.pulse-cluster and on
-# ports of its own, so it runs beside the single stack.
+# The topologies are data, in deploy/local/topologies: how many nodes of each server and
+# instances of each service, their ports and home. PULSE_TOPOLOGY picks one: single (the
+# default; one node of each) or cluster (make ... TOPOLOGY=cluster; Redis Cluster, three
+# Kafka brokers, two Cassandra nodes, two of each consumer service, in
+# <repo>/.pulse-cluster and on ports of its own, so it runs beside the single stack).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-
-TOPOLOGY=${PULSE_TOPOLOGY:-single}
-case $TOPOLOGY in
-single) PULSE_HOME=${PULSE_HOME:-$root/.pulse} ;;
-cluster) PULSE_HOME=${PULSE_HOME:-$root/.pulse-cluster} ;;
-*)
-	echo "stack: PULSE_TOPOLOGY=$TOPOLOGY: want single or cluster" >&2
-	exit 2
-	;;
-esac
-cache=$PULSE_HOME/cache
-data=$PULSE_HOME/data
-logs=$PULSE_HOME/logs
-run=$PULSE_HOME/run
-conf=$PULSE_HOME/conf
-bin=$PULSE_HOME/bin
-
-# Ports of Pulse's own, so a developer's other Kafka, Cassandra or Redis never clash.
-KAFKA_PORT=${PULSE_KAFKA_PORT:-19092}
-KAFKA_CONTROLLER_PORT=${PULSE_KAFKA_CONTROLLER_PORT:-19093}
-CASSANDRA_PORT=${PULSE_CASSANDRA_PORT:-19042}
-CASSANDRA_STORAGE_PORT=${PULSE_CASSANDRA_STORAGE_PORT:-17000}
-REDIS_PORT=${PULSE_REDIS_PORT:-16379}
-INGEST_PORT=${PULSE_INGEST_PORT:-18080}
-QUERY_PORT=${PULSE_QUERY_PORT:-18081}
-AGGREGATOR_PORT=${PULSE_AGGREGATOR_PORT:-18082}
-HISTORY_PORT=${PULSE_HISTORY_PORT:-18083}
-
-PARTITIONS=${PULSE_PARTITIONS:-16}
-KEYSPACE=${PULSE_KEYSPACE:-pulse}
-KAFKA_HEAP=${PULSE_KAFKA_HEAP:-512m}
-CASSANDRA_HEAP=${PULSE_CASSANDRA_HEAP:-1G}
-# Everything shares this machine; history is the one consumer that may lag, so Cassandra
-# runs at a lower CPU priority and the live path (Kafka, Redis, the services) comes first
-# when the cores are saturated. 0 gives it equal priority.
-CASSANDRA_NICE=${PULSE_CASSANDRA_NICE:-10}
-WAIT_TIMEOUT=${PULSE_WAIT_TIMEOUT:-240s}
-SERVICES_WAIT_TIMEOUT=${PULSE_SERVICES_WAIT_TIMEOUT:-60s}
-
-servers=(redis kafka cassandra)
-services=(ingest aggregator history query)
 
 say() { printf '==> %s\n' "$*"; }
 die() {
@@ -76,12 +37,149 @@ die() {
 }
 
 # ---------------------------------------------------------------------------
+# The topology: one column of the table in deploy/local/topologies.
+
+TOPOLOGY=${PULSE_TOPOLOGY:-single}
+
+# load_topology FILE sets the variable each row of FILE names to the row's cell in
+# $TOPOLOGY's column: a value, VAR=default (${VAR:-default}, {root} the checkout), or -
+# (empty).
+load_topology() {
+	local line col=0 i value var
+	local -a cells head=()
+	while IFS= read -r line; do
+		line=${line%%#*}
+		read -ra cells <<<"$line"
+		((${#cells[@]})) || continue
+		if ((${#head[@]} == 0)); then
+			head=("${cells[@]}")
+			for ((i = 1; i < ${#head[@]}; i++)); do
+				[[ ${head[i]} == "$TOPOLOGY" ]] && col=$i
+			done
+			if ((col == 0)); then
+				local want=${head[*]:1}
+				echo "stack: PULSE_TOPOLOGY=$TOPOLOGY: want ${want// / or }" >&2
+				exit 2
+			fi
+			continue
+		fi
+		((${#cells[@]} == ${#head[@]})) || die "$1: row ${cells[0]} has ${#cells[@]} cells, want ${#head[@]}"
+		value=${cells[col]}
+		case $value in
+		-) value= ;;
+		PULSE_*=*)
+			var=${value%%=*}
+			value=${value#*=}
+			value=${!var:-${value//\{root\}/$root}}
+			;;
+		esac
+		printf -v "${cells[0]}" '%s' "$value"
+	done <"$1"
+}
+
+load_topology "$here/topologies"
+cache=$PULSE_HOME/cache
+data=$PULSE_HOME/data
+logs=$PULSE_HOME/logs
+run=$PULSE_HOME/run
+conf=$PULSE_HOME/conf
+bin=$PULSE_HOME/bin
+
+# The same on every topology.
+PARTITIONS=${PULSE_PARTITIONS:-16}
+KEYSPACE=${PULSE_KEYSPACE:-pulse}
+SERVICES_WAIT_TIMEOUT=${PULSE_SERVICES_WAIT_TIMEOUT:-60s}
+
+# The lists of the table as arrays (load_topology set the variables they come from).
+# shellcheck disable=SC2153
+IFS=, read -ra cassandra_addrs <<<"$CASSANDRA_ADDRS"
+# shellcheck disable=SC2153
+IFS=, read -ra cassandra_tokens <<<"$CASSANDRA_TOKENS"
+CASSANDRA_NODES=${#cassandra_addrs[@]}
+((${#cassandra_tokens[@]} == CASSANDRA_NODES)) ||
+	die "deploy/local/topologies, $TOPOLOGY: ${#cassandra_tokens[@]} CASSANDRA_TOKENS for $CASSANDRA_NODES CASSANDRA_ADDRS"
+
+# node_name SERVER N COUNT: the name of node N of COUNT: SERVER itself when it is the
+# only one, else SERVER-N. Pid files, data, logs and configs are named after it.
+node_name() {
+	if (($3 == 1)); then echo "$1"; else echo "$1-$2"; fi
+}
+
+# kind_of NAME and node_of NAME: "kafka-2" is node 2 of kafka; "kafka" node 1.
+kind_of() { echo "${1%%-*}"; }
+node_of() {
+	if [[ $1 == *-* ]]; then echo "${1##*-}"; else echo 1; fi
+}
+
+# nodes SERVER: how many nodes of SERVER (or instances of a service) the topology has.
+nodes() {
+	case $1 in
+	redis) echo "$REDIS_NODES" ;;
+	kafka) echo "$KAFKA_NODES" ;;
+	cassandra) echo "$CASSANDRA_NODES" ;;
+	*)
+		local v=${1^^}_INSTANCES
+		echo "${!v}"
+		;;
+	esac
+}
+
+servers=()
+services=()
+for kind in redis kafka cassandra; do
+	for ((i = 1; i <= $(nodes "$kind"); i++)); do servers+=("$(node_name "$kind" "$i" "$(nodes "$kind")")"); done
+done
+for kind in ingest aggregator history query; do
+	for ((i = 1; i <= $(nodes "$kind"); i++)); do services+=("$(node_name "$kind" "$i" "$(nodes "$kind")")"); done
+done
+unset kind i
+
+redis_port() { echo $((REDIS_PORT + $1 - 1)); }
+redis_bus_port() { echo $((REDIS_BUS_PORT + $1 - 1)); }
+kafka_port() { echo $((KAFKA_PORT + $1 - 1)); }
+kafka_controller_port() { echo $((KAFKA_CONTROLLER_PORT + $1 - 1)); }
+
+join() {
+	local IFS=,
+	echo "$*"
+}
+
+redis_addrs() {
+	local i a=()
+	for ((i = 1; i <= REDIS_NODES; i++)); do a+=("127.0.0.1:$(redis_port "$i")"); done
+	join "${a[@]}"
+}
+
+kafka_brokers() {
+	local i a=()
+	for ((i = 1; i <= KAFKA_NODES; i++)); do a+=("127.0.0.1:$(kafka_port "$i")"); done
+	join "${a[@]}"
+}
+
+# server_addr NAME: where a server's node or a service's instance listens.
+server_addr() {
+	local n
+	n=$(node_of "$1")
+	case $(kind_of "$1") in
+	redis) echo "127.0.0.1:$(redis_port "$n")" ;;
+	kafka) echo "127.0.0.1:$(kafka_port "$n")" ;;
+	cassandra) echo "${cassandra_addrs[n - 1]}:$CASSANDRA_PORT" ;;
+	*) echo "127.0.0.1:$(service_port "$1")" ;;
+	esac
+}
+
+# make_cmd TARGET: how to run TARGET of the Makefile on this topology.
+make_cmd() {
+	if [[ $TOPOLOGY == single ]]; then echo "make $1"; else echo "make $1 TOPOLOGY=$TOPOLOGY"; fi
+}
+
+# ---------------------------------------------------------------------------
 # Processes. A pid file is trusted only while its process still runs and its
 # command line carries the marker of this stack, so a recycled pid is never signalled.
 
 marker() {
-	case $1 in
-	redis) echo ":$REDIS_PORT" ;;
+	case $(kind_of "$1") in
+	redis) echo ":$(redis_port "$(node_of "$1")")" ;;
 	*) echo "$PULSE_HOME" ;;
 	esac
 }
@@ -194,49 +292,131 @@ pulsectl() {
 	"$bin/pulsectl" "$@"
 }
 
-# ---------------------------------------------------------------------------
-# Servers
 
-start_redis() {
-	alive redis && return 0
-	need_redis
-	mkdir -p "$data/redis"
+# ---------------------------------------------------------------------------
+# Servers. start_<server>_node N starts node N of the topology's nodes of that server
+# (nothing when it runs).
+
+start_redis_node() {
+	local n=$1 name port dir bus cluster=()
+	name=$(node_name redis "$n" "$REDIS_NODES")
+	alive "$name" && return 0
+	port=$(redis_port "$n")
+	dir=$data/$name
+	if ((REDIS_NODES > 1)); then
+		bus=$(awk '$3 ~ /myself/ {print $2}' "$dir/nodes.conf" 2>/dev/null) || bus=
+		bus=${bus#*@}
+		bus=${bus%%,*}
+		if [[ -n $bus && $bus != "$(redis_bus_port "$n")" ]]; then
+			# A node formed with another cluster bus port cannot reach its peers on the new
+			# ones: it starts afresh, and the aggregators rebuild its state from the log.
+			say "$name: cluster bus moved from :$bus to :$(redis_bus_port "$n"); starting it empty"
+			rm -rf "$dir"
+		fi
+		# nodes.conf in the node's folder keeps its identity and the slot map across
+		# down/up; a master that stays silent for 5 s is failed over to its replica.
+		cluster=(--cluster-enabled yes --cluster-port "$(redis_bus_port "$n")"
+			--cluster-config-file nodes.conf --cluster-node-timeout 5000)
+	fi
+	mkdir -p "$dir"
 	# AOF keeps the data across down/up; RDB snapshots are off to keep writes cheap.
 	# hash-max-listpack-value 256 keeps multi-device user states in their bucket's
 	# listpack (docs/redis.md).
-	launch redis "$logs/redis.log" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" \
-		--dir "$data/redis" --save "" --appendonly yes --appendfsync everysec \
+	launch "$name" "$logs/$name.log" redis-server --bind 127.0.0.1 --port "$port" \
+		--dir "$dir" --save "" --appendonly yes --appendfsync everysec \
 		--hash-max-listpack-value 256 \
+		"${cluster[@]}" \
 		--daemonize no --protected-mode yes --logfile ""
 }
 
-start_kafka() {
-	alive kafka && return 0
-	local props=$conf/kafka/server.properties lib=$cache/kafka/lib
-	mkdir -p "$data/kafka" "$logs"
-	render "$here/kafka/server.properties.in" "$props" \
-		PORT="$KAFKA_PORT" CONTROLLER_PORT="$KAFKA_CONTROLLER_PORT" DATA_DIR="$data/kafka/log"
-	# The cluster id is made once per data folder and kept, as KRaft requires.
-	if [[ ! -s $data/kafka/cluster.id ]]; then
-		head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$data/kafka/cluster.id"
+# redis_cluster_ok PORT: the node sees every slot served.
+redis_cluster_ok() {
+	redis-cli -p "$1" cluster info 2>/dev/null | tr -d '\r' | grep -qx 'cluster_state:ok'
+}
+
+# form_redis_cluster waits for every node to answer, joins them into one cluster the
+# first time (REDIS_REPLICAS replicas a master), and waits until each node serves every
+# slot.
+form_redis_cluster() {
+	local i port deadline=$((SECONDS + 60)) addrs=() masters
+	masters=$((REDIS_NODES / (REDIS_REPLICAS + 1)))
+	for ((i = 1; i <= REDIS_NODES; i++)); do
+		port=$(redis_port "$i")
+		addrs+=("127.0.0.1:$port")
+		until [[ $(redis-cli -p "$port" ping 2>/dev/null) == PONG ]]; do
+			alive "redis-$i" || { tail -n 20 "$logs/redis-$i.log" >&2; die "redis-$i exited"; }
+			((SECONDS < deadline)) || die "redis-$i does not answer on :$port"
+			sleep 0.2
+		done
+	done
+	local known
+	known=$(redis-cli -p "$REDIS_PORT" cluster info | tr -d '\r' | awk -F: '$1 == "cluster_known_nodes" {print $2}')
+	if [[ $known != "$REDIS_NODES" ]]; then
+		say "joining the Redis nodes into a cluster ($masters masters, $((REDIS_NODES - masters)) replicas)"
+		redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$REDIS_REPLICAS" --cluster-yes >>"$logs/redis-cluster.log" 2>&1 ||
+			{ tail -n 30 "$logs/redis-cluster.log" >&2; die "redis-cli --cluster create failed"; }
 	fi
+	for ((i = 1; i <= REDIS_NODES; i++)); do
+		until redis_cluster_ok "$(redis_port "$i")"; do
+			((SECONDS < deadline)) || die "Redis Cluster not ok on redis-$i: redis-cli -p $(redis_port "$i") cluster info"
+			sleep 0.2
+		done
+	done
+}
+
+# kafka_cluster_id is the file of the KRaft cluster id, made once and kept, as KRaft
+# requires: in the data folder of a lone node, beside the nodes' folders when there are
+# several.
+kafka_cluster_id() {
+	if ((KAFKA_NODES == 1)); then echo "$data/kafka/cluster.id"; else echo "$data/kafka.cluster.id"; fi
+}
+
+# make_kafka_cluster_id makes the cluster id the nodes format their storage with. An id
+# starting with '-' reads as an option to kafka-storage, and no node formats (Kafka's own
+# random ids avoid it the same way); such an id never formatted a node, so it is replaced.
+make_kafka_cluster_id() {
+	local file id=
+	file=$(kafka_cluster_id)
+	mkdir -p "$(dirname "$file")"
+	[[ -s $file ]] && id=$(<"$file")
+	while [[ -z $id || $id == -* ]]; do
+		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+	done
+	printf '%s' "$id" >"$file"
+}
+
+start_kafka_node() {
+	local n=$1 name props lib=$cache/kafka/lib voters=() i
+	name=$(node_name kafka "$n" "$KAFKA_NODES")
+	alive "$name" && return 0
+	props=$conf/$name/server.properties
+	# Every node votes in the controller quorum.
+	for ((i = 1; i <= KAFKA_NODES; i++)); do voters+=("$i@127.0.0.1:$(kafka_controller_port "$i")"); done
+	mkdir -p "$data/$name" "$logs"
+	render "$here/kafka/$KAFKA_CONFIG" "$props" NODE_ID="$n" VOTERS="$(join "${voters[@]}")" \
+		PORT="$(kafka_port "$n")" CONTROLLER_PORT="$(kafka_controller_port "$n")" DATA_DIR="$data/$name/log"
 	java -cp "$lib/*" -Dlog4j.configuration="file:$here/kafka/log4j.properties" \
-		kafka.tools.StorageTool format -t "$(<"$data/kafka/cluster.id")" -c "$props" \
-		--ignore-formatted >>"$logs/kafka.log" 2>&1 ||
-		{ tail -n 20 "$logs/kafka.log" >&2; die "formatting Kafka's storage failed"; }
-	launch kafka "$logs/kafka.log" java -Xms"$KAFKA_HEAP" -Xmx"$KAFKA_HEAP" -XX:+UseG1GC \
+		kafka.tools.StorageTool format -t "$(<"$(kafka_cluster_id)")" -c "$props" \
+		--ignore-formatted >>"$logs/$name.log" 2>&1 ||
+		{ tail -n 20 "$logs/$name.log" >&2; die "formatting $name's storage failed"; }
+	launch "$name" "$logs/$name.log" java -Xms"$KAFKA_HEAP_MIN" -Xmx"$KAFKA_HEAP" -XX:+UseG1GC \
 		-XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-		-Dlog4j.configuration="file:$here/kafka/log4j.properties" -Dkafka.logs.dir="$logs/kafka" \
+		-Dlog4j.configuration="file:$here/kafka/log4j.properties" -Dkafka.logs.dir="$logs/$name" \
 		-cp "$lib/*" kafka.Kafka "$props"
 }
 
-start_cassandra() {
-	alive cassandra && return 0
-	local dir=$data/cassandra yaml=$conf/cassandra/cassandra.yaml
+start_cassandra_node() {
+	local n=$1 name addr dir yaml
+	name=$(node_name cassandra "$n" "$CASSANDRA_NODES")
+	alive "$name" && return 0
+	addr=${cassandra_addrs[n - 1]}
+	dir=$data/$name
+	yaml=$conf/$name/cassandra.yaml
 	mkdir -p "$dir/tmp" "$logs"
-	render "$here/cassandra/cassandra.yaml.in" "$yaml" \
-		CQL_PORT="$CASSANDRA_PORT" STORAGE_PORT="$CASSANDRA_STORAGE_PORT" DATA_DIR="$dir"
-	launch_cassandra cassandra "$dir" "$yaml"
+	# The first node is the seed the others join through.
+	render "$here/cassandra/$CASSANDRA_CONFIG" "$yaml" ADDRESS="$addr" SEEDS="${cassandra_addrs[0]}:$CASSANDRA_STORAGE_PORT" \
+		INITIAL_TOKEN="${cassandra_tokens[n - 1]}" CQL_PORT="$CASSANDRA_PORT" STORAGE_PORT="$CASSANDRA_STORAGE_PORT" DATA_DIR="$dir"
+	launch_cassandra "$name" "$dir" "$yaml"
 }
 
 # launch_cassandra NAME DIR YAML starts a Cassandra node named NAME (its log file and
@@ -280,31 +460,121 @@ session_nice() {
 	echo "$n" >"/proc/$pid/autogroup" 2>/dev/null || say "could not lower $1's session priority (nice $n); it competes equally for the cores"
 }
 
+# wait_for NAME FLAG ADDR: pulsectl wait for one server, failing at once when its
+# process exits, with its log's tail.
+wait_for() {
+	"$bin/pulsectl" wait -timeout "$WAIT_TIMEOUT" -pids "${2#-}=$(<"$run/$1.pid")" "$2" "$3" >"$run/wait-$1.out" 2>&1 || {
+		cat "$run/wait-$1.out" >&2
+		tail -n 30 "$logs/$1.log" >&2
+		die "$1 did not come up"
+	}
+	printf '    %s: %s\n' "$1" "$(grep -v '^ *waiting .*starting$' "$run/wait-$1.out" | tail -n 1 | sed 's/^ *waiting *[0-9]*s: //')"
+}
+
+# rss_mib [NAME...]: the summed resident memory of the named processes (every running
+# one of the topology by default), in MiB.
+rss_mib() {
+	local name pid kb total=0
+	(($#)) || set -- "${servers[@]}" "${services[@]}"
+	for name in "$@"; do
+		pid=$(pid_of "$name") || continue
+		kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || kb=0
+		total=$((total + ${kb:-0}))
+	done
+	echo $((total / 1024))
+}
+
+# pulsectl_patiently WHAT ARGS...: runs pulsectl ARGS, an idempotent step that a server
+# just started may refuse for a while, once a second for up to 30 s; prints its output
+# when it succeeds, and dies with it when it never does.
+pulsectl_patiently() {
+	local what=$1 out=$run/pulsectl.out i
+	shift
+	for ((i = 0; ; i++)); do
+		if pulsectl "$@" >"$out" 2>&1; then
+			cat "$out"
+			return 0
+		fi
+		((i < 30)) || { cat "$out" >&2; die "$what failed"; }
+		sleep 1
+	done
+}
+
+# range SERVER: the ports of its nodes, ":19092" or ":29092-29094".
+range() {
+	local first last
+	first=$("$1_port" 1)
+	last=$("$1_port" "$(nodes "$1")")
+	if ((first == last)); then echo ":$first"; else echo ":$first-$last"; fi
+}
+
 cmd_up() {
-	local t0=$SECONDS running=0 name
+	local t0=$SECONDS running=0 name i
 	for name in "${servers[@]}"; do alive "$name" && running=$((running + 1)); done
 	if ((running == ${#servers[@]})); then
-		say "stack already running (make status); nothing to do"
+		say "$TOPOLOGY topology already running ($(make_cmd status)); nothing to do"
 		return 0
 	fi
 	command -v go >/dev/null || die "Go is needed: see README.md"
 	need_java
+	need_redis
 	fetch kafka
 	fetch cassandra
-	say "starting redis :$REDIS_PORT, kafka :$KAFKA_PORT, cassandra :$CASSANDRA_PORT (data in $data)"
-	start_redis
-	start_kafka
-	start_cassandra
-	local pids=()
-	for name in "${servers[@]}"; do pids+=("$name=$(cat "$run/$name.pid")"); done
-	pulsectl wait -timeout "$WAIT_TIMEOUT" -logs "$logs" -pids "$(
-		IFS=,
-		echo "${pids[*]}"
-	)" \
-		-redis "127.0.0.1:$REDIS_PORT" -kafka "127.0.0.1:$KAFKA_PORT" -cassandra "127.0.0.1:$CASSANDRA_PORT"
-	pulsectl topics -brokers "127.0.0.1:$KAFKA_PORT" -partitions "$PARTITIONS"
-	pulsectl migrate -hosts 127.0.0.1 -port "$CASSANDRA_PORT" -keyspace "$KEYSPACE" -dir "$root/migrations"
-	say "stack up in $((SECONDS - t0))s"
+	# Linux routes the whole of 127.0.0.0/8 to lo; elsewhere each address needs an alias.
+	local addr lo
+	lo=$(ip -o addr show lo 2>/dev/null || true)
+	for addr in "${cassandra_addrs[@]}"; do
+		[[ $addr == 127.0.0.1 ]] && continue
+		grep -qE "inet (127\.0\.0\.1/8|$addr/)" <<<"$lo" ||
+			die "$addr is not a loopback address here: Cassandra's nodes need it on lo (ip addr add $addr/8 dev lo)"
+	done
+	say "starting the $TOPOLOGY topology: redis $(range redis), kafka $(range kafka)," \
+		"cassandra ${cassandra_addrs[*]} :$CASSANDRA_PORT (data in $data)"
+	pulsectl help >/dev/null 2>&1 || true # builds $bin/pulsectl
+	[[ -x $bin/pulsectl ]] || die "building pulsectl failed"
+	for ((i = 1; i <= REDIS_NODES; i++)); do start_redis_node "$i"; done
+	# Each Kafka node formats its storage with the one cluster id (a JVM of its own) and
+	# starts, in parallel.
+	make_kafka_cluster_id
+	local starting=()
+	for ((i = 1; i <= KAFKA_NODES; i++)); do
+		start_kafka_node "$i" &
+		starting+=($!)
+	done
+	for i in "${starting[@]}"; do wait "$i" || die "starting Kafka failed"; done
+	# Further Cassandra nodes join through the first, the seed, once it answers.
+	start_cassandra_node 1
+	if ((REDIS_NODES > 1)); then
+		form_redis_cluster
+		say "redis cluster ok in $((SECONDS - t0))s"
+	else
+		wait_for redis -redis "$(server_addr redis)"
+	fi
+	for ((i = 1; i <= KAFKA_NODES; i++)); do
+		name=$(node_name kafka "$i" "$KAFKA_NODES")
+		wait_for "$name" -kafka "$(server_addr "$name")"
+	done
+	# Topics of several replicas need every broker registered; a broker just started may
+	# not be yet.
+	pulsectl_patiently "creating the topics" topics -brokers "$(kafka_brokers)" -partitions "$PARTITIONS" -replication "$KAFKA_REPLICATION"
+	for ((i = 1; i <= CASSANDRA_NODES; i++)); do
+		name=$(node_name cassandra "$i" "$CASSANDRA_NODES")
+		start_cassandra_node "$i"
+		wait_for "$name" -cassandra "$(server_addr "$name")"
+	done
+	# A node that has just opened its CQL port may not yet be seen as up by the others,
+	# whose quorum reads then fail ("Cannot achieve consistency level"); the migrations
+	# are idempotent.
+	pulsectl_patiently "applying the migrations" migrate -hosts "$(join "${cassandra_addrs[@]}")" -port "$CASSANDRA_PORT" \
+		-keyspace "$KEYSPACE" -dir "$root/migrations" -replication "{'class': 'SimpleStrategy', 'replication_factor': $CASSANDRA_REPLICATION}"
+	say "$TOPOLOGY topology up in $((SECONDS - t0))s; its servers hold $(rss_mib "${servers[@]}") MiB (resident)"
+}
+
+# stop_all SERVER GRACE stops every node of SERVER, the last first.
+stop_all() {
+	local i count
+	count=$(nodes "$1")
+	for ((i = count; i >= 1; i--)); do stop "$(node_name "$1" "$i" "$count")" "$2"; done
 }
 
 cmd_down() {
@@ -315,33 +585,46 @@ cmd_down() {
 		say "nothing running"
 		return 0
 	fi
-	say "stopping"
+	say "stopping the $TOPOLOGY topology"
 	# Services first, so nothing writes to a server that is going away.
 	for name in "${services[@]}"; do stop "$name" 15; done
-	stop kafka 60
-	stop cassandra 60
-	stop redis 15
+	stop_all kafka 60
+	stop_all cassandra 60
+	stop_all redis 15
 }
 
 cmd_status() {
-	local name pid port
+	local name pid role
 	for name in "${servers[@]}" "${services[@]}"; do
-		case $name in
-		redis) port=$REDIS_PORT ;;
-		kafka) port=$KAFKA_PORT ;;
-		cassandra) port=$CASSANDRA_PORT ;;
-		ingest) port=$INGEST_PORT ;;
-		query) port=$QUERY_PORT ;;
-		aggregator) port=$AGGREGATOR_PORT ;;
-		history) port=$HISTORY_PORT ;;
-		esac
 		if pid=$(pid_of "$name"); then
-			printf '%-11s running  pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$port"
+			role=
+			if [[ $name == redis-* ]]; then
+				role=$(redis-cli -p "$(redis_port "$(node_of "$name")")" role 2>/dev/null | head -n 1)
+			fi
+			printf '%-13s running  pid %-8s %-16s %s\n' "$name" "$pid" "$(server_addr "$name")" "$role"
 		else
-			printf '%-11s stopped\n' "$name"
+			printf '%-13s stopped\n' "$name"
 		fi
 	done
-	printf 'data: %s\nlogs: %s\n' "$data" "$logs"
+	printf 'memory: %s MiB resident\ndata: %s\nlogs: %s\n' "$(rss_mib)" "$data" "$logs"
+}
+
+# cmd_env prints the variables that point Pulse's services, pulsectl and the tests at
+# the topology: eval "$(deploy/local/stack.sh env)" with PULSE_TOPOLOGY=cluster. It
+# prints nothing for the single stack: every default already points at it.
+cmd_env() {
+	[[ $TOPOLOGY == single ]] && return 0
+	cat <<EOF2
+export PULSE_TOPOLOGY=$TOPOLOGY
+export PULSE_HOME=$PULSE_HOME
+export PULSE_KAFKA_BROKERS=$(kafka_brokers)
+export PULSE_REDIS_ADDR=$(redis_addrs)
+export PULSE_CASSANDRA_HOSTS=$(join "${cassandra_addrs[@]}")
+export PULSE_CASSANDRA_PORT=$CASSANDRA_PORT
+export PULSE_PARTITIONS=$PARTITIONS
+export PULSE_KEYSPACE=$KEYSPACE
+export PULSE_CASSANDRA_KEYSPACE=$KEYSPACE
+EOF2
 }
 
 cmd_clean() {
@@ -362,60 +645,75 @@ cmd_logs() {
 	exec tail -n 20 -F "${files[@]}"
 }
 
+
 # ---------------------------------------------------------------------------
-# Services
+# Services. Instance i of a service listens on the service's base port + 10 × (i-1);
+# every instance of aggregator or history is a member of its service's consumer group.
 
 service_port() {
-	case $1 in
-	ingest) echo "$INGEST_PORT" ;;
-	query) echo "$QUERY_PORT" ;;
-	aggregator) echo "$AGGREGATOR_PORT" ;;
-	history) echo "$HISTORY_PORT" ;;
+	local kind n base
+	kind=$(kind_of "$1")
+	n=$(node_of "$1")
+	case $kind in
+	ingest | query | aggregator | history) base=${kind^^}_PORT ;;
+	*) die "no service $1" ;;
 	esac
+	echo $((${!base} + 10 * (n - 1)))
 }
 
 # service_url NAME: the service's base URL. Ingest and query serve TLS when
 # PULSE_TLS_CERT_FILE and PULSE_TLS_KEY_FILE are set (they inherit this environment);
 # by default, and always for aggregator and history, plain HTTP on 127.0.0.1.
 service_url() {
-	local scheme=http
-	if [[ -n ${PULSE_TLS_CERT_FILE:-} && ( $1 == ingest || $1 == query ) ]]; then scheme=https; fi
+	local scheme=http kind
+	kind=$(kind_of "$1")
+	if [[ -n ${PULSE_TLS_CERT_FILE:-} && ($kind == ingest || $kind == query) ]]; then scheme=https; fi
 	echo "$scheme://127.0.0.1:$(service_port "$1")"
 }
 
-# start_services [NAME...]: all four services when none is named.
+# service_urls KIND: the URLs of every instance of a service, space-separated.
+service_urls() {
+	local i count urls=()
+	count=$(nodes "$1")
+	for ((i = 1; i <= count; i++)); do urls+=("$(service_url "$(node_name "$1" "$i" "$count")")"); done
+	echo "${urls[*]}"
+}
+
+# start_services [NAME...]: every service instance when none is named.
 start_services() {
-	local name names=("$@") pids=()
+	local name kind names=("$@") pids=() urls=() built=" " peers
 	((${#names[@]})) || names=("${services[@]}")
 	dev_keys
 	dev_cursor_secret
 	say "building services into $bin"
 	for name in "${names[@]}"; do
-		(cd "$root" && go build -o "$bin/pulse-$name" "./services/$name") || die "building $name failed"
+		kind=$(kind_of "$name")
+		[[ $built == *" $kind "* ]] && continue
+		(cd "$root" && go build -o "$bin/pulse-$kind" "./services/$kind") || die "building $kind failed"
+		built+="$kind "
 	done
+	# The dashboard's pipeline view scrapes the first instance of each other service.
+	peers="ingest=$(service_url ingest)/metrics"
+	peers+=",aggregator=$(service_url "$(node_name aggregator 1 "$AGGREGATOR_INSTANCES")")/metrics"
+	peers+=",history=$(service_url "$(node_name history 1 "$HISTORY_INSTANCES")")/metrics"
 	for name in "${names[@]}"; do
 		alive "$name" && continue
+		kind=$(kind_of "$name")
 		# The pid file's marker is $PULSE_HOME, found in the binary's path.
 		PULSE_HTTP_ADDR="127.0.0.1:$(service_port "$name")" \
-			PULSE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
-			PULSE_REDIS_ADDR="127.0.0.1:$REDIS_PORT" \
-			PULSE_CASSANDRA_HOSTS="127.0.0.1" \
+			PULSE_KAFKA_BROKERS="$(kafka_brokers)" \
+			PULSE_REDIS_ADDR="$(redis_addrs)" \
+			PULSE_CASSANDRA_HOSTS="$(join "${cassandra_addrs[@]}")" \
 			PULSE_CASSANDRA_PORT="$CASSANDRA_PORT" \
 			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
-			launch "$name" "$logs/$name.log" "$bin/pulse-$name"
+			PULSE_QUERY_PEER_METRICS="${PULSE_QUERY_PEER_METRICS:-$peers}" \
+			launch "$name" "$logs/$name.log" "$bin/pulse-$kind"
 		pids+=("$name=$(<"$run/$name.pid")")
 	done
-	local urls=()
 	for name in "${names[@]}"; do urls+=("$name=$(service_url "$name")"); done
 	# With TLS, pulsectl wait trusts PULSE_TLS_CA_FILE besides the system's roots.
 	# -pids: a service that exits at start fails the wait at once, with its log's tail.
-	pulsectl wait -timeout "$SERVICES_WAIT_TIMEOUT" -logs "$logs" -pids "$(
-		IFS=,
-		echo "${pids[*]}"
-	)" -http "$(
-		IFS=,
-		echo "${urls[*]}"
-	)"
+	pulsectl wait -timeout "$SERVICES_WAIT_TIMEOUT" -logs "$logs" -pids "$(join "${pids[@]}")" -http "$(join "${urls[@]}")"
 }
 
 # services, stop-services and pids let cmd/bench start on a stack that is up only the
@@ -506,12 +804,22 @@ dev_cursor_secret() {
 	export PULSE_CURSOR_SECRET
 }
 
+
 cmd_run() {
+	local t0=$SECONDS
 	cmd_up
 	start_services
-	local keys ingest_url query_url
+	local up=$((SECONDS - t0)) keys ingest_url query_url redis=standalone env=
 	ingest_url=$(service_url ingest)
-	query_url=$(service_url query)
+	query_url=$(service_url "$(node_name query 1 "$QUERY_INSTANCES")")
+	if ((REDIS_NODES > 1)); then
+		local masters=$((REDIS_NODES / (REDIS_REPLICAS + 1)))
+		redis="$masters masters, $((REDIS_NODES - masters)) replicas"
+	fi
+	if [[ $TOPOLOGY != single ]]; then
+		env="
+  environment eval \"\$(PULSE_TOPOLOGY=$TOPOLOGY deploy/local/stack.sh env)\"   (pulsectl, tests)"
+	fi
 	if [[ -n $DEV_KEYS ]]; then
 		keys=$(
 			cat <<EOF
@@ -546,22 +854,25 @@ EOF
 	fi
 	cat <<EOF
 
-Pulse is running:
-  ingest      $ingest_url     (POST /status, /v1/events, /v1/heartbeat)
-  query       $query_url     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
+Pulse is running on the $TOPOLOGY topology (up in ${up}s; $(rss_mib) MiB resident in all):
+  ingest      $(service_urls ingest)     (POST /status, /v1/events, /v1/heartbeat)
+  query       $(service_urls query)     (GET /status/{userId}, POST /statuses, /v1/users/{id}/status,
                                             /v1/online, /v1/online/count, POST /v1/online/filter,
                                             /v1/watch (WebSocket), /v1/watch/sse)
   dashboard   $query_url/dashboard/     (open in a browser; paste a reader or operator key)
-  aggregator  http://127.0.0.1:$AGGREGATOR_PORT     (health and metrics)
-  history     http://127.0.0.1:$HISTORY_PORT     (health and metrics)
+  aggregator  $(service_urls aggregator)     (health and metrics; one consumer group)
+  history     $(service_urls history)     (health and metrics; one consumer group)
   Every service serves /healthz, /readyz and /metrics; ingest and query /openapi.json.
 
-  kafka       127.0.0.1:$KAFKA_PORT   cassandra 127.0.0.1:$CASSANDRA_PORT   redis 127.0.0.1:$REDIS_PORT
-  logs        $logs   (make logs)
+  kafka       $(kafka_brokers)   (replication $KAFKA_REPLICATION)
+  redis       $(redis_addrs)   ($redis)
+  cassandra   $(join "${cassandra_addrs[@]}") :$CASSANDRA_PORT   (keyspace $KEYSPACE, replication $CASSANDRA_REPLICATION)
+  logs        $logs   ($(make_cmd logs) S=<name>)
+  status      $(make_cmd status)$env
 
 $keys
 
-Stop with Ctrl-C here, or 'make down' from another terminal.
+Stop with Ctrl-C here, or '$(make_cmd down)' from another terminal.
 EOF
 	watch_services
 }
@@ -591,13 +902,6 @@ watch_services() {
 	done
 }
 
-# env prints nothing for the single stack: every default already points at it.
-cmd_env() { :; }
-
-if [[ $TOPOLOGY == cluster ]]; then
-	# shellcheck source=deploy/local/cluster.sh
-	source "$here/cluster.sh"
-fi
 
 case ${1:-} in
 up) cmd_up ;;
@@ -620,7 +924,8 @@ stop-services)
 pids) cmd_pids ;;
 env) cmd_env ;;
 *)
-	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+	# The comment at the top of this file.
+	awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
 	exit 2
 	;;
 esac

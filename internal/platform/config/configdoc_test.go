@@ -52,7 +52,7 @@ func TestConfigDocDocumentsSharedVariables(t *testing.T) {
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local
-// stack's scripts must be documented: in docs/configuration.md, whose generated tables
+// stack's script and its table of topologies must be documented: in docs/configuration.md, whose generated tables
 // hold what the services read and hand-written tables the stack's, the tests' and the
 // benchmark's, or, for the cluster topology's PULSE_CLUSTER_* variables, in
 // docs/cluster.md. Tests of the configuration machinery make variables up; those start
@@ -88,7 +88,7 @@ func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, script := range []string{"deploy/local/stack.sh", "deploy/local/cluster.sh"} {
+	for _, script := range []string{"deploy/local/stack.sh", "deploy/local/topologies"} {
 		path := filepath.Join(root, script)
 		src, err := os.ReadFile(path)
 		if err != nil {
@@ -113,6 +113,98 @@ func TestConfigDocDocumentsEveryVariableTheCodeNames(t *testing.T) {
 	for _, m := range missing {
 		t.Errorf("neither docs/configuration.md nor (for PULSE_CLUSTER_*) docs/cluster.md documents %s", m)
 	}
+}
+
+// Every VAR=default cell of the local stack's table of topologies is documented with
+// that default, as the services' variables are: the single topology's in
+// docs/configuration.md, the others' in docs/cluster.md, in a row of a table whose
+// first cells name the variables and their defaults ("| `PULSE_A`, `PULSE_B` | `1`,
+// `2` | …"). The single topology's ports are in configuration.md's Ports table, which
+// internal/platform/ports's test holds to its constants.
+func TestConfigDocDocumentsTheTopologiesDefaults(t *testing.T) {
+	src, err := os.ReadFile(root + "/deploy/local/topologies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]map[string]string{} // doc → variable → its documented default
+	for _, doc := range []string{configDoc, root + "/docs/cluster.md"} {
+		docs[doc] = docDefaults(t, doc)
+	}
+	var head []string
+	checked := 0
+	for _, line := range strings.Split(string(src), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		cells := strings.Fields(line)
+		if len(cells) == 0 {
+			continue
+		}
+		if head == nil {
+			head = cells
+			continue
+		}
+		if len(cells) != len(head) {
+			t.Errorf("deploy/local/topologies: row %q has %d cells for %d columns", line, len(cells), len(head))
+			continue
+		}
+		for i := 1; i < len(cells); i++ {
+			name, def, ok := strings.Cut(cells[i], "=")
+			if !ok || !strings.HasPrefix(name, "PULSE_") {
+				continue
+			}
+			doc := root + "/docs/cluster.md"
+			if head[i] == "single" {
+				doc = configDoc
+				if strings.HasSuffix(name, "_PORT") {
+					continue
+				}
+			}
+			def = strings.TrimPrefix(def, "{root}/")
+			got, ok := docs[doc][name]
+			switch {
+			case !ok:
+				t.Errorf("%s has no row giving %s's default (%s: %s)", doc, name, head[i], def)
+			case got != def:
+				t.Errorf("%s documents %s's default as %q; deploy/local/topologies (%s) has %q", doc, name, got, head[i], def)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d defaults of deploy/local/topologies: is the table read right?", checked)
+	}
+}
+
+// docDefaults reads the rows of doc's tables that pair variables with their defaults:
+// "| `PULSE_A`, `PULSE_B` | `1`, `2` | …".
+func docDefaults(t *testing.T, doc string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	name := regexp.MustCompile("`(PULSE_[A-Z0-9_]+)`")
+	value := regexp.MustCompile("`([^`]*)`")
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if len(cells) < 2 {
+			continue
+		}
+		names := name.FindAllStringSubmatch(cells[0], -1)
+		values := value.FindAllStringSubmatch(cells[1], -1)
+		if len(names) == 0 || len(names) != len(values) {
+			continue
+		}
+		for i, n := range names {
+			if _, ok := out[n[1]]; !ok {
+				out[n[1]] = values[i][1]
+			}
+		}
+	}
+	return out
 }
 
 var varRE = regexp.MustCompile(`PULSE_[A-Z0-9_]+`)

@@ -1,8 +1,9 @@
 // Package ports holds the TCP ports of Pulse's services and of the local stack's Kafka,
 // Cassandra and Redis. They are Pulse's own, away from the usual ones, so the stack never
 // clashes with a developer's other servers. Every default address in Go code is built
-// from these constants; deploy/local/stack.sh keeps the same numbers as its defaults
-// (a test keeps them equal), and the Ports table of docs/configuration.md lists them.
+// from these constants; the local stack's table (the single column of
+// deploy/local/topologies) keeps the same numbers as its defaults (a test keeps them
+// equal), and the Ports table of docs/configuration.md lists them.
 package ports
 
 import "strconv"

@@ -3,12 +3,14 @@ package ports
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// byVariable is every port by the variable that moves it, in stack.sh and docs/configuration.md.
+// byVariable is every port by the variable that moves it, in deploy/local/topologies and
+// docs/configuration.md.
 var byVariable = map[string]int{
 	"PULSE_INGEST_PORT":            Ingest,
 	"PULSE_QUERY_PORT":             Query,
@@ -33,18 +35,41 @@ func TestAddrs(t *testing.T) {
 	}
 }
 
-// The local stack's script keeps its own defaults; they must be these constants, or
-// services started without settings would look for servers on other ports.
-func TestStackScriptDefaultsAreTheseConstants(t *testing.T) {
-	src, err := os.ReadFile("../../../deploy/local/stack.sh")
+// The local stack's table of topologies keeps its own defaults; the single topology's
+// must be these constants, or services started without settings would look for servers
+// on other ports. A cell "PULSE_KAFKA_PORT=19092" is $PULSE_KAFKA_PORT, 19092 by default.
+func TestStackTopologyDefaultsAreTheseConstants(t *testing.T) {
+	src, err := os.ReadFile("../../../deploy/local/topologies")
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := map[string]int{}
-	for _, m := range regexp.MustCompile(`\$\{(PULSE_[A-Z_]+_PORT):-([0-9]+)\}`).FindAllStringSubmatch(string(src), -1) {
+	cell := regexp.MustCompile(`^(PULSE_[A-Z_]+_PORT)=([0-9]+)$`)
+	column := -1
+	for _, line := range strings.Split(string(src), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		cells := strings.Fields(line)
+		if len(cells) == 0 {
+			continue
+		}
+		if column < 0 {
+			column = slices.Index(cells, "single")
+			if column < 1 {
+				t.Fatalf("deploy/local/topologies: the header %q has no column single", line)
+			}
+			continue
+		}
+		if column >= len(cells) {
+			t.Errorf("deploy/local/topologies: row %q has no cell for single", line)
+			continue
+		}
+		m := cell.FindStringSubmatch(cells[column])
+		if m == nil {
+			continue
+		}
 		n, _ := strconv.Atoi(m[2])
 		if prev, ok := found[m[1]]; ok && prev != n {
-			t.Errorf("stack.sh gives %s two defaults: %d and %d", m[1], prev, n)
+			t.Errorf("deploy/local/topologies gives %s two defaults: %d and %d", m[1], prev, n)
 		}
 		found[m[1]] = n
 	}
@@ -52,15 +77,23 @@ func TestStackScriptDefaultsAreTheseConstants(t *testing.T) {
 		got, ok := found[name]
 		switch {
 		case !ok:
-			t.Errorf("stack.sh has no default for %s (want ${%s:-%d})", name, name, want)
+			t.Errorf("deploy/local/topologies has no default for %s in its single column (want %s=%d)", name, name, want)
 		case got != want:
-			t.Errorf("stack.sh: %s defaults to %d, internal/platform/ports to %d", name, got, want)
+			t.Errorf("deploy/local/topologies: %s defaults to %d, internal/platform/ports to %d", name, got, want)
 		}
 	}
 	for name := range found {
 		if _, ok := byVariable[name]; !ok {
-			t.Errorf("stack.sh has a port %s that internal/platform/ports does not know", name)
+			t.Errorf("deploy/local/topologies has a port %s that internal/platform/ports does not know", name)
 		}
+	}
+	// The script takes every port from the table, so the table is the one place to check.
+	script, err := os.ReadFile("../../../deploy/local/stack.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`\$\{(PULSE_[A-Z_]+_PORT):-[0-9]+\}`).FindAllStringSubmatch(string(script), -1) {
+		t.Errorf("stack.sh gives %s a default of its own: it belongs in deploy/local/topologies", m[1])
 	}
 }
 
