@@ -132,6 +132,7 @@ func TestConfigDocDocumentsTheTopologiesDefaults(t *testing.T) {
 	}
 	var head []string
 	checked := 0
+	inTable := map[string]bool{}
 	for _, line := range strings.Split(string(src), "\n") {
 		line, _, _ = strings.Cut(line, "#")
 		cells := strings.Fields(line)
@@ -151,6 +152,7 @@ func TestConfigDocDocumentsTheTopologiesDefaults(t *testing.T) {
 			if !ok || !strings.HasPrefix(name, "PULSE_") {
 				continue
 			}
+			inTable[name] = true
 			doc := root + "/docs/cluster.md"
 			if head[i] == "single" {
 				doc = configDoc
@@ -171,6 +173,12 @@ func TestConfigDocDocumentsTheTopologiesDefaults(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("checked only %d defaults of deploy/local/topologies: is the table read right?", checked)
+	}
+	// And the other way: a PULSE_CLUSTER_* variable docs/cluster.md documents moves something.
+	for name := range docs[root+"/docs/cluster.md"] {
+		if strings.HasPrefix(name, "PULSE_CLUSTER_") && !inTable[name] {
+			t.Errorf("docs/cluster.md documents %s, which deploy/local/topologies does not have", name)
+		}
 	}
 }
 
