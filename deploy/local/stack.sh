@@ -751,8 +751,8 @@ dev_keys() {
 			(umask 077 && printf 'pulse_%s' "$(head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')" >"$dir/$name.key")
 		fi
 		case $name in
-		producer) scope=write ;;
-		reader) scope=read ;;
+		producer) scope="write" ;;
+		reader) scope="read" ;;
 		operator) scope=operator ;;
 		esac
 		digest=$(tr -d '\n' <"$dir/$name.key" | sha256sum | cut -d' ' -f1)
