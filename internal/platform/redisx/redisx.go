@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -183,4 +184,45 @@ func Ping(ctx context.Context, c redis.UniversalClient) error {
 		return fmt.Errorf("redis ping: %w", err)
 	}
 	return nil
+}
+
+// DeletePrefix unlinks every key under prefix: and answers how many. It SCANs every
+// master (the one of a lone Redis, each of a cluster's, which lists only its own keys)
+// and unlinks what each batch found in a pipeline of single-key UNLINKs, so no command
+// spans two slots.
+func DeletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) (int, error) {
+	var n atomic.Int64
+	scan := func(ctx context.Context, node *redis.Client) error {
+		var cursor uint64
+		for {
+			// A modest COUNT keeps each SCAN, which blocks Redis, to about a millisecond.
+			keys, next, err := node.Scan(ctx, cursor, prefix+":*", 1000).Result()
+			if err != nil {
+				return fmt.Errorf("SCAN %s:*: %w", prefix, err)
+			}
+			if len(keys) > 0 {
+				pipe := rdb.Pipeline()
+				for _, k := range keys {
+					pipe.Unlink(ctx, k)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					return fmt.Errorf("UNLINK under %s: %w", prefix, err)
+				}
+				n.Add(int64(len(keys)))
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		err = fmt.Errorf("deleting %s: a Redis client of type %T", prefix, rdb)
+	}
+	return int(n.Load()), err
 }

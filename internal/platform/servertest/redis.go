@@ -33,50 +33,10 @@ func Redis(tb testing.TB, tweak func(*redisx.Config)) (redis.UniversalClient, st
 	}
 	prefix := fmt.Sprintf("unit-%x", rand.Uint64())
 	tb.Cleanup(func() {
-		if err := deletePrefix(rdb, prefix); err != nil {
+		if _, err := redisx.DeletePrefix(context.Background(), rdb, prefix); err != nil {
 			tb.Errorf("deleting the test's keys %s:*: %v", prefix, err)
 		}
 		rdb.Close()
 	})
 	return rdb, prefix
-}
-
-// deletePrefix unlinks every key under prefix, scanning in batches: a bulk-load test
-// leaves millions of keys, more than one KEYS answer should carry. On a Redis Cluster
-// it scans every master, each of which lists only its own keys, and unlinks them one
-// command per key, as they lie in many slots.
-func deletePrefix(rdb redis.UniversalClient, prefix string) error {
-	ctx := context.Background()
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return deleteNodePrefix(ctx, node, prefix, true)
-		})
-	}
-	return deleteNodePrefix(ctx, rdb, prefix, false)
-}
-
-func deleteNodePrefix(ctx context.Context, rdb redis.Cmdable, prefix string, perKey bool) error {
-	iter := rdb.Scan(ctx, 0, prefix+":*", 10_000).Iterator()
-	var batch []string
-	unlink := func() {
-		if !perKey {
-			rdb.Unlink(ctx, batch...)
-		} else {
-			pipe := rdb.Pipeline()
-			for _, k := range batch {
-				pipe.Unlink(ctx, k)
-			}
-			_, _ = pipe.Exec(ctx)
-		}
-		batch = batch[:0]
-	}
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 10_000 {
-			unlink()
-		}
-	}
-	if len(batch) > 0 {
-		unlink()
-	}
-	return iter.Err()
 }

@@ -95,9 +95,9 @@ func (k Keys) Counts(s int) string { return k.tag(s) + "cnt" }
 // Outbox holds shard s's last window of changes.
 func (k Keys) Outbox(s int) string { return k.tag(s) + "outbox" }
 
-// bucketOf is the state bucket, among n, of userID: FNV-1a 32 of the id modulo n,
+// BucketOf is the state bucket, among n, of userID: FNV-1a 32 of the id modulo n,
 // computed inline because hash/fnv's hasher would cost an allocation per user.
-func bucketOf(userID string, n int) int {
+func BucketOf(userID string, n int) int {
 	if n <= 1 {
 		return 0
 	}

@@ -313,7 +313,7 @@ type userRef struct {
 // one key, so the pipeline works on Redis Cluster too.
 func (s *Store) readStates(ctx context.Context, buckets int, refs []userRef) ([]string, error) {
 	return hmgetByKey(ctx, s.rdb, len(refs),
-		func(i int) ([2]int, string) { return [2]int{refs[i].shard, bucketOf(refs[i].id, buckets)}, refs[i].id },
+		func(i int) ([2]int, string) { return [2]int{refs[i].shard, BucketOf(refs[i].id, buckets)}, refs[i].id },
 		func(k [2]int) string { return s.keys.State(k[0], k[1]) })
 }
 
@@ -601,7 +601,7 @@ func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
 			return nil, nil, fmt.Errorf("encoding state of %q: %w", id, err)
 		}
 		v := buf[start:len(buf):len(buf)]
-		bi := bucketOf(id, buckets)
+		bi := BucketOf(id, buckets)
 		b := stateAt[bi]
 		if b == nil {
 			b = &bucket{key: s.keys.State(sh, bi)}
@@ -675,7 +675,7 @@ func (s *Store) Get(ctx context.Context, userID string) (*presence.User, error) 
 	// The shard's bookkeeping on both sides of the state, as in GetMany.
 	pipe := s.rdb.Pipeline()
 	before := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding", "epoch")
-	state := pipe.HGet(ctx, s.keys.State(sh, bucketOf(userID, l.buckets)), userID)
+	state := pipe.HGet(ctx, s.keys.State(sh, BucketOf(userID, l.buckets)), userID)
 	after := pipe.HMGet(ctx, s.keys.Meta(sh), "offset", "rebuilding", "epoch")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("reading user state: %w", err)
@@ -724,7 +724,7 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*presence.User, er
 	}
 	collect := queueHMGets(ctx, pipe, len(refs),
 		func(i int) ([2]int, string) {
-			return [2]int{refs[i].shard, bucketOf(refs[i].id, l.buckets)}, refs[i].id
+			return [2]int{refs[i].shard, BucketOf(refs[i].id, l.buckets)}, refs[i].id
 		},
 		func(k [2]int) string { return s.keys.State(k[0], k[1]) })
 	after := make([]*redis.SliceCmd, len(shards))

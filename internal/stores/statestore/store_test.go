@@ -503,7 +503,7 @@ func TestBucketsSpreadAShardsUsers(t *testing.T) {
 		if shard.For(id, shards) != 5 {
 			continue
 		}
-		counts[bucketOf(id, buckets)]++
+		counts[BucketOf(id, buckets)]++
 		n++
 	}
 	mean := float64(n) / buckets
@@ -513,7 +513,7 @@ func TestBucketsSpreadAShardsUsers(t *testing.T) {
 			t.Errorf("bucket %d holds %d of shard 5's %d users, mean %.1f", b, c, n, mean)
 		}
 	}
-	if bucketOf("anything", 1) != 0 || bucketOf("", 7) != int(uint32(2166136261)%7) {
+	if BucketOf("anything", 1) != 0 || BucketOf("", 7) != int(uint32(2166136261)%7) {
 		t.Error("bucketOf of one bucket or an empty id")
 	}
 }

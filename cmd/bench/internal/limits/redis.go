@@ -14,6 +14,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/internal/domain/shard"
+	"github.com/pulse-presence/pulse/internal/platform/redisx"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
 )
 
@@ -39,7 +40,7 @@ func redisLimit(ctx context.Context, env *harness.Env) (*report.RedisLimit, erro
 	}
 	clean := func(ctx context.Context) error {
 		for _, p := range []string{limitsLoopPrefix, limitsWindowPrefix} {
-			if _, err := scale.DeletePrefix(ctx, rdb, p); err != nil {
+			if _, err := redisx.DeletePrefix(ctx, rdb, p); err != nil {
 				return err
 			}
 		}
@@ -79,7 +80,7 @@ func redisLimit(ctx context.Context, env *harness.Env) (*report.RedisLimit, erro
 	if res.StateBytes, err = meanStateBytes(ctx, rdb, ws.Keys(), shards, buckets); err != nil {
 		return nil, err
 	}
-	if _, err := scale.DeletePrefix(ctx, rdb, limitsWindowPrefix); err != nil {
+	if _, err := redisx.DeletePrefix(ctx, rdb, limitsWindowPrefix); err != nil {
 		return nil, err
 	}
 
@@ -104,7 +105,7 @@ func loopWrite(ctx context.Context, rdb redis.UniversalClient, keys statestore.K
 	sh := w.Shard
 	byBucket := map[int][]any{}
 	for id := range w.Users {
-		bk := fnvBucket(id, buckets)
+		bk := statestore.BucketOf(id, buckets)
 		byBucket[bk] = append(byBucket[bk], id, state)
 	}
 	revs := map[uint32][]any{}
@@ -137,27 +138,13 @@ func loopWrite(ctx context.Context, rdb redis.UniversalClient, keys statestore.K
 	return err
 }
 
-// fnvBucket is statestore's state bucket of a user id (FNV-1a 32 modulo n), which the
-// package keeps to itself.
-func fnvBucket(id string, n int) int {
-	if n <= 1 {
-		return 0
-	}
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h ^= uint32(id[i])
-		h *= 16777619
-	}
-	return int(h % uint32(n))
-}
-
 // meanStateBytes samples the encoded states WriteWindow wrote (of users u0 …) and
 // answers their mean length.
 func meanStateBytes(ctx context.Context, rdb redis.UniversalClient, keys statestore.Keys, shards, buckets int) (float64, error) {
 	var sum, n int64
 	for i := 0; i < 2000 && n < 200; i++ {
 		id := scale.UserID(i)
-		l, err := rdb.HStrLen(ctx, keys.State(shard.For(id, shards), fnvBucket(id, buckets)), id).Result()
+		l, err := rdb.HStrLen(ctx, keys.State(shard.For(id, shards), statestore.BucketOf(id, buckets)), id).Result()
 		if err != nil {
 			return 0, err
 		}

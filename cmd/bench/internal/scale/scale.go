@@ -108,7 +108,7 @@ func run(ctx context.Context, env *harness.Env) (*report.ScaleResult, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 		defer cancel()
 		for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
-			if n, err := DeletePrefix(cctx, rdb, p); err != nil {
+			if n, err := redisx.DeletePrefix(cctx, rdb, p); err != nil {
 				env.Note("deleting the bulk-loaded keys under %s: %v (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, err, p)
 			} else if n > 0 {
 				fmt.Fprintf(env.Out, "    deleted %d keys under %s:\n", n, p)
@@ -116,7 +116,7 @@ func run(ctx context.Context, env *harness.Env) (*report.ScaleResult, error) {
 		}
 	}()
 	for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
-		if n, err := DeletePrefix(ctx, rdb, p); err != nil {
+		if n, err := redisx.DeletePrefix(ctx, rdb, p); err != nil {
 			return nil, err
 		} else if n > 0 {
 			fmt.Fprintf(env.Out, "    deleted %d keys left under %s: by an earlier run\n", n, p)
@@ -131,7 +131,7 @@ func run(ctx context.Context, env *harness.Env) (*report.ScaleResult, error) {
 	fmt.Fprintf(env.Out, "      loaded in %.1fs; %.1f B/registered user, %.3f B/online user (bitmaps); counts p50 %s p99 %s\n",
 		res.Pulse.LoadSeconds, res.Pulse.BytesPerRegisteredUser, res.Pulse.BytesPerOnlineUser,
 		report.FmtMs(res.Pulse.CountsMs.P50, 1), report.FmtMs(res.Pulse.CountsMs.P99, 1))
-	if _, err := DeletePrefix(ctx, rdb, scalePulsePrefix); err != nil {
+	if _, err := redisx.DeletePrefix(ctx, rdb, scalePulsePrefix); err != nil {
 		return res, err
 	}
 	fmt.Fprintf(env.Out, "    baseline (seed) layout under %s:\n", scaleBaselinePrefix)
@@ -570,47 +570,4 @@ func infoFields(info string) map[string]string {
 		}
 	}
 	return f
-}
-
-// DeletePrefix unlinks every key under prefix:, found by SCAN on every master (one
-// for a lone Redis, each of a cluster's), in pipelines of single-key UNLINKs so no
-// command spans two slots.
-func DeletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) (int, error) {
-	var mu sync.Mutex
-	n := 0
-	scan := func(ctx context.Context, node *redis.Client) error {
-		var cursor uint64
-		for {
-			// A modest COUNT keeps each SCAN, which blocks Redis, to about a millisecond.
-			keys, next, err := node.Scan(ctx, cursor, prefix+":*", 1000).Result()
-			if err != nil {
-				return fmt.Errorf("SCAN %s:*: %w", prefix, err)
-			}
-			if len(keys) > 0 {
-				pipe := rdb.Pipeline()
-				for _, k := range keys {
-					pipe.Unlink(ctx, k)
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					return fmt.Errorf("UNLINK under %s: %w", prefix, err)
-				}
-				mu.Lock()
-				n += len(keys)
-				mu.Unlock()
-			}
-			if cursor = next; cursor == 0 {
-				return nil
-			}
-		}
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		err = fmt.Errorf("deleting %s: a Redis client of type %T", prefix, rdb)
-	}
-	return n, err
 }

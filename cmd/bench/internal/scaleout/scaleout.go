@@ -23,7 +23,6 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
-	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/records"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
@@ -207,11 +206,11 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 		id := fmt.Sprintf("bench-scaleout-%s-%s-%d", stamp, t.name, i+1)
 		// Short enough to stay apart from deployments, as long as none needs to be.
 		prefix := fmt.Sprintf("bso%d", members)
-		if _, err := scale.DeletePrefix(ctx, rdb, prefix); err != nil {
+		if _, err := redisx.DeletePrefix(ctx, rdb, prefix); err != nil {
 			return res, err
 		}
 		run, err := scaleOutRun(ctx, env, t, bin, members, id, prefix, events, changes, end, rdb)
-		if _, derr := scale.DeletePrefix(context.WithoutCancel(ctx), rdb, prefix); derr != nil {
+		if _, derr := redisx.DeletePrefix(context.WithoutCancel(ctx), rdb, prefix); derr != nil {
 			env.Note("deleting the scale-out state under %s: %v", prefix, derr)
 		}
 		dr, derr := adm.DeleteGroup(context.WithoutCancel(ctx), id)
