@@ -32,7 +32,7 @@ const perfReportEvery = 5 * time.Second
 // size, acks=all and the producer settings ingest's client runs with, for -limits-time
 // after report.PerfWarmWindows windows that are not counted.
 func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, error) {
-	cp, tool, err := kafkaToolsClasspath(ctx, env)
+	cp, tool, err := kafkaToolsClasspath(env)
 	if err != nil {
 		return nil, err
 	}
@@ -138,30 +138,14 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 }
 
 // kafkaToolsClasspath is the classpath holding org.apache.kafka.tools: the stack's
-// cached Kafka jars when they include kafka-tools (deploy/local/kafka/pom.xml lists it),
-// else those jars and the kafka-tools jar of the same version, fetched once with Maven
-// into PULSE_HOME/cache/bench/ (a stack fetched before the pom listed it).
-func kafkaToolsClasspath(ctx context.Context, env *harness.Env) (classpath, tool string, err error) {
+// cached Kafka jars, which include kafka-tools (deploy/local/kafka/pom.xml lists it).
+func kafkaToolsClasspath(env *harness.Env) (classpath, tool string, err error) {
 	lib := filepath.Join(env.Cfg.Home, "cache", "kafka", "lib")
-	if m, _ := filepath.Glob(filepath.Join(lib, "kafka-tools-[0-9]*.jar")); len(m) > 0 {
-		return filepath.Join(lib, "*"), filepath.Base(m[0]), nil
+	m, _ := filepath.Glob(filepath.Join(lib, "kafka-tools-[0-9]*.jar"))
+	if len(m) == 0 {
+		return "", "", fmt.Errorf("no kafka-tools jar in %s: a stack fetched before the pom listed it; `make down up` fetches it", lib)
 	}
-	clients, _ := filepath.Glob(filepath.Join(lib, "kafka-clients-*.jar"))
-	if len(clients) == 0 {
-		return "", "", fmt.Errorf("no kafka-clients jar in %s: is the stack fetched (make up)?", lib)
-	}
-	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(clients[0]), "kafka-clients-"), ".jar")
-	dir := filepath.Join(env.Cfg.Home, "cache", "bench", "kafka-tools-"+version)
-	jar := filepath.Join(dir, "kafka-tools-"+version+".jar")
-	if _, err := os.Stat(jar); err != nil {
-		fmt.Fprintf(env.Out, "      fetching org.apache.kafka:kafka-tools:%s with Maven (the stack's cache predates it)\n", version)
-		cmd := exec.CommandContext(ctx, "mvn", "-B", "-q", "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
-			"-Dartifact=org.apache.kafka:kafka-tools:"+version, "-DoutputDirectory="+dir)
-		if o, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("fetching kafka-tools %s: %w\n%s", version, err, o)
-		}
-	}
-	return filepath.Join(lib, "*") + string(os.PathListSeparator) + jar, filepath.Base(jar), nil
+	return filepath.Join(lib, "*"), filepath.Base(m[0]), nil
 }
 
 // kafkaPayloads are n payloads for ProducerPerformance's --payload-file, one a line:
