@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
@@ -258,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("printing the report: %w", err)
 	}
 	if cfg.jsonPath != "" {
-		return r.writeFile(cfg.jsonPath)
+		return loadreport.WriteJSON(cfg.jsonPath, r)
 	}
 	return nil
 }

@@ -113,16 +113,14 @@ func (w WorkloadReport) Failed() uint64 {
 	return w.Errors.C4xx + w.Errors.C5xx + w.Errors.Transport + w.Errors.Dropped
 }
 
-// WriteFile writes r to path as indented JSON.
-func (r Report) WriteFile(path string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+// WriteJSON writes v to path as indented JSON: loadgen's -json report, bench's
+// results.json.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encoding the report: %w", err)
+		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	return nil
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // ReadFile reads the report at path, which must be of this Version.

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
 const (
@@ -45,7 +46,7 @@ func Finish(r *Results, historyAt float64) {
 // Write puts results.json and results.md into dir and prints the targets table.
 func Write(dir string, r *Results, command string, out io.Writer) error {
 	var md strings.Builder
-	errs := []error{writeJSON(filepath.Join(dir, "results.json"), r), writeMarkdown(&md, r, command),
+	errs := []error{loadreport.WriteJSON(filepath.Join(dir, "results.json"), r), writeMarkdown(&md, r, command),
 		os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)}
 	text := md.String()
 	if i := strings.Index(text, "## Targets"); i >= 0 {
@@ -56,14 +57,6 @@ func Write(dir string, r *Results, command string, out io.Writer) error {
 		fmt.Fprint(out, "\n"+rest)
 	}
 	return errors.Join(errs...)
-}
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", path, err)
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // Ratio is a ÷ b, 0 when b is not above 0.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
 func q(p50, p99 float64) Quantiles {
@@ -176,7 +178,7 @@ func TestResultsJSON(t *testing.T) {
 	r := sampleResults()
 	r.History = historyCheck(r.Batched, 50000)
 	r.Targets = evaluate(r, 10_000_000)
-	if err := writeJSON(filepath.Join(dir, "results.json"), r); err != nil {
+	if err := loadreport.WriteJSON(filepath.Join(dir, "results.json"), r); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
