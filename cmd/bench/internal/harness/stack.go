@@ -237,23 +237,19 @@ func (s *Stack) stopStarted() {
 }
 
 // Pause stops a service's process with SIGSTOP: it keeps its pid, its connections and
-// its memory, does nothing until resume, and its consumer group hands its partitions
-// on (or holds them, with no other member) once its session times out.
-func (s *Stack) Pause(name string) error {
-	p := s.procs[name]
-	if p.pid == 0 {
-		return fmt.Errorf("%s has no pid file to pause it by", name)
-	}
-	return syscall.Kill(p.pid, syscall.SIGSTOP)
-}
+// its memory, does nothing until Resume (SIGCONT), and its consumer group hands its
+// partitions on (or holds them, with no other member) once its session times out.
+func (s *Stack) Pause(name string) error { return s.signal(name, "pause", syscall.SIGSTOP) }
 
 // Resume continues a service paused by Pause.
-func (s *Stack) Resume(name string) error {
+func (s *Stack) Resume(name string) error { return s.signal(name, "resume", syscall.SIGCONT) }
+
+func (s *Stack) signal(name, verb string, sig syscall.Signal) error {
 	p := s.procs[name]
 	if p.pid == 0 {
-		return fmt.Errorf("%s has no pid file to resume it by", name)
+		return fmt.Errorf("%s has no pid file to %s it by", name, verb)
 	}
-	return syscall.Kill(p.pid, syscall.SIGCONT)
+	return syscall.Kill(p.pid, sig)
 }
 
 // Alive reports whether every service bench measures still runs, by stack.sh's pid

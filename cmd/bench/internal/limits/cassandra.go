@@ -1,15 +1,16 @@
 package limits
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
@@ -48,7 +49,8 @@ func cassandraLimit(ctx context.Context, env *harness.Env) (*report.CassandraLim
 	defer sess.Close()
 	store := historystore.New(sess)
 	res := &report.CassandraLimit{Keyspace: env.Cfg.Keyspace, UserPrefix: limitsCQLPrefix, Users: env.Cfg.LimitsCQLUsers,
-		Concurrency: historyConcurrency, MaxStatements: historyMaxStatements, MaxKeys: historyMaxKeys, RowsByTable: map[string]int64{}}
+		Concurrency: historyConcurrency, MaxStatements: historyMaxStatements, MaxKeys: historyMaxKeys,
+		RowsByTable: map[string]int64{historystore.TableActivity: 0, historystore.TableStatus: 0}}
 
 	touched := map[string]map[time.Time]bool{} // user → user_activity buckets
 	defer func() {
@@ -62,68 +64,54 @@ func cassandraLimit(ctx context.Context, env *harness.Env) (*report.CassandraLim
 	}()
 
 	rng := rand.New(rand.NewPCG(7, 7))
-	sem := make(chan struct{}, historyConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var g errgroup.Group
+	g.SetLimit(historyConcurrency)
+	var mu sync.Mutex // guards res's tallies, lat and firstErr
 	var lat []time.Duration
-	var rows, reqs, failed atomic.Int64
-	var activity, status atomic.Int64
-	var firstErr atomic.Value
+	var firstErr error
 	before := env.CPU()
 	start := time.Now()
 	deadline := start.Add(env.Cfg.LimitsTime)
 	var offset int64
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		for _, g := range planCQL(rng, env.Cfg.LimitsCQLUsers, time.Now(), &offset, touched) {
-			if time.Now().After(deadline) {
+		for _, b := range planCQL(rng, env.Cfg.LimitsCQLUsers, time.Now(), &offset, touched) {
+			if ctx.Err() != nil || time.Now().After(deadline) {
 				break
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
+			g.Go(func() error {
 				t := time.Now()
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := store.Write(wctx, g)
+				err := store.Write(wctx, b)
 				cancel()
 				d := time.Since(t)
-				reqs.Add(1)
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
 				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-				rows.Add(int64(len(g.Writes)))
-				for _, w := range g.Writes {
-					if w.Table() == historystore.TableActivity {
-						activity.Add(1)
-					} else {
-						status.Add(1)
-					}
+				defer mu.Unlock()
+				res.Requests++
+				if err != nil {
+					res.Failed++
+					firstErr = cmp.Or(firstErr, err)
+					return nil
 				}
+				lat = append(lat, d)
+				res.Rows += int64(len(b.Writes))
+				for _, w := range b.Writes {
+					res.RowsByTable[w.Table()]++
+				}
+				return nil
 			})
 		}
 	}
-	wg.Wait()
+	_ = g.Wait()
 	elapsed := time.Since(start).Seconds()
 	cpu := probe.Delta(before, env.CPU())
-	res.Rows, res.Requests, res.Failed, res.Seconds = rows.Load(), reqs.Load(), failed.Load(), elapsed
-	res.RowsByTable["user_activity"], res.RowsByTable["user_status"] = activity.Load(), status.Load()
+	res.Seconds = elapsed
 	res.WriteMs = report.QuantilesOf(lat)
 	res.CPU = map[string]float64{"cassandra": cpu["cassandra"] / elapsed, "bench": cpu["bench"] / elapsed}
 	if elapsed > 0 {
 		res.RowsPerSec = float64(res.Rows) / elapsed
 	}
 	if res.Failed > 0 {
-		env.Note("limits: %d of %d Cassandra requests of the minimal writer failed (first: %v); its rows/s counts only those that succeeded", res.Failed, res.Requests, firstErr.Load())
+		env.Note("limits: %d of %d Cassandra requests of the minimal writer failed (first: %v); its rows/s counts only those that succeeded", res.Failed, res.Requests, firstErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -194,13 +182,10 @@ func planCQL(rng *rand.Rand, users int, now time.Time, offset *int64, touched ma
 // user_activity buckets and user_status row, 16 at a time, each tried up to five times
 // (a Cassandra still busy with the writes times some out).
 func deleteCQLUsers(ctx context.Context, sess *gocql.Session, touched map[string]map[time.Time]bool) error {
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
+	var g errgroup.Group
+	g.SetLimit(16)
 	run := func(cql string, args ...any) {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			var err error
 			for try := range 5 {
 				if err = sess.Query(cql, args...).ExecContext(ctx); err == nil || ctx.Err() != nil {
@@ -211,9 +196,7 @@ func deleteCQLUsers(ctx context.Context, sess *gocql.Session, touched map[string
 				case <-time.After(time.Duration(try+1) * time.Second):
 				}
 			}
-			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
-			}
+			return err
 		})
 	}
 	for user, buckets := range touched {
@@ -225,8 +208,7 @@ func deleteCQLUsers(ctx context.Context, sess *gocql.Session, touched map[string
 		}
 		run(`DELETE FROM user_status WHERE user_id = ?`, user)
 	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	return ctx.Err()

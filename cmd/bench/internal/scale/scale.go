@@ -4,6 +4,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
@@ -455,45 +457,31 @@ func scaleBaseline(ctx context.Context, env *harness.Env, rdb redis.UniversalCli
 // loadBaseline writes every user in the seed's layout as of the instant now, a
 // pipeline per -scale-window users, from -scale-workers writers.
 func loadBaseline(ctx context.Context, env *harness.Env, rdb redis.UniversalClient, zkey string, now time.Time) error {
-	jobs := make(chan [2]int)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	for range env.Cfg.ScaleWorkers {
-		wg.Go(func() {
-			for r := range jobs {
-				if ctx.Err() != nil {
-					continue
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(env.Cfg.ScaleWorkers)
+	for lo := 0; lo < env.Cfg.ScaleUsers && gctx.Err() == nil; lo += env.Cfg.ScaleWindow {
+		g.Go(func() error {
+			pipe := rdb.Pipeline()
+			for i := lo; i < min(lo+env.Cfg.ScaleWindow, env.Cfg.ScaleUsers); i++ {
+				id := UserID(i)
+				online := Online(i, env.Cfg.ScaleOnline)
+				seen := seen(i, online, now)
+				status := "offline"
+				if online {
+					status = "online"
 				}
-				pipe := rdb.Pipeline()
-				for i := r[0]; i < r[1]; i++ {
-					id := UserID(i)
-					online := Online(i, env.Cfg.ScaleOnline)
-					seen := seen(i, online, now)
-					status := "offline"
-					if online {
-						status = "online"
-					}
-					pipe.HSet(ctx, scaleBaselinePrefix+":user:"+id, "status", status, "lastUpdated", seen.UTC().Format(seedTime))
-					if online {
-						pipe.ZAdd(ctx, zkey, redis.Z{Score: float64(seen.UnixMilli()), Member: id})
-					}
-				}
-				if _, err := pipe.Exec(ctx); err != nil {
-					cancel(fmt.Errorf("bulk-loading the baseline: %w", err))
+				pipe.HSet(gctx, scaleBaselinePrefix+":user:"+id, "status", status, "lastUpdated", seen.UTC().Format(seedTime))
+				if online {
+					pipe.ZAdd(gctx, zkey, redis.Z{Score: float64(seen.UnixMilli()), Member: id})
 				}
 			}
+			if _, err := pipe.Exec(gctx); err != nil {
+				return fmt.Errorf("bulk-loading the baseline: %w", err)
+			}
+			return nil
 		})
 	}
-	for lo := 0; lo < env.Cfg.ScaleUsers && ctx.Err() == nil; lo += env.Cfg.ScaleWindow {
-		select {
-		case jobs <- [2]int{lo, min(lo+env.Cfg.ScaleWindow, env.Cfg.ScaleUsers)}:
-		case <-ctx.Done():
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	return context.Cause(ctx)
+	return cmp.Or(g.Wait(), ctx.Err())
 }
 
 // seedTime is how the seed API writes lastUpdated.

@@ -314,20 +314,13 @@ func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, me
 	vars = append(vars, harness.EnvironWithoutPulse()...)
 	busy0 := probe.Snapshot(nil)[probe.Machine]
 	started := time.Now()
+	// The aggregators get SIGTERM when the run ends, and SIGKILL 30 s later.
+	procCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var procs []*exec.Cmd
 	defer func() {
+		stop()
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-			}
+			_ = p.Wait()
 		}
 	}()
 	for i := range members {
@@ -336,7 +329,9 @@ func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, me
 			return run, err
 		}
 		defer logf.Close()
-		cmd := exec.Command(bin)
+		cmd := exec.CommandContext(procCtx, bin)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+		cmd.WaitDelay = 30 * time.Second
 		cmd.Env = append(vars, "PULSE_KAFKA_CLIENT_ID=bench-scaleout-"+strconv.Itoa(i+1))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
