@@ -95,12 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 
 		LimitsEchoRates: rates{5000, 10000, 20000, 40000, 80000, 160000},
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: bench [flags]\n\nMeasures Pulse on the local stack; see `go doc ./cmd/bench` and docs/performance.md.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("bench", "Measures Pulse on the local stack; see `go doc ./cmd/bench` and docs/performance.md.", stderr)
 	fs.StringVar(&cfg.Root, "root", ".", "the repository's top `folder`")
 	fs.StringVar(&cfg.Home, "pulse-home", os.Getenv("PULSE_HOME"), "the stack's `folder` (default <root>/.pulse, or $PULSE_HOME)")
 	fs.StringVar(&cfg.OutDir, "out", "bench-results", "results go to `folder`/<UTC time>/")

@@ -53,7 +53,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -108,12 +107,7 @@ type config struct {
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: loadgen [flags]\n\nDrives open-loop load at Pulse's HTTP API; see `go doc ./cmd/loadgen`.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("loadgen", "Drives open-loop load at Pulse's HTTP API; see `go doc ./cmd/loadgen`.", stderr)
 	fs.StringVar(&cfg.ingestURL, "ingest", ports.LocalURL(ports.Ingest), "ingest API base `URL`")
 	fs.StringVar(&cfg.queryURL, "query", ports.LocalURL(ports.Query), "query API base `URL`")
 	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "length of the measured run, after the warm-up")

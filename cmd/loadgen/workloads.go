@@ -104,8 +104,8 @@ func newClient(cfg config) (*client, error) {
 	}
 	return &client{
 		http:       &http.Client{Transport: tr},
-		ingest:     trimSlash(cfg.ingestURL),
-		query:      trimSlash(cfg.queryURL),
+		ingest:     strings.TrimRight(cfg.ingestURL, "/"),
+		query:      strings.TrimRight(cfg.queryURL, "/"),
 		timeout:    cfg.timeout,
 		ingestAuth: bearer(cfg.producerKey),
 		queryAuth:  bearer(cfg.readerKey),
@@ -117,13 +117,6 @@ func bearer(key string) string {
 		return ""
 	}
 	return "Bearer " + key
-}
-
-func trimSlash(s string) string {
-	for len(s) > 0 && s[len(s)-1] == '/' {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // call sends one request under the -timeout and, on a 2xx, decodes the answer into
@@ -499,7 +492,9 @@ func (p *prober) await(ctx context.Context, id, want string, acked time.Time) pr
 }
 
 // mix is a weighted choice: of event kinds in batches, of statuses.
-type mix []struct {
+type mix []weighted
+
+type weighted struct {
 	kind   string
 	weight int
 }
@@ -543,10 +538,7 @@ func parseMix(s string) (mix, error) {
 			return nil, fmt.Errorf("%q: weight must be a whole number ≥ 0", part)
 		}
 		total += n
-		m = append(m, struct {
-			kind   string
-			weight int
-		}{kind, n})
+		m = append(m, weighted{kind, n})
 	}
 	if total == 0 {
 		return nil, errors.New("at least one weight must be above 0")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,6 +29,18 @@ func Main(name string, run func(ctx context.Context) error) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// FlagSet is a tool's flag set, printing its errors and its usage (about, then every
+// flag) to stderr; its Parse returns errors rather than exiting.
+func FlagSet(name, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s [flags]\n\n%s\n\nflags:\n", name, about)
+		fs.PrintDefaults()
+	}
+	return fs
 }
 
 // Parse parses args into fs's flags; the tools take no other arguments.
