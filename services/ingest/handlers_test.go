@@ -77,7 +77,10 @@ func newHarness(t testing.TB, env map[string]string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, h := newServer(cfg, logger, reg, client, authn)
+	srv, h, err := newServer(cfg, logger, reg, client, authn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.now = func() time.Time { return testNow }
 	return &harness{t: t, cluster: cluster, client: client, srv: srv, h: h, reg: reg}
 }

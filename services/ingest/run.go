@@ -52,7 +52,10 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	// Closing after the HTTP server has drained lets in-flight requests get their acks.
 	defer client.Close()
 
-	srv, _ := newServer(cfg, logger, reg, client, authn)
+	srv, _, err := newServer(cfg, logger, reg, client, authn)
+	if err != nil {
+		return err
+	}
 	err = srv.Run(ctx)
 	return errors.Join(err, loops.Stop())
 }
@@ -77,7 +80,7 @@ func producerOpts(cfg Config) []kgo.Opt {
 // newServer is the HTTP server with the ingest endpoints, producing through client.
 // Every route but the probes, /metrics and /openapi.json needs the write scope; user
 // tokens may post, for their own user only (handler.admit).
-func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client *kgo.Client, authn *auth.Authenticator) (*httpserver.Server, *handler) {
+func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client *kgo.Client, authn *auth.Authenticator) (*httpserver.Server, *handler, error) {
 	srv := httpserver.New(cfg.HTTP, logger, reg, health.Check{
 		Name: "kafka",
 		Func: func(ctx context.Context) error { return kafkax.Ping(ctx, client, cfg.Kafka.EventsTopic) },
@@ -85,6 +88,8 @@ func newServer(cfg Config, logger *slog.Logger, reg *prometheus.Registry, client
 	h := newHandler(cfg, newProducer(client, cfg.Kafka.EventsTopic, cfg.AckTimeout, reg), reg)
 	authn.Guard(reg, auth.ScopeWrite, "/status", "/v1/events", "/v1/heartbeat").Install(srv.Echo)
 	h.register(srv.Echo)
-	openapi.Register(srv.Echo)
-	return srv, h
+	if err := openapi.Register(srv.Echo, "ingest"); err != nil {
+		return nil, nil, err
+	}
+	return srv, h, nil
 }

@@ -42,3 +42,32 @@ func TestAtParamRefusesWhatNamesNoInstant(t *testing.T) {
 		}
 	}
 }
+
+// A parameter given with no value is a 400 naming it, before the handler runs; only
+// an empty cursor passes (the first page).
+func TestEmptyParamsAreRefused(t *testing.T) {
+	reached := 0
+	h := refuseEmptyParams(func(c echo.Context) error { reached++; return nil })
+	for _, c := range []struct{ query, field string }{
+		{"?view=", "view"},
+		{"?to=&from=2026-11-22", "to"},
+		{"?limit=", "limit"},
+		{"?status=online&status=", "status"},
+		{"?cursor=", ""},
+		{"?cursor=&limit=10", ""},
+		{"", ""},
+	} {
+		before := reached
+		err := h(echo.New().NewContext(httptest.NewRequest(http.MethodGet, "/v1/online"+c.query, nil), httptest.NewRecorder()))
+		if c.field == "" {
+			if err != nil || reached != before+1 {
+				t.Errorf("%q: err=%v, reached the handler %d times; want it passed on", c.query, err, reached-before)
+			}
+			continue
+		}
+		var he *httpserver.Error
+		if !errors.As(err, &he) || he.Status != http.StatusBadRequest || he.Field != c.field || reached != before {
+			t.Errorf("%q: err = %v, want a 400 naming %s before the handler", c.query, err, c.field)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -56,6 +57,7 @@ func (a *api) routes(e *echo.Echo) {
 	if a.limits != nil {
 		e.Use(a.limits.meter)
 	}
+	e.Use(refuseEmptyParams)
 	e.GET("/status/:userId", a.getStatus)
 	e.POST("/statuses", a.postStatuses)
 	e.GET("/v1/users/:userId/status", a.getUserStatus)
@@ -65,6 +67,21 @@ func (a *api) routes(e *echo.Echo) {
 	a.historyRoutes(e)
 	// The dashboard page (/dashboard/) and its pipeline view.
 	dashboard.Mount(e, a.pipeline)
+}
+
+// refuseEmptyParams answers 400 to a query parameter given with no value (`?to=`,
+// `?view=`): the document's schemas refuse the empty string, and reading it as
+// "absent" would answer a question the client did not ask. A cursor may be empty: it
+// is the first page, as when it is left out.
+func refuseEmptyParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for name, values := range c.QueryParams() {
+			if name != "cursor" && slices.Contains(values, "") {
+				return httpserver.BadRequest(name, "must not be empty: leave it out for its default")
+			}
+		}
+		return next(c)
+	}
 }
 
 // seedStatus is the seed API's shape of a status: lastUpdated is null for users Pulse

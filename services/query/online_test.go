@@ -61,7 +61,9 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 	tb.Cleanup(func() { stop(); <-done })
 	a := &api{store: store, get: reads.Get, counts: counts, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
 	a.routes(srv.Echo)
-	openapi.Register(srv.Echo)
+	if err := openapi.Register(srv.Echo, "query"); err != nil {
+		tb.Fatal(err)
+	}
 	return srv
 }
 

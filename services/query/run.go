@@ -108,7 +108,9 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	installTickets(srv.Echo, installAuth(srv.Echo, authn, reg),
 		auth.NewTickets(redisTickets{rdb: rdb, prefix: cfg.RedisPrefix}, cfg.Feed.TicketTTL, ticketTimeout))
 	a.routes(srv.Echo)
-	openapi.Register(srv.Echo)
+	if err := openapi.Register(srv.Echo, "query"); err != nil {
+		return err
+	}
 
 	// On shutdown the hub closes every feed connection (going away) while the server
 	// drains, so the server's wait for SSE streams ends as soon as they have said so.

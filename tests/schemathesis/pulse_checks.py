@@ -1,12 +1,51 @@
-"""Pulse's own check for schemathesis runs (tests/schemathesis_test.go).
+"""Pulse's own check and failure filter for schemathesis runs (tests/schemathesis_test.go).
 
 Pulse answers 503 with Retry-After when an answer cannot be given yet and will be
 soon: state being rebuilt, a past instant whose rows are not final, a history store
 that does not answer. That is the documented, retryable answer, not a fault; any
-other 5xx, or a 503 without Retry-After, is one.
+other 5xx, or a 503 without Retry-After, is one. The run replaces schemathesis's own
+not_a_server_error with no_unexplained_server_error.
+
+Some bounds the document states cannot be written as JSON Schema: an occurredAt
+within five minutes of the server's clock, an at= within the retention before now,
+from before to, a range no longer than the route's span, a day from 1970 to 9998, an
+activeWithin above 0 and at most 24h and not with at=, at
+most 100 ids with at=, invisible users listed only in the operator view, and a cursor
+the service itself handed out. A schema-valid request that breaks one of
+them is refused with a 400 naming the field; filter_failure drops that "schema-valid
+request rejected" failure only after checking, independently of the service, that
+the request really breaks the bound the 400 names. The document's own examples are
+checked apart, by TestOpenAPIExamplesWork: schemathesis's examples phase fills what
+an example leaves out with values of its own.
 """
 
+import json
+import re
+import threading
+from datetime import date, datetime, timedelta, timezone
+
 import schemathesis
+
+# The bounds as docs/configuration.md and the OpenAPI document give their defaults.
+MAX_SKEW = timedelta(minutes=5)  # PULSE_INGEST_MAX_SKEW
+AT_RETENTION = timedelta(days=30)  # PULSE_QUERY_AT_RETENTION
+AT_MAX_BATCH = 100  # PULSE_QUERY_AT_MAX_BATCH
+# Each history route's longest range (the operation descriptions' "At most N days").
+SPANS = {
+    "/v1/users/{userId}/timeline": 31,
+    "/v1/users/{userId}/sessions": 400,
+    "/v1/users/{userId}/daily": 400,
+    "/v1/stats/concurrency": 31,
+    "/v1/stats/uniques": 400,
+}
+DAY_RANGES = {"/v1/users/{userId}/daily"}  # from and to are days, both included
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(9999, 1, 1, tzinfo=timezone.utc)
+# Near a bound the clocks of this process and the service may disagree.
+MARGIN = timedelta(seconds=5)
+
+_cursors = set()  # every nextCursor / cursor the services answered with
+_lock = threading.Lock()
 
 
 @schemathesis.check
@@ -19,3 +58,152 @@ def no_unexplained_server_error(ctx, response, case):
     raise AssertionError(
         f"{response.status_code} is a server error and not a 503 with Retry-After"
     )
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    """Remembers the cursors the services hand out: only those are valid."""
+    try:
+        body = json.loads(response.content)
+    except (ValueError, TypeError):
+        return
+    if isinstance(body, dict):
+        for key in ("nextCursor", "cursor"):
+            if isinstance(body.get(key), str):
+                with _lock:
+                    _cursors.add(body[key])
+
+
+@schemathesis.hook
+def filter_failure(context, failure, case, response):
+    if failure.code != "ST202" or response.status_code != 400:
+        return True
+    try:
+        field = json.loads(response.content)["error"].get("field") or ""
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return True
+    return not breaks_stated_bound(case, field, datetime.now(timezone.utc))
+
+
+def breaks_stated_bound(case, field, now):
+    """Whether the request breaks the bound the 400 names (see the module's doc)."""
+    query = case.query or {}
+    path = case.operation.path
+    if field == "occurredAt" or re.fullmatch(r"events\[\d+\]\.occurredAt", field):
+        value = member(case.body, field)
+        t = instant(value)
+        return t is not None and abs(now - t) > MAX_SKEW - MARGIN
+    if field == "at":
+        t = instant(query.get("at"))
+        return t is not None and (t > now - MARGIN or t < now - AT_RETENTION + MARGIN)
+    if field == "userIds" and "at" in query:
+        ids = (case.body or {}).get("userIds") if isinstance(case.body, dict) else None
+        return isinstance(ids, list) and len(ids) > AT_MAX_BATCH
+    if field == "cursor":
+        with _lock:
+            return query.get("cursor") not in _cursors
+    if field in ("from", "to") and path in SPANS:
+        return range_out_of_bounds(path, query, now)
+    if field == "day":
+        d = day(query.get("day"))
+        return d is not None and (d < EARLIEST or d >= LATEST)
+    if field == "activeWithin":
+        if "at" in query:
+            return True  # activity is known for the present only
+        d = go_duration(query.get("activeWithin"))
+        return d is not None and (d <= timedelta(0) or d > timedelta(hours=24))
+    if field == "status" and path == "/v1/online":
+        return query.get("status") == "invisible" and query.get("view") != "operator"
+    return False
+
+
+def range_out_of_bounds(path, query, now):
+    days = path in DAY_RANGES
+    parse = day if days else time_or_day
+    values = {}
+    for name in ("from", "to"):
+        if name in query:
+            t = parse(query[name])
+            if t is None:
+                return False  # a malformed value is the schema's business
+            if t < EARLIEST or t >= LATEST:
+                return True
+            values[name] = t
+    to = values.get("to")
+    if to is None:
+        to = datetime(now.year, now.month, now.day, tzinfo=timezone.utc) if days else now
+    frm = values.get("from")
+    if frm is None:
+        return False  # the default span fits every route's bound
+    if days:
+        return frm > to or (to - frm).days + 1 > SPANS[path]
+    return frm >= to or to - frm > timedelta(days=SPANS[path])
+
+
+def member(body, field):
+    if not isinstance(body, dict):
+        return None
+    m = re.fullmatch(r"events\[(\d+)\]\.occurredAt", field)
+    if m:
+        events = body.get("events")
+        i = int(m.group(1))
+        if not isinstance(events, list) or i >= len(events) or not isinstance(events[i], dict):
+            return None
+        return events[i].get("occurredAt")
+    return body.get("occurredAt")
+
+
+def instant(value):
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        return None
+    try:
+        return t.astimezone(timezone.utc)
+    except OverflowError:  # before year 1 in UTC: older than any bound
+        return datetime(1, 1, 1, tzinfo=timezone.utc)
+
+
+def day(value):
+    try:
+        d = date.fromisoformat(value)
+    except (TypeError, ValueError):
+        return None
+    return datetime(d.year, d.month, d.day, tzinfo=timezone.utc)
+
+
+def time_or_day(value):
+    if isinstance(value, str) and "T" in value.upper():
+        return instant(value)
+    return day(value)
+
+
+_UNITS = {"ns": 1e-3, "us": 1, "µs": 1, "μs": 1, "ms": 1e3, "s": 1e6, "m": 60e6, "h": 3600e6}
+_TERM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def go_duration(value):
+    """A Go duration string (time.ParseDuration's grammar) as a timedelta."""
+    if not isinstance(value, str):
+        return None
+    sign, rest = 1, value
+    if rest[:1] in "+-" and rest:
+        sign, rest = (-1 if rest[0] == "-" else 1), rest[1:]
+    if rest == "0":
+        return timedelta(0)
+    micros, pos = 0.0, 0
+    for m in _TERM.finditer(rest):
+        if m.start() != pos:
+            return None
+        micros += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(rest) or pos == 0:
+        return None
+    try:
+        return sign * timedelta(microseconds=micros)
+    except OverflowError:
+        return timedelta.max if sign > 0 else timedelta.min
