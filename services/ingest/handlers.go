@@ -215,11 +215,12 @@ func (h *handler) reserveUser(id string, n int, now time.Time) (limits.Grant, er
 	return g, nil
 }
 
-// rateLimited is the 429 of a refusal: retry after wait, or never as it is (err:
-// more events in one request than a bucket holds).
+// rateLimited is the 429 of a refusal, to retry after wait; or, when the request
+// could never fit (err: more events in one request than a bucket holds), a 413: a
+// 429 always says when to come back.
 func rateLimited(message string, wait time.Duration, err error) error {
 	if err != nil {
-		return &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Message: message + "; send fewer events per request"}
+		return &httpserver.Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: message + "; send fewer events per request"}
 	}
 	return &httpserver.Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
 		Message: message + "; retry after Retry-After seconds", RetryAfter: wait}

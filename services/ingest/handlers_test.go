@@ -567,9 +567,9 @@ func TestRateLimits(t *testing.T) {
 	}
 	// Four events for one user in one request can never fit a bucket of 3.
 	res = hs.post("/v1/events", `{"events":[{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"},{"userId":"u-2","kind":"activity"}]}`)
-	want = `{"error":{"code":"rate_limited","message":"4 events for user \"u-2\" in one request; at most 3 (PULSE_INGEST_USER_BURST); send fewer events per request"}}`
-	if res.status != http.StatusTooManyRequests || res.body != want || res.header.Get("Retry-After") != "" {
-		t.Fatalf("oversized batch = %d %s (Retry-After %q), want 429 %s", res.status, res.body, res.header.Get("Retry-After"), want)
+	want = `{"error":{"code":"too_large","message":"4 events for user \"u-2\" in one request; at most 3 (PULSE_INGEST_USER_BURST); send fewer events per request"}}`
+	if res.status != http.StatusRequestEntityTooLarge || res.body != want || res.header.Get("Retry-After") != "" {
+		t.Fatalf("oversized batch = %d %s (Retry-After %q), want 413 %s", res.status, res.body, res.header.Get("Retry-After"), want)
 	}
 	// The key (anonymous here) took 3 of its 10; the refused requests took nothing.
 	if res := hs.post("/v1/events", `{"events":[{"userId":"u-3","kind":"activity"},{"userId":"u-4","kind":"activity"}]}`); res.status != http.StatusAccepted {
@@ -586,7 +586,10 @@ func TestRateLimits(t *testing.T) {
 	if n := hs.endOffset(); n != 10 {
 		t.Fatalf("topic holds %d records, want the 10 admitted", n)
 	}
-	if n := testutil.ToFloat64(hs.h.rejected.WithLabelValues("rate_limited")); n != 3 {
-		t.Errorf("rejected rate_limited = %v, want 3", n)
+	if n := testutil.ToFloat64(hs.h.rejected.WithLabelValues("rate_limited")); n != 2 {
+		t.Errorf("rejected rate_limited = %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(hs.h.rejected.WithLabelValues("too_large")); n != 1 {
+		t.Errorf("rejected too_large = %v, want 1 (the batch that never fits)", n)
 	}
 }

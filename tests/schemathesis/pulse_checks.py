@@ -7,16 +7,17 @@ other 5xx, or a 503 without Retry-After, is one. The run replaces schemathesis's
 not_a_server_error with no_unexplained_server_error.
 
 Some bounds the document states cannot be written as JSON Schema: an occurredAt
-within five minutes of the server's clock, an at= within the retention before now,
-from before to, a range no longer than the route's span, a day from 1970 to 9998, an
-activeWithin above 0 and at most 24h and not with at=, at
-most 100 ids with at=, invisible users listed only in the operator view, and a cursor
-the service itself handed out. A schema-valid request that breaks one of
-them is refused with a 400 naming the field; filter_failure drops that "schema-valid
-request rejected" failure only after checking, independently of the service, that
-the request really breaks the bound the 400 names. The document's own examples are
-checked apart, by TestOpenAPIExamplesWork: schemathesis's examples phase fills what
-an example leaves out with values of its own.
+within five minutes of the server's clock; an at= within the retention before now; from
+before to, in a range no longer than the route's span; a day from 1970 to 9998; an id of
+at most 128 bytes (its schema is the pattern alone: the generator cannot join a length
+to it); an activeWithin above 0, at most 24h and not with at=; at most 100 ids with at=;
+invisible users listed only in the operator view; a cursor the service handed out. A
+schema-valid request that breaks one of them is refused with a 400 naming the field;
+filter_failure drops that "schema-valid request rejected" failure only after checking,
+independently of the service, that the request really breaks the bound the 400 names.
+The document's own examples are checked apart (checkExamples in
+tests/openapi_examples_test.go): schemathesis's examples phase fills what an example
+leaves out with values of its own.
 """
 
 import json
@@ -30,6 +31,7 @@ import schemathesis
 MAX_SKEW = timedelta(minutes=5)  # PULSE_INGEST_MAX_SKEW
 AT_RETENTION = timedelta(days=30)  # PULSE_QUERY_AT_RETENTION
 AT_MAX_BATCH = 100  # PULSE_QUERY_AT_MAX_BATCH
+MAX_ID_BYTES = 128  # user, device and event ids
 # Each history route's longest range (the operation descriptions' "At most N days").
 SPANS = {
     "/v1/users/{userId}/timeline": 31,
@@ -89,6 +91,10 @@ def breaks_stated_bound(case, field, now):
     """Whether the request breaks the bound the 400 names (see the module's doc)."""
     query = case.query or {}
     path = case.operation.path
+    if re.fullmatch(r"(events\[\d+\]\.)?(userId|deviceId|eventId)|userIds\[\d+\]", field):
+        # An id: at most 128 bytes of UTF-8; the schema's pattern cannot say how many.
+        value = field_value(case, field)
+        return isinstance(value, str) and len(value.encode()) > MAX_ID_BYTES
     if field == "occurredAt" or re.fullmatch(r"events\[\d+\]\.occurredAt", field):
         value = member(case.body, field)
         t = instant(value)
@@ -138,6 +144,26 @@ def range_out_of_bounds(path, query, now):
     if days:
         return frm > to or (to - frm).days + 1 > SPANS[path]
     return frm >= to or to - frm > timedelta(days=SPANS[path])
+
+
+def field_value(case, field):
+    """The value a 400's field names: a body member ("events[2].userId",
+    "userIds[7]", "deviceId"), else a path or query parameter."""
+    cur = case.body
+    for name, index in re.findall(r"([A-Za-z]+)(?:\[(\d+)\])?", field):
+        if not isinstance(cur, dict) or name not in cur:
+            cur = None
+            break
+        cur = cur[name]
+        if index:
+            i = int(index)
+            cur = cur[i] if isinstance(cur, list) and i < len(cur) else None
+    if cur is not None:
+        return cur
+    for params in (case.path_parameters, case.query):
+        if params and field in params:
+            return params[field]
+    return None
 
 
 def member(body, field):
