@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -426,10 +428,10 @@ func TestFlagsRefused(t *testing.T) {
 }
 
 func TestRequestRandIsReproducible(t *testing.T) {
-	g := gen{users: 100000, devices: 2, mix: mix{{"status", 1}, {"heartbeat", 3}, {"activity", 1}}}
+	g := eventgen.Gen{Users: 100000, Devices: 2, Kinds: eventgen.MustParseMix(eventgen.DefaultKinds)}
 	draw := func(seed, salt, seq uint64) string {
 		rng := requestRand(seed, salt, seq)
-		return fmt.Sprint(g.event(rng), g.event(rng), g.status(rng))
+		return fmt.Sprint(g.Event(rng), g.Event(rng), eventgen.Status(rng))
 	}
 	if a, b := draw(1, 2, 3), draw(1, 2, 3); a != b {
 		t.Fatalf("same seed, workload and request drew %q and %q", a, b)

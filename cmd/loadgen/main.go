@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
 	"github.com/pulse-presence/pulse/internal/platform/ports"
@@ -89,7 +90,7 @@ type config struct {
 	singleRate, batchRate, heartbeatRate                       float64
 	readRate, batchReadRate, detailRate, countRate, filterRate float64
 	batchSize, readBatchSize                                   int
-	mix                                                        mix
+	mix                                                        eventgen.Mix
 
 	freshRate    float64
 	freshPoll    time.Duration
@@ -121,7 +122,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&cfg.singleRate, "single-rate", 0, "POST /status requests/s")
 	fs.Float64Var(&cfg.batchRate, "batch-rate", 0, "POST /v1/events requests/s")
 	fs.IntVar(&cfg.batchSize, "batch-size", 100, "events per POST /v1/events (1…1000)")
-	mixFlag := fs.String("mix", "status=1,heartbeat=3,activity=1", "weights of the event kinds in batches")
+	mixFlag := fs.String("mix", eventgen.DefaultKinds, "weights of the event kinds in batches")
 	fs.Float64Var(&cfg.heartbeatRate, "heartbeat-rate", 0, "POST /v1/heartbeat requests/s")
 	fs.Float64Var(&cfg.readRate, "read-rate", 0, "GET /status/{id} requests/s")
 	fs.Float64Var(&cfg.batchReadRate, "batch-read-rate", 0, "POST /statuses requests/s")
@@ -140,7 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err := cli.Parse(fs, args); err != nil {
 		return cfg, err
 	}
-	m, err := parseMix(*mixFlag)
+	m, err := eventgen.ParseMix(*mixFlag)
 	if err != nil {
 		return cfg, fmt.Errorf("-mix: %w", err)
 	}

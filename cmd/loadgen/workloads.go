@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
 )
 
@@ -205,14 +205,8 @@ type (
 		UserID string `json:"userId"`
 		Status string `json:"status"`
 	}
-	eventBody struct {
-		UserID   string `json:"userId"`
-		Kind     string `json:"kind"`
-		Status   string `json:"status,omitempty"`
-		DeviceID string `json:"deviceId,omitempty"`
-	}
 	eventsBody struct {
-		Events []eventBody `json:"events"`
+		Events []eventgen.Event `json:"events"`
 	}
 	eventsAnswer struct {
 		Accepted int      `json:"accepted"`
@@ -234,33 +228,8 @@ type (
 	}
 )
 
-// gen makes the ids, statuses and kinds requests carry.
-type gen struct {
-	prefix  string // of user ids: <prefix><n>
-	users   int
-	devices int
-	mix     mix
-}
-
-// statusMix is the statuses a producer sets, weighted roughly like a chat platform's
-// traffic.
-var statusMix = mix{{"online", 5}, {"idle", 2}, {"offline", 2}, {"invisible", 1}}
-
-func (g gen) user(rng *rand.Rand) string   { return g.prefix + strconv.Itoa(rng.IntN(g.users)) }
-func (g gen) device(rng *rand.Rand) string { return "d" + strconv.Itoa(rng.IntN(g.devices)) }
-
-func (g gen) status(rng *rand.Rand) string { return statusMix.pick(rng) }
-
-func (g gen) userList(rng *rand.Rand, n int) []string {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = g.user(rng)
-	}
-	return ids
-}
-
 // ackedOf is the events of a POST /v1/events body as the ledger records them.
-func ackedOf(events []eventBody) []AckedEvent {
+func ackedOf(events []eventgen.Event) []AckedEvent {
 	out := make([]AckedEvent, len(events))
 	for i, e := range events {
 		out[i] = AckedEvent{UserID: e.UserID, DeviceID: e.DeviceID, Kind: e.Kind, Status: e.Status}
@@ -268,31 +237,23 @@ func ackedOf(events []eventBody) []AckedEvent {
 	return out
 }
 
-func (g gen) event(rng *rand.Rand) eventBody {
-	e := eventBody{UserID: g.user(rng), Kind: g.mix.pick(rng), DeviceID: g.device(rng)}
-	if e.Kind == "status" {
-		e.Status = g.status(rng)
-	}
-	return e
-}
-
 // buildWorkloads returns the workloads whose rate is not 0, in report order. The
 // freshness probe reads its users' current statuses first, so it needs the query API.
 func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, error) {
-	g := gen{prefix: cfg.userPrefix, users: cfg.users, devices: cfg.devices, mix: cfg.mix}
+	g := eventgen.Gen{Prefix: cfg.userPrefix, Users: cfg.users, Devices: cfg.devices, Kinds: cfg.mix}
 	all := []*workload{
 		{name: "single", endpoint: "POST /status", rate: cfg.singleRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				b := statusBody{UserID: g.user(rng), Status: g.status(rng)}
+				b := statusBody{UserID: g.User(rng), Status: eventgen.Status(rng)}
 				// The seed API's answer names no event id.
 				return c.postEvents(ctx, "single", "/status", b, []AckedEvent{{UserID: b.UserID, Kind: "status", Status: b.Status}},
 					nil, func() []string { return nil })
 			}},
 		{name: "batch", endpoint: "POST /v1/events", rate: cfg.batchRate, perReq: cfg.batchSize,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				b := eventsBody{Events: make([]eventBody, cfg.batchSize)}
+				b := eventsBody{Events: make([]eventgen.Event, cfg.batchSize)}
 				for i := range b.Events {
-					b.Events[i] = g.event(rng)
+					b.Events[i] = g.Event(rng)
 				}
 				var a eventsAnswer
 				o := c.postEvents(ctx, "batch", "/v1/events", b, ackedOf(b.Events), &a, func() []string { return a.EventIDs })
@@ -303,22 +264,22 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "heartbeat", endpoint: "POST /v1/heartbeat", rate: cfg.heartbeatRate, perReq: 1,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				b := heartbeatBody{UserID: g.user(rng), DeviceID: g.device(rng)}
+				b := heartbeatBody{UserID: g.User(rng), DeviceID: g.Device(rng)}
 				var a heartbeatAnswer
 				return c.postEvents(ctx, "heartbeat", "/v1/heartbeat", b, []AckedEvent{{UserID: b.UserID, DeviceID: b.DeviceID, Kind: "heartbeat"}},
 					&a, func() []string { return []string{a.EventID} })
 			}},
 		{name: "read", endpoint: "GET /status/{id}", rate: cfg.readRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodGet, c.query+"/status/"+url.PathEscape(g.user(rng)), nil, nil)
+				return c.call(ctx, http.MethodGet, c.query+"/status/"+url.PathEscape(g.User(rng)), nil, nil)
 			}},
 		{name: "batch-read", endpoint: "POST /statuses", rate: cfg.batchReadRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: g.userList(rng, cfg.readBatchSize)}, nil)
+				return c.call(ctx, http.MethodPost, c.query+"/statuses", userIDsBody{UserIDs: g.UserList(rng, cfg.readBatchSize)}, nil)
 			}},
 		{name: "detail", endpoint: "GET /v1/users/{id}/status", rate: cfg.detailRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodGet, c.query+"/v1/users/"+url.PathEscape(g.user(rng))+"/status", nil, nil)
+				return c.call(ctx, http.MethodGet, c.query+"/v1/users/"+url.PathEscape(g.User(rng))+"/status", nil, nil)
 			}},
 		{name: "count", endpoint: "GET /v1/online/count", rate: cfg.countRate,
 			do: func(ctx context.Context, _ *rand.Rand, _ uint64) outcome {
@@ -326,7 +287,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			}},
 		{name: "filter", endpoint: "POST /v1/online/filter", rate: cfg.filterRate,
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
-				return c.call(ctx, http.MethodPost, c.query+"/v1/online/filter", userIDsBody{UserIDs: g.userList(rng, cfg.readBatchSize)}, nil)
+				return c.call(ctx, http.MethodPost, c.query+"/v1/online/filter", userIDsBody{UserIDs: g.UserList(rng, cfg.readBatchSize)}, nil)
 			}},
 	}
 	if cfg.freshRate > 0 {
@@ -431,7 +392,7 @@ func (p *prober) probe(ctx context.Context, _ *rand.Rand, seq uint64) outcome {
 	if u.status == "online" {
 		want = "offline"
 	}
-	ev := eventsBody{Events: []eventBody{{UserID: u.id, Kind: "status", Status: want, DeviceID: "probe"}}}
+	ev := eventsBody{Events: []eventgen.Event{{UserID: u.id, Kind: "status", Status: want, DeviceID: "probe"}}}
 	var a eventsAnswer
 	o := p.c.postEvents(ctx, "fresh", "/v1/events", ev, ackedOf(ev.Events), &a, func() []string { return a.EventIDs })
 	if o.class != classOK {
@@ -489,59 +450,4 @@ func (p *prober) await(ctx context.Context, id, want string, acked time.Time) pr
 			next = time.Now()
 		}
 	}
-}
-
-// mix is a weighted choice: of event kinds in batches, of statuses.
-type mix []weighted
-
-type weighted struct {
-	kind   string
-	weight int
-}
-
-func (m mix) pick(rng *rand.Rand) string {
-	total := 0
-	for _, k := range m {
-		total += k.weight
-	}
-	n := rng.IntN(total)
-	for _, k := range m {
-		if n < k.weight {
-			return k.kind
-		}
-		n -= k.weight
-	}
-	return m[len(m)-1].kind // unreachable: n < total
-}
-
-// parseMix reads "status=1,heartbeat=3,activity=1".
-func parseMix(s string) (mix, error) {
-	var m mix
-	seen := map[string]bool{}
-	total := 0
-	for part := range strings.SplitSeq(s, ",") {
-		kind, w, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			return nil, fmt.Errorf("%q: want kind=weight", part)
-		}
-		switch kind {
-		case "status", "heartbeat", "activity":
-		default:
-			return nil, fmt.Errorf("%q: kind must be status, heartbeat or activity", kind)
-		}
-		if seen[kind] {
-			return nil, fmt.Errorf("%q given twice", kind)
-		}
-		seen[kind] = true
-		n, err := strconv.Atoi(w)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q: weight must be a whole number ≥ 0", part)
-		}
-		total += n
-		m = append(m, weighted{kind, n})
-	}
-	if total == 0 {
-		return nil, errors.New("at least one weight must be above 0")
-	}
-	return m, nil
 }

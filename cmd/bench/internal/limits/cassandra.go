@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
@@ -144,17 +144,14 @@ func planCQL(rng *rand.Rand, users int, now time.Time, offset *int64, touched ma
 	}
 	last := map[string]*seen{}
 	var userOrder []string
-	kinds := []presence.Kind{presence.KindStatus, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindActivity}
+	g := eventgen.Gen{Prefix: limitsCQLPrefix, Users: max(users, 1), Devices: 2, Kinds: eventgen.MustParseMix(eventgen.DefaultKinds)}
 	for i := range limitsPlanEvents {
-		e := presence.Event{UserID: limitsCQLPrefix + strconv.Itoa(rng.IntN(max(users, 1))), Kind: kinds[rng.IntN(len(kinds))],
-			OccurredAt: now.Add(time.Duration(i) * time.Microsecond), Source: presence.SourceAPI, Status: presence.Online}
-		e.ID, e.ReceivedAt = fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()), e.OccurredAt
+		e := g.Event(rng).Presence(now.Add(time.Duration(i) * time.Microsecond))
 		*offset++
 		if touched[e.UserID] == nil {
 			touched[e.UserID] = map[time.Time]bool{}
 		}
 		if e.Kind != presence.KindHeartbeat {
-			e.DeviceID = "d" + strconv.Itoa(rng.IntN(2))
 			add(historystore.EventRow(&e, false, int32(*offset%16), *offset))
 			y, m, d := e.OccurredAt.UTC().Date()
 			touched[e.UserID][time.Date(y, m, d, 0, 0, 0, 0, time.UTC)] = true

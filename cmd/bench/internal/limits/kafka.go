@@ -20,7 +20,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
-	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/internal/domain/records"
 )
 
@@ -149,26 +149,19 @@ func kafkaToolsClasspath(env *harness.Env) (classpath, tool string, err error) {
 }
 
 // kafkaPayloads are n payloads for ProducerPerformance's --payload-file, one a line:
-// each is a real presence.events record of a loadgen-like event (users lg-0 … of
-// users, loadgen's mix of kinds) — its key, schema header and protobuf value — with
-// every byte folded into 7-bit ASCII other than the newline, since the tool reads the
-// file as UTF-8 text. Sizes and repetitions, which compression sees, stay the records'.
-// It also answers the mean value and payload sizes.
+// each is a real presence.events record of a loadgen event (users lg-0 … of users,
+// loadgen's mix) — its key, schema header and protobuf value — with every byte folded
+// into 7-bit ASCII other than the newline, since the tool reads the file as UTF-8
+// text. Sizes and repetitions, which compression sees, stay the records'. It also
+// answers the mean value and payload sizes.
 func kafkaPayloads(users, n int, now time.Time) (file []byte, valueMean, recordMean float64, err error) {
 	rng := rand.New(rand.NewPCG(17, 17))
-	kinds := []presence.Kind{presence.KindStatus, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindHeartbeat, presence.KindActivity}
-	statuses := []presence.Status{presence.Online, presence.Idle, presence.Invisible, presence.Offline}
+	g := eventgen.Gen{Prefix: "lg-", Users: max(users, 1), Devices: 2, Kinds: eventgen.MustParseMix(eventgen.DefaultKinds)}
 	var values, total int
 	for range n {
-		e := presence.Event{
-			ID:     fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, 0x8000|rng.Uint32()&0x3fff, rng.Uint64()&0xffffffffffff),
-			UserID: "lg-" + strconv.Itoa(rng.IntN(max(users, 1))), Kind: kinds[rng.IntN(len(kinds))],
-			DeviceID: "d" + strconv.Itoa(rng.IntN(2)), OccurredAt: now, ReceivedAt: now.Add(time.Duration(rng.IntN(1000)) * time.Microsecond),
-			Source: presence.SourceAPI,
-		}
-		if e.Kind == presence.KindStatus {
-			e.Status = statuses[rng.IntN(len(statuses))]
-		}
+		e := g.Event(rng).Presence(now)
+		// Ingest stamps each event as it arrives: times differ, as compression sees them.
+		e.ReceivedAt = now.Add(time.Duration(rng.IntN(1000)) * time.Microsecond)
 		r, err := records.Event("presence.events", &e)
 		if err != nil {
 			return nil, 0, 0, err

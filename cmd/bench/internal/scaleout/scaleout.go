@@ -23,7 +23,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
-	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/internal/domain/records"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
@@ -249,28 +249,16 @@ func scaleOutSpeedup(runs []report.ScaleOutRun) float64 {
 }
 
 // produceScaleOut writes n events of users users to topic as ingest would (records.Event,
-// acks from all in-sync replicas), in the mix loadgen's batches send: status 1, heartbeat
-// 3, activity 1, statuses online 5, idle 2, offline 2, invisible 1.
+// acks from all in-sync replicas), in the mix loadgen's batches send.
 func produceScaleOut(ctx context.Context, cl *kgo.Client, topic string, n, users int) error {
 	rng := rand.New(rand.NewPCG(1, 2))
-	statuses := []presence.Status{presence.Online, presence.Online, presence.Online, presence.Online, presence.Online,
-		presence.Idle, presence.Idle, presence.Offline, presence.Offline, presence.Invisible}
-	devices := []string{"web", "phone", "tablet"}
+	g := eventgen.Gen{Prefix: "so", Users: users, Devices: 3, Kinds: eventgen.MustParseMix(eventgen.DefaultKinds)}
 	const chunk = 10_000
 	for i := 0; i < n; {
 		batch := make([]*kgo.Record, 0, min(chunk, n-i))
 		now := time.Now()
 		for ; len(batch) < cap(batch); i++ {
-			e := presence.Event{ID: "so" + strconv.Itoa(i), UserID: "so" + strconv.Itoa(rng.IntN(users)),
-				DeviceID: devices[rng.IntN(len(devices))], OccurredAt: now, ReceivedAt: now, Source: presence.SourceAPI}
-			switch k := rng.IntN(5); {
-			case k == 0:
-				e.Kind, e.Status = presence.KindStatus, statuses[rng.IntN(len(statuses))]
-			case k == 4:
-				e.Kind = presence.KindActivity
-			default:
-				e.Kind = presence.KindHeartbeat
-			}
+			e := g.Event(rng).Presence(now)
 			r, err := records.Event(topic, &e)
 			if err != nil {
 				return err
