@@ -203,7 +203,7 @@ func writeTable(w io.Writer, r Report) error {
 		fmt.Fprintf(tw, "%-*s\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
 			width, x.Name, x.TargetRate, x.AchievedRate, ev, x.OK,
 			x.Errors.C4xx, x.Errors.C5xx, x.Errors.Transport, x.Errors.Dropped,
-			fmtMs(l.P50, l.Count), fmtMs(l.P90, l.Count), fmtMs(l.P99, l.Count), fmtMs(l.P999, l.Count), fmtMs(l.Max, l.Count))
+			loadreport.FmtMs(l.P50, l.Count), loadreport.FmtMs(l.P90, l.Count), loadreport.FmtMs(l.P99, l.Count), loadreport.FmtMs(l.P999, l.Count), loadreport.FmtMs(l.Max, l.Count))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -227,25 +227,10 @@ func writeTable(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "\nfreshness (write 2xx → first read showing it): probes %d, seen %d, timeouts %d, aborted %d; polls %d (%d failed)\n",
 			f.Probes, f.Seen, f.Timeouts, f.Aborted, f.Polls, f.PollErrors)
 		fmt.Fprintf(&b, "  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n",
-			fmtMs(q.P50, q.Count), fmtMs(q.P90, q.Count), fmtMs(q.P99, q.Count), fmtMs(q.P999, q.Count), fmtMs(q.Max, q.Count))
+			loadreport.FmtMs(q.P50, q.Count), loadreport.FmtMs(q.P90, q.Count), loadreport.FmtMs(q.P99, q.Count), loadreport.FmtMs(q.P999, q.Count), loadreport.FmtMs(q.Max, q.Count))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// fmtMs prints a latency in milliseconds with about three significant digits.
-func fmtMs(v float64, n uint64) string {
-	switch {
-	case n == 0:
-		return "-"
-	case v < 1:
-		return fmt.Sprintf("%.0fµs", v*1000)
-	case v < 10:
-		return fmt.Sprintf("%.2fms", v)
-	case v < 1000:
-		return fmt.Sprintf("%.1fms", v)
-	}
-	return fmt.Sprintf("%.2fs", v/1000)
 }
 
 // progress prints one line a second to w until stop is closed: per workload the
@@ -275,9 +260,9 @@ func progress(w io.Writer, stop <-chan struct{}, start, from time.Time, wls []*w
 				last[i] = done
 				failed += st[i].failed.Load()
 				p99, n, f99, fn := st[i].snapshot()
-				fmt.Fprintf(&b, " %s %.0f/s p99 %s |", w.name, rate, fmtMs(ms(p99), n))
+				fmt.Fprintf(&b, " %s %.0f/s p99 %s |", w.name, rate, loadreport.FmtMs(ms(p99), n))
 				if w.name == "fresh" {
-					fresh = " fresh p99 " + fmtMs(ms(f99), fn)
+					fresh = " fresh p99 " + loadreport.FmtMs(ms(f99), fn)
 				}
 			}
 			lastAt = now

@@ -1,10 +1,11 @@
 // Package loadreport is the JSON report of cmd/loadgen, shared with cmd/bench, which
-// runs loadgen once per step and reads its reports.
+// runs loadgen once per step and reads its reports, and the latency format both print.
 package loadreport
 
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
@@ -147,4 +148,24 @@ func (r Report) Workload(name string) (WorkloadReport, bool) {
 		}
 	}
 	return WorkloadReport{}, false
+}
+
+// FmtMs prints a latency in milliseconds with about three significant digits; "–"
+// when nothing was measured (n = 0).
+func FmtMs(v float64, n uint64) string {
+	switch {
+	case n == 0 || math.IsNaN(v):
+		return "–"
+	case v < 0.001:
+		return fmt.Sprintf("%.0f ns", v*1e6)
+	case v < 0.01:
+		return fmt.Sprintf("%.1f µs", v*1000)
+	case v < 1:
+		return fmt.Sprintf("%.0f µs", v*1000)
+	case v < 10:
+		return fmt.Sprintf("%.2f ms", v)
+	case v < 1000:
+		return fmt.Sprintf("%.1f ms", v)
+	}
+	return fmt.Sprintf("%.2f s", v/1000)
 }

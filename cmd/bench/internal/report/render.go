@@ -8,27 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
-// fmtMs prints a latency in milliseconds with about three significant digits; "–"
-// when nothing was measured (n = 0).
-func FmtMs(v float64, n uint64) string {
-	switch {
-	case n == 0 || math.IsNaN(v):
-		return "–"
-	case v < 0.001:
-		return fmt.Sprintf("%.0f ns", v*1e6)
-	case v < 0.01:
-		return fmt.Sprintf("%.1f µs", v*1000)
-	case v < 1:
-		return fmt.Sprintf("%.0f µs", v*1000)
-	case v < 10:
-		return fmt.Sprintf("%.2f ms", v)
-	case v < 1000:
-		return fmt.Sprintf("%.1f ms", v)
-	}
-	return fmt.Sprintf("%.2f s", v/1000)
-}
+// FmtMs is the latency format bench shares with loadgen's table.
+var FmtMs = loadreport.FmtMs
 
 // num prints v rounded to a whole number with thousands separators: 125,000.
 func Num(v float64) string {
