@@ -38,24 +38,11 @@ func redisLimit(ctx context.Context, env *harness.Env) (*report.RedisLimit, erro
 	if err != nil {
 		return nil, err
 	}
-	clean := func(ctx context.Context) error {
-		for _, p := range []string{limitsLoopPrefix, limitsWindowPrefix} {
-			if _, err := redisx.DeletePrefix(ctx, rdb, p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := clean(ctx); err != nil {
+	cleanup, err := scale.ClearPrefixes(ctx, env, rdb, 5*time.Minute, limitsLoopPrefix, limitsWindowPrefix)
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		if err := clean(cctx); err != nil {
-			env.Note("deleting the Redis limit's keys under %s: and %s: %v", limitsLoopPrefix, limitsWindowPrefix, err)
-		}
-	}()
+	defer cleanup()
 	res := &report.RedisLimit{Shards: shards, UsersPerWindow: env.Cfg.ScaleWindow, Writers: min(env.Cfg.ScaleWorkers, shards),
 		Commands: "per window: HSET of each state bucket and rev bucket written, SET of the shard's online bitmap, HSET of its counts, HSET of its meta; one pipeline"}
 

@@ -106,26 +106,12 @@ func run(ctx context.Context, env *harness.Env) (*report.ScaleResult, error) {
 		}
 	}
 	// Whatever happens, the bulk-loaded keys go: they are gigabytes of a shared Redis.
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-		defer cancel()
-		for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
-			if n, err := redisx.DeletePrefix(cctx, rdb, p); err != nil {
-				env.Note("deleting the bulk-loaded keys under %s: %v (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, err, p)
-			} else if n > 0 {
-				fmt.Fprintf(env.Out, "    deleted %d keys under %s:\n", n, p)
-			}
-		}
-	}()
-	for _, p := range []string{scalePulsePrefix, scaleBaselinePrefix} {
-		if n, err := redisx.DeletePrefix(ctx, rdb, p); err != nil {
-			return nil, err
-		} else if n > 0 {
-			fmt.Fprintf(env.Out, "    deleted %d keys left under %s: by an earlier run\n", n, p)
-		}
+	cleanup, err := ClearPrefixes(ctx, env, rdb, 10*time.Minute, scalePulsePrefix, scaleBaselinePrefix)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 
-	var err error
 	fmt.Fprintf(env.Out, "    Pulse's layout: %d users (%d online) in %d shards under %s:\n", res.Users, res.Online, shards, scalePulsePrefix)
 	if res.Pulse, err = scalePulse(ctx, env, rdb, shards, res.Online); err != nil {
 		return res, err
@@ -520,6 +506,30 @@ func timeCalls(ctx context.Context, n int, fn func() error) (report.Quantiles, e
 		d = append(d, time.Since(t))
 	}
 	return report.QuantilesOf(d), nil
+}
+
+// ClearPrefixes deletes the keys an earlier run left under prefixes, and answers the
+// function that deletes the keys under them once more, within limit even after ctx
+// ended: the keys are a shared Redis's, so a failure there is noted, not fatal.
+func ClearPrefixes(ctx context.Context, env *harness.Env, rdb redis.UniversalClient, limit time.Duration, prefixes ...string) (cleanup func(), err error) {
+	for _, p := range prefixes {
+		if n, err := redisx.DeletePrefix(ctx, rdb, p); err != nil {
+			return nil, err
+		} else if n > 0 {
+			fmt.Fprintf(env.Out, "    deleted %d keys left under %s: by an earlier run\n", n, p)
+		}
+	}
+	return func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+		defer cancel()
+		for _, p := range prefixes {
+			if n, err := redisx.DeletePrefix(cctx, rdb, p); err != nil {
+				env.Note("deleting the keys under %s: %v (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, err, p)
+			} else if n > 0 {
+				fmt.Fprintf(env.Out, "    deleted %d keys under %s:\n", n, p)
+			}
+		}
+	}, nil
 }
 
 // QuietMemory waits until Redis has freed what UNLINK handed to its background

@@ -23,6 +23,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/internal/domain/records"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
@@ -206,13 +207,12 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 		id := fmt.Sprintf("bench-scaleout-%s-%s-%d", stamp, t.name, i+1)
 		// Short enough to stay apart from deployments, as long as none needs to be.
 		prefix := fmt.Sprintf("bso%d", members)
-		if _, err := redisx.DeletePrefix(ctx, rdb, prefix); err != nil {
+		cleanup, err := scale.ClearPrefixes(ctx, env, rdb, 5*time.Minute, prefix)
+		if err != nil {
 			return res, err
 		}
 		run, err := scaleOutRun(ctx, env, t, bin, members, id, prefix, events, changes, end, rdb)
-		if _, derr := redisx.DeletePrefix(context.WithoutCancel(ctx), rdb, prefix); derr != nil {
-			env.Note("deleting the scale-out state under %s: %v", prefix, derr)
-		}
+		cleanup()
 		dr, derr := adm.DeleteGroup(context.WithoutCancel(ctx), id)
 		if derr == nil {
 			derr = dr.Err
