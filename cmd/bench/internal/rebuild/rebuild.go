@@ -70,26 +70,8 @@ func run(ctx context.Context, env *harness.Env) (*report.RebuildResult, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	done := make([]bool, n)
-	for left := n; left > 0; {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%d of %d shards rebuilt after %v: %w", n-left, n, time.Since(start).Round(time.Second), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-		for s := range n {
-			if done[s] {
-				continue
-			}
-			bk, err := store.ShardBookkeeping(ctx, s)
-			if err != nil {
-				return nil, err
-			}
-			if bk.Exists && !bk.Rebuilding && bk.Offset >= end[s]-1 {
-				done[s] = true
-				left--
-			}
-		}
+	if err := AwaitFolded(ctx, store, end, func(int64) error { return nil }); err != nil {
+		return nil, fmt.Errorf("the rebuild had not finished after %v: %w", time.Since(start).Round(time.Second), err)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	after, err := store.Counts(ctx)
@@ -104,4 +86,45 @@ func run(ctx context.Context, env *harness.Env) (*report.RebuildResult, error) {
 	}
 	fmt.Fprintf(env.Out, "    rebuilt in %.2f s: %s users/s into Redis, %s records/s folded\n", res.Seconds, report.Num(res.UsersPerSecond), report.Num(res.RecordsPerSecond))
 	return res, nil
+}
+
+// AwaitFolded polls the shards' bookkeeping every 50 ms until every shard s has folded
+// its records below end[s], and calls progress with the records folded so far after
+// each poll; an error of progress ends the wait.
+func AwaitFolded(ctx context.Context, store *statestore.Store, end []int64, progress func(folded int64) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		folded, all, err := foldedSoFar(ctx, store, end)
+		if err == nil {
+			err = progress(folded)
+		}
+		if err != nil || all {
+			return err
+		}
+	}
+}
+
+// foldedSoFar is how many of the records below end the shards' bookkeeping says were
+// folded, and whether all were. A shard without records is whole with or without
+// bookkeeping; one being rebuilt has folded none.
+func foldedSoFar(ctx context.Context, store *statestore.Store, end []int64) (int64, bool, error) {
+	var folded int64
+	all := true
+	for s, e := range end {
+		bk, err := store.ShardBookkeeping(ctx, s)
+		if err != nil {
+			return 0, false, err
+		}
+		if !bk.Exists || bk.Rebuilding {
+			all = all && e == 0
+			continue
+		}
+		folded += min(bk.Offset+1, e)
+		all = all && bk.Offset >= e-1
+	}
+	return folded, all, nil
 }

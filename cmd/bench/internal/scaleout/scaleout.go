@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/rebuild"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
@@ -276,7 +278,7 @@ func produceScaleOut(ctx context.Context, cl *kgo.Client, topic string, n, users
 }
 
 // scaleOutRun starts members aggregators in group id and times their fold of events
-// up to end, polling the shards' bookkeeping every 50 ms.
+// up to end, polling the shards' bookkeeping every 50 ms (rebuild.AwaitFolded).
 func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, members int, id, prefix, events, changes string,
 	end []int64, rdb redis.UniversalClient) (report.ScaleOutRun, error) {
 	run := report.ScaleOutRun{Aggregators: members}
@@ -302,14 +304,15 @@ func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, me
 	vars = append(vars, harness.EnvironWithoutPulse()...)
 	busy0 := probe.Snapshot(nil)[probe.Machine]
 	started := time.Now()
-	// The aggregators get SIGTERM when the run ends, and SIGKILL 30 s later.
+	// The aggregators get SIGTERM when the run ends, and SIGKILL 30 s later. Each has a
+	// goroutine waiting for it, which says when one exits: only Wait fills ProcessState.
 	procCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var procs []*exec.Cmd
+	var waits sync.WaitGroup
+	exited := make(chan string, members)
 	defer func() {
 		stop()
-		for _, p := range procs {
-			_ = p.Wait()
-		}
+		waits.Wait()
 	}()
 	for i := range members {
 		logf, err := os.Create(filepath.Join(env.RawDir, fmt.Sprintf("scaleout-%s-%d-of-%d.log", t.name, i+1, members)))
@@ -326,34 +329,32 @@ func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, me
 			return run, fmt.Errorf("starting an aggregator: %w", err)
 		}
 		procs = append(procs, cmd)
+		waits.Go(func() {
+			_ = cmd.Wait()
+			exited <- cmd.ProcessState.String()
+		})
 	}
 
 	store := statestore.New(rdb, prefix)
 	ctx, cancel := context.WithTimeout(ctx, env.Cfg.ScaleOutLimit)
 	defer cancel()
-	for {
+	err := rebuild.AwaitFolded(ctx, store, end, func(folded int64) error {
 		select {
-		case <-ctx.Done():
-			return run, fmt.Errorf("the fold had not finished after %s: %w", env.Cfg.ScaleOutLimit, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case state := <-exited:
+			return fmt.Errorf("an aggregator exited: %s", state)
+		default:
 		}
-		for _, p := range procs {
-			if p.ProcessState != nil {
-				return run, fmt.Errorf("an aggregator exited: %s", p.ProcessState)
-			}
-		}
-		folded, all, err := foldedSoFar(ctx, store, end)
-		if err != nil {
-			return run, err
-		}
-		at := time.Since(started).Seconds()
 		if folded > 0 && run.FirstWriteSeconds == 0 {
-			run.FirstWriteSeconds = at
+			run.FirstWriteSeconds = time.Since(started).Seconds()
 		}
-		if all {
-			run.Seconds = at
-			break
-		}
+		return nil
+	})
+	run.Seconds = time.Since(started).Seconds()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return run, fmt.Errorf("the fold had not finished after %s: %w", env.Cfg.ScaleOutLimit, err)
+	case err != nil:
+		return run, err
 	}
 	run.EventsPerSec = float64(total) / run.Seconds
 	var cpu float64
@@ -366,24 +367,4 @@ func scaleOutRun(ctx context.Context, env *harness.Env, t target, bin string, me
 		run.MachineBusyCores = (busy1 - busy0) / run.Seconds
 	}
 	return run, nil
-}
-
-// foldedSoFar is how many of the records below end the shards' bookkeeping says were
-// folded, and whether all were.
-func foldedSoFar(ctx context.Context, store *statestore.Store, end []int64) (int64, bool, error) {
-	var folded int64
-	all := true
-	for s, e := range end {
-		bk, err := store.ShardBookkeeping(ctx, s)
-		if err != nil {
-			return 0, false, err
-		}
-		if !bk.Exists || bk.Rebuilding {
-			all = all && e == 0
-			continue
-		}
-		folded += min(bk.Offset+1, e)
-		all = all && bk.Offset >= e-1
-	}
-	return folded, all, nil
 }
