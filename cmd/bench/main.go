@@ -66,13 +66,13 @@ import (
 
 // phaseList is the phases in the order they run; allPhases names them for -phases.
 var (
-	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase{}, limits.Phase{}, scaleout.Phase{}, scale.Phase{}}
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase}
 	allPhases []string
 )
 
 func init() {
 	for _, p := range phaseList {
-		allPhases = append(allPhases, p.Name())
+		allPhases = append(allPhases, p.Name)
 	}
 }
 
@@ -115,11 +115,13 @@ func runPhases(ctx context.Context, env *harness.Env) error {
 		}
 	}
 	for _, p := range phaseList {
-		if !env.Cfg.Phases[p.Name()] {
+		if !env.Cfg.Phases[p.Name] {
 			continue
 		}
+		env.Idle(ctx, p.Before, false)
+		fmt.Fprintln(env.Out, "==> "+p.Title)
 		if err := p.Run(ctx, env); err != nil {
-			return fmt.Errorf("%s phase: %w", p.Name(), err)
+			return fmt.Errorf("%s phase: %w", p.Name, err)
 		}
 	}
 	return nil

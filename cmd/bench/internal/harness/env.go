@@ -1,5 +1,5 @@
 // Package harness is what every phase of cmd/bench runs on: the Env (configuration,
-// the stack, the lag reader, the results being filled in), the Phase interface, and
+// the stack, the lag reader, the results being filled in), the Phase type, and
 // the stack's and loadgen's processes.
 package harness
 
@@ -22,10 +22,12 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
 )
 
-// Phase is one part of the benchmark; it records what it measured in env.Res.
-type Phase interface {
-	Name() string
-	Run(ctx context.Context, env *Env) error
+// Phase is one part of the benchmark. Before it runs, the consumers get to catch up
+// (Idle, with Before naming it) and Title heads its output; Run records what it
+// measured in env.Res.
+type Phase struct {
+	Name, Before, Title string
+	Run                 func(ctx context.Context, env *Env) error
 }
 
 // Env is what every phase uses.

@@ -14,14 +14,10 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
 )
 
-type Phase struct{}
+// Phase runs every limit; one that fails is noted and the others still run.
+var Phase = harness.Phase{Name: "limits", Before: "the limits", Title: "the engines' own limits, on the same servers", Run: run}
 
-func (Phase) Name() string { return "limits" }
-
-// Run runs every limit; one that fails is noted and the others still run.
-func (Phase) Run(ctx context.Context, env *harness.Env) error {
-	env.Idle(ctx, "the limits", false)
-	fmt.Fprintln(env.Out, "==> the engines' own limits, on the same servers")
+func run(ctx context.Context, env *harness.Env) error {
 	res := &report.LimitsResult{}
 	env.Res.Limits = res
 	for _, part := range []struct {

@@ -16,19 +16,11 @@ import (
 // Phase has the aggregators rebuild every shard from the log, as pulsectl rebuild does
 // (it deletes the shards' bookkeeping), and times it to the last shard whole, polling
 // every 50 ms.
-type Phase struct{}
-
-func (Phase) Name() string { return "rebuild" }
-
-func (Phase) Run(ctx context.Context, env *harness.Env) error {
-	env.Idle(ctx, "the rebuild", false)
-	fmt.Fprintln(env.Out, "==> every shard rebuilt from the log (guarantee 10)")
-	r, err := run(ctx, env)
-	if err == nil {
-		env.Res.Rebuild = r
-	}
-	return err
-}
+var Phase = harness.Phase{Name: "rebuild", Before: "the rebuild", Title: "every shard rebuilt from the log (guarantee 10)",
+	Run: func(ctx context.Context, env *harness.Env) (err error) {
+		env.Res.Rebuild, err = run(ctx, env)
+		return err
+	}}
 
 func run(ctx context.Context, env *harness.Env) (*report.RebuildResult, error) {
 	rdb := redisx.NewClient(redisx.Config{Addrs: []string{fmt.Sprintf("127.0.0.1:%d", env.Cfg.Ports.Redis)}})

@@ -66,21 +66,16 @@ func splitmix(x uint64) uint64 {
 
 // Phase measures counts and memory with -scale-users users in Pulse's layout, then in
 // the baseline's, one after the other on the same Redis, deleting each afterwards.
-type Phase struct{}
-
-func (Phase) Name() string { return "scale" }
-
-func (Phase) Run(ctx context.Context, env *harness.Env) error {
-	// The bulk load does not go through the consumers, but its counts are timed on the
-	// same cores a catching-up history would load.
-	env.Idle(ctx, "the scale phase", false)
-	fmt.Fprintf(env.Out, "==> counts and memory at scale (%d users)\n", env.Cfg.ScaleUsers)
-	s, err := run(ctx, env)
-	if err == nil {
-		env.Res.Scale = s
-	}
-	return err
-}
+// The bulk load does not go through the consumers, but its counts are timed on the
+// same cores a catching-up history would load: it waits for them too.
+var Phase = harness.Phase{Name: "scale", Before: "the scale phase", Title: "counts and memory at scale",
+	Run: func(ctx context.Context, env *harness.Env) error {
+		s, err := run(ctx, env)
+		if err == nil {
+			env.Res.Scale = s
+		}
+		return err
+	}}
 
 // Client is a client of the stack's Redis for bulk writes.
 func Client(env *harness.Env) redis.UniversalClient {

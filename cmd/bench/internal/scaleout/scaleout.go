@@ -46,17 +46,11 @@ type target struct {
 // from bench (no ingest, no load generator taking cores while the aggregators run),
 // and each run's group starts at its beginning with an empty Redis prefix, timed by the
 // shards' bookkeeping (each shard's last folded offset, in Redis with every window).
-type Phase struct{}
-
-func (Phase) Name() string { return "scaleout" }
-
-func (Phase) Run(ctx context.Context, env *harness.Env) error {
-	env.Idle(ctx, "the scale-out runs", false)
-	fmt.Fprintln(env.Out, "==> scale-out: the same records folded by one aggregator, then two")
-	var err error
-	env.Res.ScaleOut, err = run(ctx, env)
-	return err
-}
+var Phase = harness.Phase{Name: "scaleout", Before: "the scale-out runs", Title: "scale-out: the same records folded by one aggregator, then two",
+	Run: func(ctx context.Context, env *harness.Env) (err error) {
+		env.Res.ScaleOut, err = run(ctx, env)
+		return err
+	}}
 
 func run(ctx context.Context, env *harness.Env) (*report.ScaleOutResult, error) {
 	res := &report.ScaleOutResult{Events: env.Cfg.ScaleOutEvents, Users: env.Cfg.ScaleOutUsers}

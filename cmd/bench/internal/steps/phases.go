@@ -10,45 +10,32 @@ import (
 
 // The ingest phases.
 var (
-	Batch  harness.Phase = modePhase{"batch", "batched", "the batched steps"}
-	Single harness.Phase = modePhase{"single", "single", "the single-event steps"}
-	Half   harness.Phase = halfPhase{}
+	Batch  = harness.Phase{Name: "batch", Before: "the batched steps", Title: "batched ingest steps", Run: runMode("batched")}
+	Single = harness.Phase{Name: "single", Before: "the single-event steps", Title: "single ingest steps", Run: runMode("single")}
+	Half   = harness.Phase{Name: "half", Before: "the half-max phase", Title: "reads and freshness at half the highest batched rate",
+		Run: func(ctx context.Context, env *harness.Env) (err error) {
+			env.Res.Half, err = halfMax(ctx, env)
+			return err
+		}}
 )
 
-type modePhase struct{ name, mode, before string }
-
-func (p modePhase) Name() string { return p.name }
-
-func (p modePhase) Run(ctx context.Context, env *harness.Env) error {
-	env.Idle(ctx, p.before, false)
-	fmt.Fprintf(env.Out, "==> %s ingest steps\n", p.mode)
-	m, err := stepMode(ctx, env, p.mode)
-	if p.mode == "single" {
-		env.Res.Single = m
-	} else {
-		env.Res.Batched = m
+// runMode steps one ingest mode; the batched one then steps again without history.
+func runMode(mode string) func(context.Context, *harness.Env) error {
+	return func(ctx context.Context, env *harness.Env) error {
+		m, err := stepMode(ctx, env, mode)
+		if mode == "single" {
+			env.Res.Single = m
+		} else {
+			env.Res.Batched = m
+		}
+		if err != nil || mode == "single" || !env.Cfg.WithoutHistory {
+			return err
+		}
+		if err := withoutHistory(ctx, env); err != nil {
+			return fmt.Errorf("batched steps without history: %w", err)
+		}
+		return nil
 	}
-	if err != nil || p.mode == "single" || !env.Cfg.WithoutHistory {
-		return err
-	}
-	if err := withoutHistory(ctx, env); err != nil {
-		return fmt.Errorf("batched steps without history: %w", err)
-	}
-	return nil
-}
-
-type halfPhase struct{}
-
-func (halfPhase) Name() string { return "half" }
-
-func (halfPhase) Run(ctx context.Context, env *harness.Env) error {
-	env.Idle(ctx, "the half-max phase", false)
-	fmt.Fprintln(env.Out, "==> reads and freshness at half the highest batched rate")
-	h, err := halfMax(ctx, env)
-	if err == nil {
-		env.Res.Half = h
-	}
-	return err
 }
 
 // WarmUp runs a short load that is not measured, at half the first batched rate. A
