@@ -25,55 +25,42 @@ type Criteria struct {
 // window and partition, so a few thousand records either way say nothing.
 const LagGrowthFloor = 2000
 
-// Observation is what a step measured that its Verdict depends on.
-type Observation struct {
-	Offered   float64 // events/s asked of the ingest workload
-	Accepted  float64 // events/s ingest acknowledged (2xx) for it
-	Scheduled uint64  // requests of the ingest workload due in the measured window
-	Failed    uint64  // of those: 4xx, 5xx, transport errors and drops
-
-	LagKnown         bool
-	LagStart, LagEnd int64 // the aggregator's lag on the events topic, records
-
-	FreshProbes, FreshSeen, FreshTimeouts uint64
-	FreshP99                              time.Duration
-}
-
-// Verdict is whether a step kept up, and if not, every reason why.
-type Verdict struct {
-	KeptUp  bool
-	Reasons []string
-}
-
-// decide judges a step against c.
-func Decide(o Observation, c Criteria) Verdict {
+// Decide judges a step against c: whether it kept up, and if not, every reason why.
+// A step whose aggregator lag could not be judged says so among its reasons.
+func Decide(s *StepResult, c Criteria) {
 	var reasons []string
-	if o.Offered > 0 && o.Accepted < c.MinAccepted*o.Offered {
+	offered, accepted := s.OfferedEventsPerSec, s.AcceptedEventsPerSec
+	if offered > 0 && accepted < c.MinAccepted*offered {
 		reasons = append(reasons, fmt.Sprintf("accepted %.0f of %.0f events/s offered (%.1f%%, want ≥ %.0f%%)",
-			o.Accepted, o.Offered, 100*o.Accepted/o.Offered, 100*c.MinAccepted))
+			accepted, offered, 100*accepted/offered, 100*c.MinAccepted))
 	}
-	if o.Scheduled == 0 {
+	if s.Requests == 0 {
 		reasons = append(reasons, "no ingest request was due in the measured window")
-	} else if f := float64(o.Failed) / float64(o.Scheduled); f > c.MaxFailed {
+	} else if f := float64(s.FailedRequests) / float64(s.Requests); f > c.MaxFailed {
 		reasons = append(reasons, fmt.Sprintf("%d of %d ingest requests failed or were dropped (%.2f%%, want ≤ %.2g%%)",
-			o.Failed, o.Scheduled, 100*f, 100*c.MaxFailed))
+			s.FailedRequests, s.Requests, 100*f, 100*c.MaxFailed))
 	}
-	if o.LagKnown {
-		allowed := math.Max(LagGrowthFloor, o.Offered*c.LagGrowth.Seconds())
-		if g := o.LagEnd - o.LagStart; float64(g) > allowed {
+	if lag := s.AggregatorLag; lag.Known {
+		allowed := math.Max(LagGrowthFloor, offered*c.LagGrowth.Seconds())
+		if g := lag.End - lag.Start; float64(g) > allowed {
 			reasons = append(reasons, fmt.Sprintf("aggregator lag grew by %d records over the step (%d → %d; allowed %.0f)",
-				g, o.LagStart, o.LagEnd, allowed))
+				g, lag.Start, lag.End, allowed))
 		}
 	}
-	switch {
-	case o.FreshProbes > 0 && o.FreshSeen == 0:
-		reasons = append(reasons, fmt.Sprintf("no freshness probe saw its write (%d probes)", o.FreshProbes))
-	case o.FreshProbes > 0 && float64(o.FreshTimeouts) > c.MaxFailed*float64(o.FreshProbes):
-		reasons = append(reasons, fmt.Sprintf("%d of %d freshness probes timed out", o.FreshTimeouts, o.FreshProbes))
-	case o.FreshSeen > 0 && o.FreshP99 > c.MaxFreshP99:
-		reasons = append(reasons, fmt.Sprintf("freshness p99 %s > %s", o.FreshP99.Round(time.Millisecond), c.MaxFreshP99))
+	f := s.Freshness
+	switch p99 := time.Duration(f.Ms.P99 * float64(time.Millisecond)); {
+	case f.Probes > 0 && f.Seen == 0:
+		reasons = append(reasons, fmt.Sprintf("no freshness probe saw its write (%d probes)", f.Probes))
+	case f.Probes > 0 && float64(f.Timeouts) > c.MaxFailed*float64(f.Probes):
+		reasons = append(reasons, fmt.Sprintf("%d of %d freshness probes timed out", f.Timeouts, f.Probes))
+	case f.Seen > 0 && p99 > c.MaxFreshP99:
+		reasons = append(reasons, fmt.Sprintf("freshness p99 %s > %s", p99.Round(time.Millisecond), c.MaxFreshP99))
 	}
-	return Verdict{KeptUp: len(reasons) == 0, Reasons: reasons}
+	s.KeptUp = len(reasons) == 0
+	if !s.AggregatorLag.Known {
+		reasons = append(reasons, "(aggregator lag not judged: too few lag samples)")
+	}
+	s.Reasons = reasons
 }
 
 // MaxKeptUp is the offered rate of the last step that kept up before the first that

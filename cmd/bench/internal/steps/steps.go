@@ -106,7 +106,7 @@ func runStep(ctx context.Context, env *harness.Env, sp stepSpec) (report.StepRes
 		r.LoadgenMachineShare = r.CPU["loadgen"].Cores / float64(n)
 	}
 	readServices(&r, before, after)
-	judge(&r, env.Cfg.Crit)
+	report.Decide(&r, env.Cfg.Crit)
 	return r, ctx.Err()
 }
 
@@ -185,21 +185,6 @@ func readServices(r *report.StepResult, before, after snapshot) {
 		}
 	}
 	r.Internals = internals(before, after)
-}
-
-// judge decides whether the step kept up.
-func judge(r *report.StepResult, c report.Criteria) {
-	v := report.Decide(report.Observation{
-		Offered: r.OfferedEventsPerSec, Accepted: r.AcceptedEventsPerSec,
-		Scheduled: r.Requests, Failed: r.FailedRequests,
-		LagKnown: r.AggregatorLag.Known, LagStart: r.AggregatorLag.Start, LagEnd: r.AggregatorLag.End,
-		FreshProbes: r.Freshness.Probes, FreshSeen: r.Freshness.Seen, FreshTimeouts: r.Freshness.Timeouts,
-		FreshP99: time.Duration(r.Freshness.Ms.P99 * float64(time.Millisecond)),
-	}, c)
-	r.KeptUp, r.Reasons = v.KeptUp, v.Reasons
-	if !r.AggregatorLag.Known {
-		r.Reasons = append(r.Reasons, "(aggregator lag not judged: too few lag samples)")
-	}
 }
 
 // internals reads p50 and p99 of each internal histogram over a step.
