@@ -32,20 +32,11 @@ var (
 	grey   = color.RGBA{R: 120, G: 120, B: 120, A: 255}
 )
 
-func readP99(s report.StepResult) (float64, bool) {
-	for _, r := range s.Reads {
-		if r.Name == "read" && r.Ms.Count > 0 {
-			return r.Ms.P99, true
-		}
-	}
-	return 0, false
-}
-
 var latencySeries = []series{
 	{"ingest p50", blue, nil, func(s report.StepResult) (float64, bool) { return s.IngestMs.P50, s.IngestMs.Count > 0 }},
 	{"ingest p99", blue, []vg.Length{vg.Points(5), vg.Points(3)}, func(s report.StepResult) (float64, bool) { return s.IngestMs.P99, s.IngestMs.Count > 0 }},
 	{"freshness p99", orange, nil, func(s report.StepResult) (float64, bool) { return s.Freshness.Ms.P99, s.Freshness.Ms.Count > 0 }},
-	{"GET /status p99", green, []vg.Length{vg.Points(2), vg.Points(2)}, readP99},
+	{"GET /status p99", green, []vg.Length{vg.Points(2), vg.Points(2)}, func(s report.StepResult) (float64, bool) { rd, ok := s.StatusRead(); return rd.Ms.P99, ok }},
 }
 
 // Write draws latency against offered rate, one panel per ingest mode, with

@@ -83,3 +83,13 @@ func TestLimitRatioNotes(t *testing.T) {
 		}
 	}
 }
+
+// ratioOf finds a ratio by id.
+func ratioOf(rs []LimitRatio, id string) (LimitRatio, bool) {
+	for _, x := range rs {
+		if x.ID == id {
+			return x, true
+		}
+	}
+	return LimitRatio{}, false
+}

@@ -237,12 +237,8 @@ func (m *markdown) steps(mode *ModeResult, withoutHistory bool) {
 	m.p("| offered ev/s | accepted ev/s | failed | ingest p50 | ingest p99 | fresh p50 | fresh p99 | GET /status p99 | aggregator lag (records) | aggregator ev/s | history rows/s | history behind (records) | result |\n")
 	m.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range mode.Steps {
-		read := "–"
-		for _, rd := range s.Reads {
-			if rd.Name == "read" {
-				read = FmtMs(rd.Ms.P99, rd.Ms.Count)
-			}
-		}
+		rd, _ := s.StatusRead()
+		read := FmtMs(rd.Ms.P99, rd.Ms.Count)
 		res := "kept up"
 		if !s.KeptUp {
 			res = "**fell behind**: " + strings.Join(s.Reasons, "; ")

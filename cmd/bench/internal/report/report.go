@@ -48,14 +48,9 @@ func Write(dir string, r *Results, command string, out io.Writer) error {
 	var md strings.Builder
 	errs := []error{loadreport.WriteJSON(filepath.Join(dir, "results.json"), r), writeMarkdown(&md, r, command),
 		os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)}
-	text := md.String()
-	if i := strings.Index(text, "## Targets"); i >= 0 {
-		rest := text[i:]
-		if j := strings.Index(rest[3:], "\n## "); j >= 0 {
-			rest = rest[:j+3]
-		}
-		fmt.Fprint(out, "\n"+rest)
-	}
+	var targets markdown
+	targets.targets(r.Targets)
+	fmt.Fprint(out, "\n"+targets.String())
 	return errors.Join(errs...)
 }
 

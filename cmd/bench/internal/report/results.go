@@ -133,6 +133,16 @@ type ReadResult struct {
 	Ms           Quantiles `json:"ms"`
 }
 
+// StatusRead is the step's GET /status/{id} workload ("read"), when it measured any.
+func (s StepResult) StatusRead() (ReadResult, bool) {
+	for _, rd := range s.Reads {
+		if rd.Name == "read" && rd.Ms.Count > 0 {
+			return rd, true
+		}
+	}
+	return ReadResult{}, false
+}
+
 // ProcCPU is one process's CPU use over a step's CPU window.
 type ProcCPU struct {
 	Seconds float64 `json:"seconds"`

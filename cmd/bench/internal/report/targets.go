@@ -71,11 +71,9 @@ func halfTargets(h *StepResult) []Target {
 		if h.Freshness.Seen > 0 {
 			f50, f99 = h.Freshness.Ms.P50, h.Freshness.Ms.P99
 		}
-		for _, rd := range h.Reads {
-			if rd.Name == "read" && rd.Ms.Count > 0 {
-				read99 = rd.Ms.P99
-				readNote = fmt.Sprintf("%s reads/s achieved of %s, %s", Num(rd.AchievedRate), Num(rd.TargetRate), hNote)
-			}
+		if rd, ok := h.StatusRead(); ok {
+			read99 = rd.Ms.P99
+			readNote = fmt.Sprintf("%s reads/s achieved of %s, %s", Num(rd.AchievedRate), Num(rd.TargetRate), hNote)
 		}
 	}
 	return []Target{
@@ -245,35 +243,30 @@ func fieldOr[T any](p *T, f func(*T) float64) float64 {
 	return f(p)
 }
 
-// ratioOf finds a ratio by id.
-func ratioOf(rs []LimitRatio, id string) (LimitRatio, bool) {
-	for _, x := range rs {
-		if x.ID == id {
-			return x, true
-		}
-	}
-	return LimitRatio{}, false
+// ratioGoals are the targets stated against the limits, by the ratio's id.
+var ratioGoals = map[string]Target{
+	"batched-vs-kafka": {What: "batched ingest → Redis ÷ Kafka's own producer rate for the same records", Op: ">=", Threshold: 0.5, Unit: "ratio"},
+	"single-vs-echo":   {What: "one event per POST ÷ a bare Echo handler under the same load generator", Op: ">=", Threshold: 0.5, Unit: "ratio"},
+	"history-vs-gocql": {What: "history rows/s ÷ a minimal gocql writer's", Op: ">=", Threshold: 0.7, Unit: "ratio"},
 }
 
-// ratioTargets are the targets stated against the limits.
+// ratioTargets judges the ratios that have a goal, in the ratios' order.
 func ratioTargets(rs []LimitRatio) []Target {
-	val := func(id string) (float64, string) {
-		x, ok := ratioOf(rs, id)
-		if !ok || !x.Measured {
-			return math.NaN(), ""
+	var out []Target
+	for _, x := range rs {
+		t, ok := ratioGoals[x.ID]
+		if !ok {
+			continue
 		}
-		note := fmt.Sprintf("%s of %s %s", Num(x.PulseValue), Num(x.LimitValue), x.Unit)
-		if x.Note != "" {
-			note += "; " + x.Note
+		t.ID = x.ID
+		v, note := math.NaN(), ""
+		if x.Measured {
+			v, note = x.Ratio, fmt.Sprintf("%s of %s %s", Num(x.PulseValue), Num(x.LimitValue), x.Unit)
+			if x.Note != "" {
+				note += "; " + x.Note
+			}
 		}
-		return x.Ratio, note
+		out = append(out, judged(t, v, note))
 	}
-	b, bn := val("batched-vs-kafka")
-	s, sn := val("single-vs-echo")
-	h, hn := val("history-vs-gocql")
-	return []Target{
-		judged(Target{ID: "batched-vs-kafka", What: "batched ingest → Redis ÷ Kafka's own producer rate for the same records", Op: ">=", Threshold: 0.5, Unit: "ratio"}, b, bn),
-		judged(Target{ID: "single-vs-echo", What: "one event per POST ÷ a bare Echo handler under the same load generator", Op: ">=", Threshold: 0.5, Unit: "ratio"}, s, sn),
-		judged(Target{ID: "history-vs-gocql", What: "history rows/s ÷ a minimal gocql writer's", Op: ">=", Threshold: 0.7, Unit: "ratio"}, h, hn),
-	}
+	return out
 }
