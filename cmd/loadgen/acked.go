@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,12 +161,8 @@ func writeIngestLine(w io.Writer, c *IngestCounts) {
 		return
 	}
 	refused := ""
-	if n := c.RefusedTotal(); n > 0 {
-		var parts []string
-		for _, code := range slices.Sorted(maps.Keys(c.Refused)) {
-			parts = append(parts, fmt.Sprintf("HTTP %s ×%d", code, c.Refused[code]))
-		}
-		refused = " (" + strings.Join(parts, ", ") + ")"
+	if c.RefusedTotal() > 0 {
+		refused = " (" + strings.Join(codeCounts(c.Refused), ", ") + ")"
 	}
 	fmt.Fprintf(w, "\ningest events, whole run: offered %d, acknowledged %d, refused %d%s, unanswered %d\n",
 		c.Offered, c.Acknowledged, c.RefusedTotal(), refused, c.Unanswered)

@@ -245,12 +245,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.acks.close(); err != nil {
 		return err
 	}
-	if err := writeTable(stdout, r.Report); err != nil {
-		return fmt.Errorf("printing the report: %w", err)
-	}
-	var line strings.Builder
-	writeIngestLine(&line, r.Ingest)
-	if _, err := io.WriteString(stdout, line.String()); err != nil {
+	if err := writeTable(stdout, r); err != nil {
 		return fmt.Errorf("printing the report: %w", err)
 	}
 	if cfg.jsonPath != "" {

@@ -175,8 +175,9 @@ func buildReport(cfg config, wls []*workload, st []*stats, started time.Time, me
 	return r
 }
 
-// writeTable prints the report for people.
-func writeTable(w io.Writer, r Report) error {
+// writeTable prints the report for people, the whole run's ingest counts last.
+func writeTable(w io.Writer, full fullReport) error {
+	r := full.Report
 	var b strings.Builder
 	state := ""
 	if r.Interrupted {
@@ -212,11 +213,7 @@ func writeTable(w io.Writer, r Report) error {
 		if len(x.StatusCodes) == 0 && x.Aborted == 0 {
 			continue
 		}
-		codes := slices.Sorted(maps.Keys(x.StatusCodes))
-		var parts []string
-		for _, c := range codes {
-			parts = append(parts, fmt.Sprintf("HTTP %s ×%d", c, x.StatusCodes[c]))
-		}
+		parts := codeCounts(x.StatusCodes)
 		if x.Aborted > 0 {
 			parts = append(parts, fmt.Sprintf("aborted at shutdown ×%d", x.Aborted))
 		}
@@ -229,8 +226,18 @@ func writeTable(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "  p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n",
 			loadreport.FmtMs(q.P50, q.Count), loadreport.FmtMs(q.P90, q.Count), loadreport.FmtMs(q.P99, q.Count), loadreport.FmtMs(q.P999, q.Count), loadreport.FmtMs(q.Max, q.Count))
 	}
+	writeIngestLine(&b, full.Ingest)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// codeCounts lists counts by HTTP status code, in the codes' order: "HTTP 503 ×2".
+func codeCounts(byCode map[string]uint64) []string {
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(byCode)) {
+		parts = append(parts, fmt.Sprintf("HTTP %s ×%d", code, byCode[code]))
+	}
+	return parts
 }
 
 // progress prints one line a second to w until stop is closed: per workload the
