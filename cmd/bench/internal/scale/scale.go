@@ -190,19 +190,12 @@ func loadAndMeasure(ctx context.Context, env *harness.Env, rdb redis.UniversalCl
 // pulseParts breaks the memory of Pulse's layout down by key family into l.Parts.
 func pulseParts(ctx context.Context, rdb redis.UniversalClient, store *statestore.Store, shards int, l *report.Layout) error {
 	keys := store.Keys()
-	family := func(name string, key func(int) string) error {
-		var sum int64
-		for sh := range shards {
-			n, err := rdb.MemoryUsage(ctx, key(sh), 0).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("MEMORY USAGE %s: %w", key(sh), err)
-			}
-			sum += n
-		}
-		l.Parts[name] = sum
-		return nil
+	var bitmapKeys []string
+	for sh := range shards {
+		bitmapKeys = append(bitmapKeys, keys.Bitmap(sh, presence.Online))
 	}
-	if err := family("onlineBitmaps", func(sh int) string { return keys.Bitmap(sh, presence.Online) }); err != nil {
+	var err error
+	if l.Parts["onlineBitmaps"], err = memoryOf(ctx, rdb, bitmapKeys); err != nil {
 		return err
 	}
 	// The bucketed families are named from the layout (buckets per shard, and one rev
