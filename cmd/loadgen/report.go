@@ -25,13 +25,8 @@ type stats struct {
 	failed atomic.Uint64 // 4xx, 5xx, transport and dropped
 
 	mu        sync.Mutex
-	scheduled uint64 // intended starts: sent or dropped
-	ok        uint64
-	c4xx      uint64
-	c5xx      uint64
-	transport uint64
-	dropped   uint64
-	aborted   uint64
+	scheduled uint64                   // intended starts: sent or dropped
+	byClass   [classAborted + 1]uint64 // requests by how they ended (classAborted is the last class)
 	events    uint64
 	codes     map[int]uint64 // status codes of the non-2xx answers
 	lat       histogram      // 2xx latencies from the intended start
@@ -44,14 +39,11 @@ func newStats(from time.Time) *stats { return &stats{from: from, codes: map[int]
 
 // record adds the outcome of the request intended to start at intended.
 func (s *stats) record(intended time.Time, o outcome) {
-	switch o.class {
-	case classDropped:
-		s.failed.Add(1)
-	case class4xx, class5xx, classTransport:
-		s.failed.Add(1)
+	if o.class != classDropped {
 		s.done.Add(1)
-	default:
-		s.done.Add(1)
+	}
+	if o.class != classOK && o.class != classAborted {
+		s.failed.Add(1)
 	}
 	if intended.Before(s.from) {
 		return
@@ -59,21 +51,10 @@ func (s *stats) record(intended time.Time, o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.scheduled++
-	switch o.class {
-	case classOK:
-		s.ok++
+	s.byClass[o.class]++
+	if o.class == classOK {
 		s.events += uint64(o.events)
 		s.lat.record(o.end.Sub(intended))
-	case class4xx:
-		s.c4xx++
-	case class5xx:
-		s.c5xx++
-	case classTransport:
-		s.transport++
-	case classDropped:
-		s.dropped++
-	case classAborted:
-		s.aborted++
 	}
 	if o.class != classOK && o.code != 0 {
 		s.codes[o.code]++
@@ -145,18 +126,19 @@ func buildReport(cfg config, wls []*workload, st []*stats, started time.Time, me
 	for i, w := range wls {
 		s := st[i]
 		s.mu.Lock()
+		n := s.byClass
 		codes := map[string]uint64{}
 		for c, n := range s.codes {
 			codes[strconv.Itoa(c)] = n
 		}
 		wr := WorkloadReport{
 			Name: w.name, Endpoint: w.endpoint, TargetRate: w.rate,
-			AchievedRate:       per(float64(s.ok + s.c4xx + s.c5xx + s.transport)),
+			AchievedRate:       per(float64(n[classOK] + n[class4xx] + n[class5xx] + n[classTransport])),
 			TargetEventsPerSec: w.rate * float64(w.perReq),
 			EventsPerSec:       per(float64(s.events)),
-			Scheduled:          s.scheduled, OK: s.ok,
-			Errors:      ErrorCounts{C4xx: s.c4xx, C5xx: s.c5xx, Transport: s.transport, Dropped: s.dropped},
-			Aborted:     s.aborted,
+			Scheduled:          s.scheduled, OK: n[classOK],
+			Errors:      ErrorCounts{C4xx: n[class4xx], C5xx: n[class5xx], Transport: n[classTransport], Dropped: n[classDropped]},
+			Aborted:     n[classAborted],
 			StatusCodes: codes,
 			Events:      s.events,
 			LatencyMs:   quantiles(&s.lat),
