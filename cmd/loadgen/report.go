@@ -99,14 +99,8 @@ type fullReport struct {
 	Ingest *IngestCounts `json:"ingest,omitempty"`
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 func quantiles(h *histogram) Quantiles {
-	return Quantiles{
-		Count: h.count(), Mean: ms(h.mean()),
-		P50: ms(h.quantile(0.5)), P90: ms(h.quantile(0.9)), P99: ms(h.quantile(0.99)),
-		P999: ms(h.quantile(0.999)), Max: ms(h.quantile(1)),
-	}
+	return loadreport.QuantilesOf(h.count(), h.mean(), h.quantile)
 }
 
 // buildReport turns the workloads' stats into the report.
@@ -249,9 +243,9 @@ func progress(w io.Writer, stop <-chan struct{}, start, from time.Time, wls []*w
 				last[i] = done
 				failed += st[i].failed.Load()
 				p99, n, f99, fn := st[i].snapshot()
-				fmt.Fprintf(&b, " %s %.0f/s p99 %s |", w.name, rate, loadreport.FmtMs(ms(p99), n))
+				fmt.Fprintf(&b, " %s %.0f/s p99 %s |", w.name, rate, loadreport.FmtMs(loadreport.Ms(p99), n))
 				if w.name == "fresh" {
-					fresh = " fresh p99 " + loadreport.FmtMs(ms(f99), fn)
+					fresh = " fresh p99 " + loadreport.FmtMs(loadreport.Ms(f99), fn)
 				}
 			}
 			lastAt = now

@@ -64,16 +64,7 @@ type workload struct {
 // workload and the request's number only, so a rerun with the same -seed sends the
 // same users, devices, statuses and kinds however the goroutines interleave.
 func requestRand(seed, salt, seq uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(splitmix(seed+salt*0x9e3779b97f4a7c15), splitmix(seq)))
-}
-
-// splitmix scatters neighbouring inputs (request numbers) across the 64-bit space
-// (SplitMix64's finaliser).
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
+	return rand.New(rand.NewPCG(eventgen.Splitmix(seed+salt*0x9e3779b97f4a7c15), eventgen.Splitmix(seq)))
 }
 
 // client drives Pulse's HTTP API.

@@ -75,6 +75,15 @@ func (e Event) Presence(at time.Time) presence.Event {
 	return p
 }
 
+// Splitmix scatters neighbouring integers (request or user numbers) across the 64-bit
+// space: SplitMix64's finaliser.
+func Splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
 // Mix is a weighted choice: of event kinds, of statuses.
 type Mix []Weighted
 

@@ -150,6 +150,19 @@ func (r Report) Workload(name string) (WorkloadReport, bool) {
 	return WorkloadReport{}, false
 }
 
+// Ms is d in milliseconds, the unit of every latency in the report.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// QuantilesOf is the summary of n latencies of mean mean whose value at quantile q
+// (0 ≤ q ≤ 1, 1 the maximum) at answers; an empty summary when n is 0.
+func QuantilesOf(n uint64, mean time.Duration, at func(q float64) time.Duration) Quantiles {
+	if n == 0 {
+		return Quantiles{}
+	}
+	return Quantiles{Count: n, Mean: Ms(mean),
+		P50: Ms(at(0.5)), P90: Ms(at(0.9)), P99: Ms(at(0.99)), P999: Ms(at(0.999)), Max: Ms(at(1))}
+}
+
 // FmtMs prints a latency in milliseconds with about three significant digits; "–"
 // when nothing was measured (n = 0).
 func FmtMs(v float64, n uint64) string {

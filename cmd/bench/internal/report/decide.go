@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
 
 // Criteria say when a step falls behind.
@@ -103,13 +105,8 @@ func QuantilesOf(d []time.Duration) Quantiles {
 	for _, v := range s {
 		sum += v
 	}
-	at := func(q float64) float64 {
+	return loadreport.QuantilesOf(uint64(len(s)), sum/time.Duration(len(s)), func(q float64) time.Duration {
 		i := int(q*float64(len(s))+0.999999999) - 1
-		i = min(max(i, 0), len(s)-1)
-		return ms(s[i])
-	}
-	return Quantiles{Count: uint64(len(s)), Mean: ms(sum / time.Duration(len(s))),
-		P50: at(0.5), P90: at(0.9), P99: at(0.99), P999: at(0.999), Max: ms(s[len(s)-1])}
+		return s[min(max(i, 0), len(s)-1)]
+	})
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

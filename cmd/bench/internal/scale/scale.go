@@ -22,6 +22,7 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/probe"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/shard"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
@@ -44,24 +45,16 @@ func UserID(i int) string { return "u" + strconv.Itoa(i) }
 // users are spread over the index space as real ones are (not one dense run, which
 // roaring would store as a handful of bytes).
 func Online(i int, fraction float64) bool {
-	return float64(splitmix(uint64(i))%1_000_000) < fraction*1_000_000
+	return float64(eventgen.Splitmix(uint64(i))%1_000_000) < fraction*1_000_000
 }
 
 // seen is when bulk-loaded user i was last seen: within the last 30 s when online,
 // the last day otherwise. Both layouts store the same times.
 func seen(i int, online bool, now time.Time) time.Time {
 	if online {
-		return now.Add(-time.Duration(splitmix(uint64(i))%30_000) * time.Millisecond)
+		return now.Add(-time.Duration(eventgen.Splitmix(uint64(i))%30_000) * time.Millisecond)
 	}
-	return now.Add(-time.Duration(splitmix(uint64(i))%86_400) * time.Second)
-}
-
-// splitmix scatters neighbouring integers across 64 bits (SplitMix64's finaliser).
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
+	return now.Add(-time.Duration(eventgen.Splitmix(uint64(i))%86_400) * time.Second)
 }
 
 // Phase measures counts and memory with -scale-users users in Pulse's layout, then in
