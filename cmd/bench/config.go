@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,13 +49,6 @@ func (r *rates) Set(s string) error {
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envString(name, def string) string {
-	if v := os.Getenv(name); v != "" {
 		return v
 	}
 	return def
@@ -108,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 		Kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka), Redis: envInt("PULSE_REDIS_PORT", pulseports.Redis),
 		Cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
 	}
-	fs.StringVar(&cfg.Keyspace, "keyspace", envString("PULSE_KEYSPACE", "pulse"), "Cassandra keyspace of the services bench starts")
+	fs.StringVar(&cfg.Keyspace, "keyspace", cmp.Or(os.Getenv("PULSE_KEYSPACE"), "pulse"), "Cassandra keyspace of the services bench starts")
 	fs.StringVar(&cfg.Prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")
 	fs.StringVar(&cfg.AggGroup, "aggregator-group", "pulse-aggregator", "the aggregator's consumer group")
 	fs.StringVar(&cfg.HistGroup, "history-group", "pulse-history", "the history writer's consumer group")

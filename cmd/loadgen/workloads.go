@@ -430,11 +430,8 @@ func (p *prober) await(ctx context.Context, id, want string, acked time.Time) pr
 			select {
 			case <-timer.C:
 			case <-pctx.Done():
-				if ctx.Err() != nil {
-					r.aborted = true
-				} else {
-					r.timedOut = true
-				}
+				r.aborted = ctx.Err() != nil
+				r.timedOut = !r.aborted
 				return r
 			}
 		} else {

@@ -173,15 +173,14 @@ func limitRatios(r *Results) []LimitRatio {
 	}
 	var out []LimitRatio
 	add := func(x LimitRatio, p, lim float64) {
-		if !math.IsNaN(p) && !math.IsNaN(lim) && lim > 0 && !math.IsInf(p, 0) {
-			x.Measured, x.PulseValue, x.LimitValue, x.Ratio = true, p, lim, p/lim
-		} else {
-			if !math.IsNaN(p) {
-				x.PulseValue = p
-			}
-			if !math.IsNaN(lim) {
-				x.LimitValue = lim
-			}
+		if !math.IsNaN(p) {
+			x.PulseValue = p
+		}
+		if !math.IsNaN(lim) {
+			x.LimitValue = lim
+		}
+		if x.Measured = !math.IsNaN(p) && !math.IsNaN(lim) && lim > 0 && !math.IsInf(p, 0); x.Measured {
+			x.Ratio = p / lim
 		}
 		out = append(out, x)
 	}
