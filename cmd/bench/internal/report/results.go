@@ -252,8 +252,10 @@ type Target struct {
 	Note   string  `json:"note,omitempty"`
 }
 
-// judge fills in Met and Margin for a measured value.
-func (t Target) judge(v float64) Target {
+// judge is t on v (NaN: not measured), with note as its context: Met and Margin
+// filled in for a measured value.
+func (t Target) judge(v float64, note string) Target {
+	t.Note = note
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return t // JSON has no NaN: an unmeasured target keeps Value 0 and Measured false
 	}

@@ -213,7 +213,7 @@ func TestFmtMargin(t *testing.T) {
 		{Target{Op: "<=", Threshold: 2}, 3000, "1,500× the limit"},
 		{Target{Op: "<=", Threshold: 150}, 9930, "66.2× the limit"},
 	} {
-		if got := fmtMargin(tt.t.judge(tt.v)); got != tt.want {
+		if got := fmtMargin(tt.t.judge(tt.v, "")); got != tt.want {
 			t.Errorf("margin of %v against %s %v = %q, want %q", tt.v, tt.t.Op, tt.t.Threshold, got, tt.want)
 		}
 	}

@@ -41,13 +41,6 @@ func evaluate(r *Results, scaleGoal int) []Target {
 		ratioTargets(limitRatios(r)))
 }
 
-// judged is t judged on v (NaN: not measured), with note as its context.
-func judged(t Target, v float64, note string) Target {
-	t = t.judge(v)
-	t.Note = note
-	return t
-}
-
 func throughputTargets(r *Results) []Target {
 	batched, single := math.NaN(), math.NaN()
 	var bNote, sNote string
@@ -58,8 +51,8 @@ func throughputTargets(r *Results) []Target {
 		single, sNote = m.MaxAcceptedEventsPerSec, modeNote(m)
 	}
 	return []Target{
-		judged(Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}, batched, bNote),
-		judged(Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}, single, sNote),
+		Target{ID: "batched-throughput", What: "events/s through ingest→Kafka→aggregator→Redis, batched POSTs", Op: ">=", Threshold: 100000, Unit: "events/s"}.judge(batched, bNote),
+		Target{ID: "single-throughput", What: "events/s with one event per POST", Op: ">=", Threshold: 20000, Unit: "events/s"}.judge(single, sNote),
 	}
 }
 
@@ -77,9 +70,9 @@ func halfTargets(h *StepResult) []Target {
 		}
 	}
 	return []Target{
-		judged(Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}, f50, hNote),
-		judged(Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}, f99, hNote),
-		judged(Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}, read99, readNote),
+		Target{ID: "freshness-p50", What: "freshness p50 at half the max rate", Op: "<=", Threshold: 60, Unit: "ms"}.judge(f50, hNote),
+		Target{ID: "freshness-p99", What: "freshness p99 at half the max rate", Op: "<=", Threshold: 150, Unit: "ms"}.judge(f99, hNote),
+		Target{ID: "status-read-p99", What: "GET /status/{id} p99 at 5,000 reads/s under ingest at half max", Op: "<=", Threshold: 2, Unit: "ms"}.judge(read99, readNote),
 	}
 }
 
@@ -111,10 +104,10 @@ func scaleTargets(s *ScaleResult, scaleGoal int) []Target {
 		}
 	}
 	return []Target{
-		judged(Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}, c99, scNote),
-		judged(Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}, speed, speedNote),
-		judged(Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}, online, scNote),
-		judged(Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}, registered, scNote),
+		Target{ID: "counts-p99", What: "online count p99 with 10M registered users", Op: "<=", Threshold: 2, Unit: "ms"}.judge(c99, scNote),
+		Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}.judge(speed, speedNote),
+		Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}.judge(online, scNote),
+		Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}.judge(registered, scNote),
 	}
 }
 
@@ -129,8 +122,8 @@ func historyTargets(h *HistoryCheck) []Target {
 		histNote = fmt.Sprintf("batched step at %s events/s (%s accepted); lag: %s", Num(h.AtOfferedEventsPerSec), Num(h.AcceptedEventsPerSec), h.LagSource)
 	}
 	return []Target{
-		judged(Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}, rows, histNote),
-		judged(Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}, lag, histNote),
+		Target{ID: "history-rows", What: "Cassandra rows/s written by history at 50,000 events/s", Op: ">=", Threshold: 20000, Unit: "rows/s"}.judge(rows, histNote),
+		Target{ID: "history-lag", What: "history lag at 50,000 events/s", Op: "<=", Threshold: 5, Unit: "s"}.judge(lag, histNote),
 	}
 }
 
@@ -140,13 +133,13 @@ func historyCostTarget(r *Results) Target {
 	t := Target{ID: "live-with-history", What: "batched capacity with history ÷ with history paused, same run", Op: ">=", Threshold: 0.8, Unit: "ratio"}
 	with, without := r.Batched, r.BatchedWithoutHistory
 	if with == nil || without == nil || without.MaxAcceptedEventsPerSec == 0 {
-		return judged(t, math.NaN(), "")
+		return t.judge(math.NaN(), "")
 	}
 	note := fmt.Sprintf("with history: %s; paused: %s", modeNote(with), modeNote(without))
 	if last := without.Steps[len(without.Steps)-1]; last.KeptUp {
 		note += " (the paused run's capacity is a floor, so the ratio is a ceiling)"
 	}
-	return judged(t, with.MaxAcceptedEventsPerSec/without.MaxAcceptedEventsPerSec, note)
+	return t.judge(with.MaxAcceptedEventsPerSec/without.MaxAcceptedEventsPerSec, note)
 }
 
 func modeNote(m *ModeResult) string {
@@ -265,7 +258,7 @@ func ratioTargets(rs []LimitRatio) []Target {
 				note += "; " + x.Note
 			}
 		}
-		out = append(out, judged(t, v, note))
+		out = append(out, t.judge(v, note))
 	}
 	return out
 }

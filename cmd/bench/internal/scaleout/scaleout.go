@@ -159,14 +159,12 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 		two := "2"
 		configs = map[string]*string{"min.insync.replicas": &two}
 	}
-	for _, topic := range []string{events, changes} {
-		r, err := adm.CreateTopic(ctx, int32(partitions), int16(t.replication), configs, topic)
-		if err == nil {
-			err = r.Err
-		}
-		if err != nil {
-			return res, fmt.Errorf("creating %s: %w", topic, err)
-		}
+	r, err := adm.CreateTopics(ctx, int32(partitions), int16(t.replication), configs, events, changes)
+	if err == nil {
+		err = r.Error()
+	}
+	if err != nil {
+		return res, fmt.Errorf("creating %s and %s: %w", events, changes, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
