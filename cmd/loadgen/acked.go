@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -141,13 +142,7 @@ func (l *ledger) close() error {
 	if l.file == nil {
 		return nil
 	}
-	err := l.err
-	if ferr := l.w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := l.file.Close(); err == nil {
-		err = cerr
-	}
+	err := errors.Join(l.err, l.w.Flush(), l.file.Close())
 	l.file = nil
 	if err != nil {
 		return fmt.Errorf("writing the -acked file: %w", err)

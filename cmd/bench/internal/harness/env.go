@@ -109,6 +109,18 @@ func (e *Env) Note(format string, a ...any) {
 	fmt.Fprintln(e.Out, "    note:", msg)
 }
 
+// Cleanup runs undo within limit, even after ctx ended (a Ctrl-C must not leave a
+// phase's throwaway data behind), and notes its failure as what failed.
+func (e *Env) Cleanup(ctx context.Context, limit time.Duration, what string, undo func(context.Context) error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
+	err := undo(cctx)
+	if err != nil {
+		e.Note("%s: %v", what, err)
+	}
+	return err
+}
+
 // CPU reads the CPU seconds of every watched process, bench and the machine.
 func (e *Env) CPU() probe.CPU { return probe.Snapshot(e.Stack.watched()) }
 

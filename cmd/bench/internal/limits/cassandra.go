@@ -54,13 +54,8 @@ func cassandraLimit(ctx context.Context, env *harness.Env) (*report.CassandraLim
 
 	touched := map[string]map[time.Time]bool{} // user → user_activity buckets
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-		defer cancel()
-		if err := deleteCQLUsers(cctx, sess, touched); err != nil {
-			env.Note("deleting the Cassandra limit's rows (users %s*): %v; the next run writes and deletes the same users", limitsCQLPrefix, err)
-		} else {
-			res.Deleted = true
-		}
+		what := "deleting the Cassandra limit's rows (users " + limitsCQLPrefix + "*; the next run writes and deletes the same users)"
+		res.Deleted = env.Cleanup(ctx, 5*time.Minute, what, func(ctx context.Context) error { return deleteCQLUsers(ctx, sess, touched) }) == nil
 	}()
 
 	rng := rand.New(rand.NewPCG(7, 7))

@@ -54,11 +54,7 @@ func echoLimit(ctx context.Context, env *harness.Env) (*report.EchoLimit, error)
 	}
 	srv := &http.Server{Handler: bareEcho(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer env.Cleanup(ctx, 5*time.Second, "stopping the bare Echo handler's server", srv.Shutdown)
 	url := "http://" + ln.Addr().String()
 	res := &report.EchoLimit{}
 	cpus := float64(env.Res.Machine.CPUs)

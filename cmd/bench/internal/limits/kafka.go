@@ -50,13 +50,10 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 	if _, err := env.Lag.Adm.CreateTopic(ctx, int32(res.Partitions), int16(replicas), nil, res.Topic); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", res.Topic, err)
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := env.Lag.Adm.DeleteTopics(dctx, res.Topic); err != nil {
-			env.Note("deleting the throwaway topic %s: %v", res.Topic, err)
-		}
-	}()
+	defer env.Cleanup(ctx, 30*time.Second, "deleting the throwaway topic "+res.Topic, func(ctx context.Context) error {
+		_, err := env.Lag.Adm.DeleteTopics(ctx, res.Topic)
+		return err
+	})
 
 	payloads, value, record, err := kafkaPayloads(env.Cfg.Users, 2000, time.Now())
 	if err != nil {

@@ -501,14 +501,15 @@ func ClearPrefixes(ctx context.Context, env *harness.Env, rdb redis.UniversalCli
 		}
 	}
 	return func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
-		defer cancel()
 		for _, p := range prefixes {
-			if n, err := redisx.DeletePrefix(cctx, rdb, p); err != nil {
-				env.Note("deleting the keys under %s: %v (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, err, p)
-			} else if n > 0 {
-				fmt.Fprintf(env.Out, "    deleted %d keys under %s:\n", n, p)
-			}
+			what := fmt.Sprintf("deleting the keys under %s: (delete them with redis-cli --scan --pattern '%s:*' | xargs redis-cli unlink)", p, p)
+			env.Cleanup(ctx, limit, what, func(ctx context.Context) error {
+				n, err := redisx.DeletePrefix(ctx, rdb, p)
+				if n > 0 {
+					fmt.Fprintf(env.Out, "    deleted %d keys under %s:\n", n, p)
+				}
+				return err
+			})
 		}
 	}, nil
 }

@@ -5,6 +5,7 @@ package scaleout
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -166,13 +167,10 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 	if err != nil {
 		return res, fmt.Errorf("creating %s and %s: %w", events, changes, err)
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if _, err := adm.DeleteTopics(dctx, events, changes); err != nil {
-			env.Note("deleting the scale-out topics on the %s topology: %v", t.name, err)
-		}
-	}()
+	defer env.Cleanup(ctx, 30*time.Second, "deleting the scale-out topics on the "+t.name+" topology", func(ctx context.Context) error {
+		_, err := adm.DeleteTopics(ctx, events, changes)
+		return err
+	})
 
 	fmt.Fprintf(env.Out, "    %s topology: %d partitions, replication %d, %d Redis node(s); producing %s events of %s users\n",
 		t.name, partitions, t.replication, len(t.redis), report.Num(float64(env.Cfg.ScaleOutEvents)), report.Num(float64(env.Cfg.ScaleOutUsers)))
@@ -207,13 +205,10 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 		}
 		run, err := scaleOutRun(ctx, env, t, bin, members, id, prefix, events, changes, end, rdb)
 		cleanup()
-		dr, derr := adm.DeleteGroup(context.WithoutCancel(ctx), id)
-		if derr == nil {
-			derr = dr.Err
-		}
-		if derr != nil {
-			env.Note("deleting the scale-out group %s: %v", id, derr)
-		}
+		env.Cleanup(ctx, 30*time.Second, "deleting the scale-out group "+id, func(ctx context.Context) error {
+			dr, err := adm.DeleteGroup(ctx, id)
+			return cmp.Or(err, dr.Err)
+		})
 		if err != nil {
 			return res, fmt.Errorf("%d aggregator(s): %w", members, err)
 		}
