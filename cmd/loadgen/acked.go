@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/pulse-presence/pulse/cmd/internal/eventgen"
 )
 
 // AckedEvent is one line of the -acked file: an event ingest answered with a 2xx,
@@ -88,7 +90,7 @@ func newLedger(path string) (*ledger, error) {
 
 // record adds one request's events and its outcome; ids are the event ids of a 2xx
 // answer, in the order of events (missing ones are written as "").
-func (l *ledger) record(workload string, o outcome, events []AckedEvent, ids []string) {
+func (l *ledger) record(workload string, o outcome, events []eventgen.Event, ids []string) {
 	if l == nil {
 		return
 	}
@@ -107,11 +109,11 @@ func (l *ledger) record(workload string, o outcome, events []AckedEvent, ids []s
 			return
 		}
 		for i, e := range events {
-			e.Workload = workload
+			a := AckedEvent{UserID: e.UserID, DeviceID: e.DeviceID, Kind: e.Kind, Status: e.Status, Workload: workload}
 			if i < len(ids) {
-				e.EventID = ids[i]
+				a.EventID = ids[i]
 			}
-			if err := l.enc.Encode(e); err != nil {
+			if err := l.enc.Encode(a); err != nil {
 				l.err = err
 				return
 			}

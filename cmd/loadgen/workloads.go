@@ -170,7 +170,7 @@ func (c *client) call(ctx context.Context, method, url string, body any, into an
 // postEvents sends events to ingest's path as body, decoding a 2xx answer into
 // answer, and records them in c.acks under workload: acknowledged ones with the ids
 // ids returns from the decoded answer.
-func (c *client) postEvents(ctx context.Context, workload, path string, body any, events []AckedEvent, answer any, ids func() []string) outcome {
+func (c *client) postEvents(ctx context.Context, workload, path string, body any, events []eventgen.Event, answer any, ids func() []string) outcome {
 	o := c.call(ctx, http.MethodPost, c.ingest+path, body, answer)
 	var got []string
 	if o.class == classOK {
@@ -219,15 +219,6 @@ type (
 	}
 )
 
-// ackedOf is the events of a POST /v1/events body as the ledger records them.
-func ackedOf(events []eventgen.Event) []AckedEvent {
-	out := make([]AckedEvent, len(events))
-	for i, e := range events {
-		out[i] = AckedEvent{UserID: e.UserID, DeviceID: e.DeviceID, Kind: e.Kind, Status: e.Status}
-	}
-	return out
-}
-
 // buildWorkloads returns the workloads whose rate is not 0, in report order. The
 // freshness probe reads its users' current statuses first, so it needs the query API.
 func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, error) {
@@ -237,7 +228,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
 				b := statusBody{UserID: g.User(rng), Status: eventgen.Status(rng)}
 				// The seed API's answer names no event id.
-				return c.postEvents(ctx, "single", "/status", b, []AckedEvent{{UserID: b.UserID, Kind: "status", Status: b.Status}},
+				return c.postEvents(ctx, "single", "/status", b, []eventgen.Event{{UserID: b.UserID, Kind: "status", Status: b.Status}},
 					nil, func() []string { return nil })
 			}},
 		{name: "batch", endpoint: "POST /v1/events", rate: cfg.batchRate, perReq: cfg.batchSize,
@@ -247,7 +238,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 					b.Events[i] = g.Event(rng)
 				}
 				var a eventsAnswer
-				o := c.postEvents(ctx, "batch", "/v1/events", b, ackedOf(b.Events), &a, func() []string { return a.EventIDs })
+				o := c.postEvents(ctx, "batch", "/v1/events", b, b.Events, &a, func() []string { return a.EventIDs })
 				if o.class == classOK {
 					o.events = a.Accepted
 				}
@@ -257,7 +248,7 @@ func buildWorkloads(ctx context.Context, cfg config, c *client) ([]*workload, er
 			do: func(ctx context.Context, rng *rand.Rand, _ uint64) outcome {
 				b := heartbeatBody{UserID: g.User(rng), DeviceID: g.Device(rng)}
 				var a heartbeatAnswer
-				return c.postEvents(ctx, "heartbeat", "/v1/heartbeat", b, []AckedEvent{{UserID: b.UserID, DeviceID: b.DeviceID, Kind: "heartbeat"}},
+				return c.postEvents(ctx, "heartbeat", "/v1/heartbeat", b, []eventgen.Event{{UserID: b.UserID, DeviceID: b.DeviceID, Kind: "heartbeat"}},
 					&a, func() []string { return []string{a.EventID} })
 			}},
 		{name: "read", endpoint: "GET /status/{id}", rate: cfg.readRate,
@@ -385,7 +376,7 @@ func (p *prober) probe(ctx context.Context, _ *rand.Rand, seq uint64) outcome {
 	}
 	ev := eventsBody{Events: []eventgen.Event{{UserID: u.id, Kind: "status", Status: want, DeviceID: "probe"}}}
 	var a eventsAnswer
-	o := p.c.postEvents(ctx, "fresh", "/v1/events", ev, ackedOf(ev.Events), &a, func() []string { return a.EventIDs })
+	o := p.c.postEvents(ctx, "fresh", "/v1/events", ev, ev.Events, &a, func() []string { return a.EventIDs })
 	if o.class != classOK {
 		u.dirty = true
 		return o
