@@ -31,8 +31,8 @@ type stats struct {
 	codes     map[int]uint64 // status codes of the non-2xx answers
 	lat       histogram      // 2xx latencies from the intended start
 
-	probes, seen, timeouts, probeAborted, polls, pollErrors uint64
-	fresh                                                   histogram
+	probes FreshnessReport // the freshness probes' counts, Ms left to buildReport
+	fresh  histogram
 }
 
 func newStats(from time.Time) *stats { return &stats{from: from, codes: map[int]uint64{}} }
@@ -60,17 +60,17 @@ func (s *stats) record(intended time.Time, o outcome) {
 		s.codes[o.code]++
 	}
 	if r := o.fresh; r != nil {
-		s.probes++
-		s.polls += uint64(r.polls)
-		s.pollErrors += uint64(r.pollErrors)
+		s.probes.Probes++
+		s.probes.Polls += uint64(r.polls)
+		s.probes.PollErrors += uint64(r.pollErrors)
 		switch {
 		case r.seen:
-			s.seen++
+			s.probes.Seen++
 			s.fresh.record(r.after)
 		case r.timedOut:
-			s.timeouts++
+			s.probes.Timeouts++
 		case r.aborted:
-			s.probeAborted++
+			s.probes.Aborted++
 		}
 	}
 }
@@ -138,10 +138,9 @@ func buildReport(cfg config, wls []*workload, st []*stats, started time.Time, me
 			LatencyMs:   quantiles(&s.lat),
 		}
 		if w.name == "fresh" {
-			r.Freshness = &FreshnessReport{
-				Probes: s.probes, Seen: s.seen, Timeouts: s.timeouts, Aborted: s.probeAborted,
-				Polls: s.polls, PollErrors: s.pollErrors, Ms: quantiles(&s.fresh),
-			}
+			f := s.probes
+			f.Ms = quantiles(&s.fresh)
+			r.Freshness = &f
 		}
 		s.mu.Unlock()
 		r.AcceptedEvents += wr.Events

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
@@ -36,17 +35,12 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 	if err != nil {
 		return nil, err
 	}
-	td, err := env.Lag.Adm.ListTopics(ctx, env.Cfg.Events)
+	partitions, replicas, err := env.Lag.Partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("describing %s: %w", env.Cfg.Events, err)
+		return nil, err
 	}
-	ev, ok := td[env.Cfg.Events]
-	if !ok || ev.Err != nil || len(ev.Partitions) == 0 {
-		return nil, fmt.Errorf("describing %s: %v", env.Cfg.Events, ev.Err)
-	}
-	replicas := len(ev.Partitions.Sorted()[0].Replicas)
 	res := &report.KafkaLimit{Tool: tool, Topic: fmt.Sprintf("bench.limits.%d", time.Now().UnixNano()),
-		Partitions: len(ev.Partitions), Replicas: replicas, Raw: filepath.Join("raw", "limits-kafka.txt")}
+		Partitions: partitions, Replicas: replicas, Raw: filepath.Join("raw", "limits-kafka.txt")}
 	if _, err := env.Lag.Adm.CreateTopic(ctx, int32(res.Partitions), int16(replicas), nil, res.Topic); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", res.Topic, err)
 	}
@@ -88,7 +82,6 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 	defer cancel()
 	cmd := exec.CommandContext(rctx, "java", args...)
 	cmd.Stderr = raw
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -109,7 +102,7 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 			}
 		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Process.Kill()
 	io.Copy(io.Discard, out)
 	waitErr := cmd.Wait()
 	elapsed := time.Since(start).Seconds()

@@ -34,7 +34,7 @@ const (
 func redisLimit(ctx context.Context, env *harness.Env) (*report.RedisLimit, error) {
 	rdb := scale.Client(env)
 	defer rdb.Close()
-	shards, err := env.Lag.Partitions(ctx)
+	shards, _, err := env.Lag.Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -66,16 +66,17 @@ func (l *Lag) Sample(ctx context.Context) (LagSample, error) {
 	return s, nil
 }
 
-// Partitions is the events topic's partition count.
-func (l *Lag) Partitions(ctx context.Context) (int, error) {
+// Partitions is the events topic's partition count and replication factor.
+func (l *Lag) Partitions(ctx context.Context) (partitions, replicas int, err error) {
 	td, err := l.Adm.ListTopics(ctx, l.Events)
 	if err != nil {
-		return 0, fmt.Errorf("describing %s: %w", l.Events, err)
+		return 0, 0, fmt.Errorf("describing %s: %w", l.Events, err)
 	}
-	if t, ok := td[l.Events]; !ok || t.Err != nil {
-		return 0, fmt.Errorf("describing %s: %v", l.Events, t.Err)
+	t, ok := td[l.Events]
+	if !ok || t.Err != nil || len(t.Partitions) == 0 {
+		return 0, 0, fmt.Errorf("describing %s: no partitions (%v)", l.Events, t.Err)
 	}
-	return len(td[l.Events].Partitions), nil
+	return len(t.Partitions), len(t.Partitions.Sorted()[0].Replicas), nil
 }
 
 // SampleEvery samples lag every interval in the background until the function it

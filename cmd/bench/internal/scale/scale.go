@@ -81,7 +81,7 @@ func run(ctx context.Context, env *harness.Env) (*report.ScaleResult, error) {
 	defer rdb.Close()
 	shards := env.Cfg.ScaleShards
 	if shards == 0 {
-		n, err := env.Lag.Partitions(ctx)
+		n, _, err := env.Lag.Partitions(ctx)
 		if err != nil {
 			return nil, err
 		}
