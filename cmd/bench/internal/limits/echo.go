@@ -87,12 +87,9 @@ func echoLimit(ctx context.Context, env *harness.Env) (*report.EchoLimit, error)
 		st.KeptUp = st.AcceptedEventsPerSec >= env.Cfg.Crit.MinAccepted*rate && st.FailedFraction <= env.Cfg.Crit.MaxFailed
 		res.Steps = append(res.Steps, st)
 		res.PeakAcceptedEventsPerSec = max(res.PeakAcceptedEventsPerSec, st.AcceptedEventsPerSec)
-		result := "kept up"
-		if !st.KeptUp {
-			result = "fell behind"
-		}
 		fmt.Fprintf(env.Out, "      bare Echo at %s/s: %s accepted, p99 %s, loadgen %.2f cores (%.0f%% of the machine): %s\n",
-			report.Num(rate), report.Num(st.AcceptedEventsPerSec), report.FmtMs(st.Ms.P99, st.Ms.Count), st.LoadgenCores, 100*st.LoadgenMachineShare, result)
+			report.Num(rate), report.Num(st.AcceptedEventsPerSec), report.FmtMs(st.Ms.P99, st.Ms.Count), st.LoadgenCores, 100*st.LoadgenMachineShare,
+			map[bool]string{true: "kept up", false: "fell behind"}[st.KeptUp])
 		if !st.KeptUp {
 			break
 		}

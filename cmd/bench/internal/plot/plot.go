@@ -2,6 +2,7 @@
 package plot
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"math"
@@ -56,15 +57,11 @@ func Write(path string, batched, single *report.ModeResult) error {
 	for i, p := range panels {
 		p.Draw(canvases[0][i])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	var png bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&png); err != nil {
+		return fmt.Errorf("encoding %s: %w", path, err)
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return os.WriteFile(path, png.Bytes(), 0o644)
 }
 
 func panel(title string, m *report.ModeResult) *plot.Plot {

@@ -2,7 +2,6 @@ package report
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"slices"
@@ -120,8 +119,9 @@ type markdown struct{ strings.Builder }
 
 func (m *markdown) p(format string, a ...any) { fmt.Fprintf(m, format, a...) }
 
-// writeMarkdown renders r for people: targets first, then each phase's table.
-func writeMarkdown(w io.Writer, r *Results, command string) error {
+// markdownOf is results.md: r rendered for people, targets first, then each phase's
+// table.
+func markdownOf(r *Results, command string) string {
 	var m markdown
 	m.header(r, command)
 	m.targets(r.Targets)
@@ -152,23 +152,22 @@ func writeMarkdown(w io.Writer, r *Results, command string) error {
 	if r.Scale != nil {
 		m.scale(r.Scale)
 	}
-	if len(r.Profiles) > 0 {
-		m.p("## Profiles\n\n")
-		for _, f := range r.Profiles {
-			m.p("- `%s` (`go tool pprof -top %s`)\n", f, f)
-		}
-		m.p("\n")
-	}
-	if len(r.Notes) > 0 {
-		m.p("## Notes\n\n")
-		for _, n := range r.Notes {
-			m.p("- %s\n", n)
-		}
-		m.p("\n")
-	}
+	m.list("Profiles", r.Profiles, func(f string) string { return fmt.Sprintf("`%s` (`go tool pprof -top %s`)", f, f) })
+	m.list("Notes", r.Notes, func(n string) string { return n })
 	m.p("Files: `results.json` (every number), `latency.png`, `raw/` (each loadgen run's report and table).\n")
-	_, err := io.WriteString(w, m.String())
-	return err
+	return m.String()
+}
+
+// list is a section of one bullet per item, absent without items.
+func (m *markdown) list(title string, items []string, bullet func(string) string) {
+	if len(items) == 0 {
+		return
+	}
+	m.p("## %s\n\n", title)
+	for _, x := range items {
+		m.p("- %s\n", bullet(x))
+	}
+	m.p("\n")
 }
 
 // AllSteps is every measured step: the batched and single ones, then the half-max run.

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
@@ -45,13 +44,11 @@ func Finish(r *Results, historyAt float64) {
 
 // Write puts results.json and results.md into dir and prints the targets table.
 func Write(dir string, r *Results, command string, out io.Writer) error {
-	var md strings.Builder
-	errs := []error{loadreport.WriteJSON(filepath.Join(dir, "results.json"), r), writeMarkdown(&md, r, command),
-		os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)}
 	var targets markdown
 	targets.targets(r.Targets)
 	fmt.Fprint(out, "\n"+targets.String())
-	return errors.Join(errs...)
+	return errors.Join(loadreport.WriteJSON(filepath.Join(dir, "results.json"), r),
+		os.WriteFile(filepath.Join(dir, "results.md"), []byte(markdownOf(r, command)), 0o644))
 }
 
 // Ratio is a ÷ b, 0 when b is not above 0.

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -146,11 +145,7 @@ func TestMarkdown(t *testing.T) {
 	r := sampleResults()
 	r.History = historyCheck(r.Batched, 50000)
 	r.Targets = evaluate(r, 10_000_000)
-	var b bytes.Buffer
-	if err := writeMarkdown(&b, r, "go run ./cmd/bench -quick"); err != nil {
-		t.Fatal(err)
-	}
-	md := b.String()
+	md := markdownOf(r, "go run ./cmd/bench -quick")
 	for _, want := range []string{
 		"# Pulse benchmark, 2026-01-02 03:04 UTC",
 		"Command: `go run ./cmd/bench -quick`",

@@ -191,11 +191,8 @@ func scaleOutOn(ctx context.Context, env *harness.Env, t target, bin, stamp stri
 
 	// One aggregator, then two, for -scaleout-rounds rounds: alternating, so neither
 	// count gets only the first (or only the warmer) turn.
-	var order []int
-	for range env.Cfg.ScaleOutRounds {
-		order = append(order, 1, 2)
-	}
-	for i, members := range order {
+	for i := range 2 * env.Cfg.ScaleOutRounds {
+		members := 1 + i%2
 		id := fmt.Sprintf("bench-scaleout-%s-%s-%d", stamp, t.name, i+1)
 		// Short enough to stay apart from deployments, as long as none needs to be.
 		prefix := fmt.Sprintf("bso%d", members)

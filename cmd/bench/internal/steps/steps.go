@@ -205,14 +205,11 @@ func internals(before, after snapshot) map[string]float64 {
 }
 
 func printStep(env *harness.Env, r report.StepResult) {
-	state := "kept up"
-	if !r.KeptUp {
-		state = "FELL BEHIND"
-	}
 	fmt.Fprintf(env.Out, "    %-7s %7.0f ev/s offered, %7.0f accepted, ingest p99 %s, fresh p99 %s, agg lag %d→%d, history %.0f rows/s (lag %d→%d): %s\n",
 		r.Mode, r.OfferedEventsPerSec, r.AcceptedEventsPerSec, report.FmtMs(r.IngestMs.P99, r.IngestMs.Count),
 		report.FmtMs(r.Freshness.Ms.P99, r.Freshness.Ms.Count), r.AggregatorLag.Start, r.AggregatorLag.End,
-		r.History.RowsPerSec, r.History.LagRecordsStart, r.History.LagRecords, state)
+		r.History.RowsPerSec, r.History.LagRecordsStart, r.History.LagRecords,
+		map[bool]string{true: "kept up", false: "FELL BEHIND"}[r.KeptUp])
 	for _, why := range r.Reasons {
 		fmt.Fprintf(env.Out, "            %s\n", why)
 	}
