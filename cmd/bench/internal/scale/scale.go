@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -519,17 +518,17 @@ func ClearPrefixes(ctx context.Context, env *harness.Env, rdb redis.UniversalCli
 func QuietMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		info, err := rdb.Info(ctx, "memory", "persistence").Result()
+		info, err := rdb.InfoMap(ctx, "memory", "persistence").Result()
 		if err != nil {
 			return 0, fmt.Errorf("INFO memory: %w", err)
 		}
-		f := infoFields(info)
-		busy := f["lazyfree_pending_objects"] != "0" || f["aof_rewrite_in_progress"] == "1" ||
-			f["aof_rewrite_scheduled"] == "1" || f["rdb_bgsave_in_progress"] == "1"
+		mem, pers := info["Memory"], info["Persistence"]
+		busy := mem["lazyfree_pending_objects"] != "0" || pers["aof_rewrite_in_progress"] == "1" ||
+			pers["aof_rewrite_scheduled"] == "1" || pers["rdb_bgsave_in_progress"] == "1"
 		if !busy || time.Now().After(deadline) {
-			n, err := strconv.ParseInt(f["used_memory"], 10, 64)
+			n, err := strconv.ParseInt(mem["used_memory"], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("INFO memory: used_memory %q: %w", f["used_memory"], err)
+				return 0, fmt.Errorf("INFO memory: used_memory %q: %w", mem["used_memory"], err)
 			}
 			return n, nil
 		}
@@ -539,15 +538,4 @@ func QuietMemory(ctx context.Context, rdb redis.UniversalClient) (int64, error) 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// infoFields reads INFO's "name:value" lines.
-func infoFields(info string) map[string]string {
-	f := map[string]string{}
-	for line := range strings.SplitSeq(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
-			f[k] = v
-		}
-	}
-	return f
 }

@@ -4,6 +4,7 @@ package steps
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -349,17 +350,10 @@ func profile(ctx context.Context, env *harness.Env, name string, secs int, dir s
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("%s answered HTTP %d (the service serves /debug/pprof only with PULSE_PPROF=1)", url, resp.StatusCode)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, name+".cpu.pprof")
-	f, err := os.Create(path)
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if _, err := io.Copy(f, resp.Body); err != nil {
 		return "", fmt.Errorf("reading %s: %w", url, err)
 	}
-	return path, f.Close()
+	path := filepath.Join(dir, name+".cpu.pprof")
+	return path, errors.Join(os.MkdirAll(dir, 0o755), os.WriteFile(path, b, 0o644))
 }
