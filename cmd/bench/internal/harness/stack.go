@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -119,9 +118,8 @@ func pidsOf(cmd *exec.Cmd) (map[string]int, error) {
 		return nil, fmt.Errorf("stack.sh pids: %w", err)
 	}
 	pids := map[string]int{}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		name, pid, _ := strings.Cut(sc.Text(), " ")
+	for line := range strings.Lines(out.String()) {
+		name, pid, _ := strings.Cut(strings.TrimSpace(line), " ")
 		if n, err := strconv.Atoi(pid); err == nil {
 			pids[name] = n
 		}

@@ -3,7 +3,6 @@
 package scaleout
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -116,9 +115,8 @@ func findTarget(ctx context.Context, env *harness.Env, topo string) (target, err
 	if err := cmd.Run(); err != nil {
 		return t, fmt.Errorf("stack.sh env (cluster): %w", err)
 	}
-	sc := bufio.NewScanner(&vars)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+	for line := range strings.Lines(vars.String()) {
+		k, v, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "export "), "=")
 		switch k {
 		case "PULSE_KAFKA_BROKERS":
 			t.brokers = strings.Split(v, ",")
