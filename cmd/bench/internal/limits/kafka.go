@@ -113,15 +113,12 @@ func kafkaLimit(ctx context.Context, env *harness.Env) (*report.KafkaLimit, erro
 	if elapsed > 0 {
 		res.KafkaCPUCores = cpu["kafka"] / elapsed
 	}
-	sum, err := summarizePerf(lines, report.PerfWarmWindows)
-	if err != nil {
+	if err := summarizePerf(res, lines, report.PerfWarmWindows); err != nil {
 		if waitErr != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w (java: %v; see %s)", err, waitErr, res.Raw)
 		}
 		return nil, err
 	}
-	res.Windows, res.Records, res.Seconds = sum.windows, sum.records, sum.seconds
-	res.RecordsPerSec, res.MBPerSec, res.AvgLatencyMs, res.MaxLatencyMs = sum.recordsPerSec, sum.mbPerSec, sum.avgMs, sum.maxMs
 	fmt.Fprintf(env.Out, "      ProducerPerformance: %s records/s, %.2f MB/s (%s B per record, %d partitions, acks=all), avg latency %.0f ms\n",
 		report.Num(res.RecordsPerSec), res.MBPerSec, report.Sig(res.RecordBytes), res.Partitions, res.AvgLatencyMs)
 	return res, nil
@@ -212,19 +209,11 @@ func parsePerfLine(s string) (perfLine, bool) {
 	return l, true
 }
 
-// perfSummary is what a run's reports add up to.
-type perfSummary struct {
-	windows                 int
-	records                 int64
-	seconds                 float64
-	recordsPerSec, mbPerSec float64
-	avgMs, maxMs            float64
-}
-
-// summarizePerf adds up the windows after the first skip (the producer warming up):
-// their records over their time, each window's time being its records over its rate. A
-// run that ended by itself before that, with its final line, is taken whole.
-func summarizePerf(lines []perfLine, skip int) (perfSummary, error) {
+// summarizePerf adds up into res the windows after the first skip (the producer
+// warming up): their records over their time, each window's time being its records
+// over its rate. A run that ended by itself before that, with its final line, is
+// taken whole.
+func summarizePerf(res *report.KafkaLimit, lines []perfLine, skip int) error {
 	var windows []perfLine
 	var final *perfLine
 	for i := range lines {
@@ -236,30 +225,28 @@ func summarizePerf(lines []perfLine, skip int) (perfSummary, error) {
 	}
 	if len(windows) <= skip {
 		if final != nil && final.RecordsPerSec > 0 {
-			return perfSummary{windows: 1, records: final.Records, seconds: float64(final.Records) / final.RecordsPerSec,
-				recordsPerSec: final.RecordsPerSec, mbPerSec: final.MBPerSec, avgMs: final.AvgMs, maxMs: final.MaxMs}, nil
+			res.Windows, res.Records, res.Seconds = 1, final.Records, float64(final.Records)/final.RecordsPerSec
+			res.RecordsPerSec, res.MBPerSec, res.AvgLatencyMs, res.MaxLatencyMs = final.RecordsPerSec, final.MBPerSec, final.AvgMs, final.MaxMs
+			return nil
 		}
-		return perfSummary{}, fmt.Errorf("ProducerPerformance reported %d windows, none after the %d of its warm-up", len(windows), skip)
+		return fmt.Errorf("ProducerPerformance reported %d windows, none after the %d of its warm-up", len(windows), skip)
 	}
-	var s perfSummary
 	var mb, lat float64
 	for _, w := range windows[skip:] {
 		if w.RecordsPerSec <= 0 {
 			continue
 		}
 		sec := float64(w.Records) / w.RecordsPerSec
-		s.windows++
-		s.records += w.Records
-		s.seconds += sec
+		res.Windows++
+		res.Records += w.Records
+		res.Seconds += sec
 		mb += w.MBPerSec * sec
 		lat += w.AvgMs * float64(w.Records)
-		s.maxMs = math.Max(s.maxMs, w.MaxMs)
+		res.MaxLatencyMs = math.Max(res.MaxLatencyMs, w.MaxMs)
 	}
-	if s.seconds <= 0 || s.records == 0 {
-		return perfSummary{}, errors.New("ProducerPerformance sent no records after its warm-up")
+	if res.Seconds <= 0 || res.Records == 0 {
+		return errors.New("ProducerPerformance sent no records after its warm-up")
 	}
-	s.recordsPerSec = float64(s.records) / s.seconds
-	s.mbPerSec = mb / s.seconds
-	s.avgMs = lat / float64(s.records)
-	return s, nil
+	res.RecordsPerSec, res.MBPerSec, res.AvgLatencyMs = float64(res.Records)/res.Seconds, mb/res.Seconds, lat/float64(res.Records)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
 )
 
@@ -34,27 +35,32 @@ func TestSummarizePerf(t *testing.T) {
 		{Records: 100, RecordsPerSec: 20, MBPerSec: 2, AvgMs: 10, MaxMs: 50},    // 5 s
 		{Records: 300, RecordsPerSec: 60, MBPerSec: 6, AvgMs: 20, MaxMs: 40},    // 5 s
 	}
-	s, err := summarizePerf(lines, 1)
+	// sum adds up lines into a fresh result.
+	sum := func(lines []perfLine, skip int) (*report.KafkaLimit, error) {
+		var s report.KafkaLimit
+		return &s, summarizePerf(&s, lines, skip)
+	}
+	s, err := sum(lines, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.windows != 2 || s.records != 400 || s.seconds != 10 || s.recordsPerSec != 40 || s.mbPerSec != 4 || s.maxMs != 50 {
+	if s.Windows != 2 || s.Records != 400 || s.Seconds != 10 || s.RecordsPerSec != 40 || s.MBPerSec != 4 || s.MaxLatencyMs != 50 {
 		t.Fatalf("summary %+v", s)
 	}
-	if want := (100*10 + 300*20) / 400.0; math.Abs(s.avgMs-want) > 1e-9 {
-		t.Errorf("avg latency %v, want %v (weighted by records)", s.avgMs, want)
+	if want := (100*10 + 300*20) / 400.0; math.Abs(s.AvgLatencyMs-want) > 1e-9 {
+		t.Errorf("avg latency %v, want %v (weighted by records)", s.AvgLatencyMs, want)
 	}
-	if _, err := summarizePerf(lines[:1], 1); err == nil {
+	if _, err := sum(lines[:1], 1); err == nil {
 		t.Error("one window: want an error")
 	}
 	// A run that ended by itself with one window and its final line is taken whole.
-	s, err = summarizePerf([]perfLine{lines[1], {Records: 500, RecordsPerSec: 50, MBPerSec: 5, AvgMs: 7, Final: true}}, 1)
-	if err != nil || s.windows != 1 || s.records != 500 || s.recordsPerSec != 50 || s.seconds != 10 || s.avgMs != 7 {
+	s, err = sum([]perfLine{lines[1], {Records: 500, RecordsPerSec: 50, MBPerSec: 5, AvgMs: 7, Final: true}}, 1)
+	if err != nil || s.Windows != 1 || s.Records != 500 || s.RecordsPerSec != 50 || s.Seconds != 10 || s.AvgLatencyMs != 7 {
 		t.Fatalf("final only: %+v, %v", s, err)
 	}
 	// Three warm-up windows: only the fourth on counts.
-	s, err = summarizePerf(append(lines, perfLine{Records: 1000, RecordsPerSec: 100}), 3)
-	if err != nil || s.windows != 1 || s.records != 1000 || s.recordsPerSec != 100 {
+	s, err = sum(append(lines, perfLine{Records: 1000, RecordsPerSec: 100}), 3)
+	if err != nil || s.Windows != 1 || s.Records != 1000 || s.RecordsPerSec != 100 {
 		t.Fatalf("skip 3: %+v, %v", s, err)
 	}
 }
