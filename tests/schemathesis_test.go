@@ -84,7 +84,9 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			}
 			cmd.Env = append(os.Environ(), "PYTHONPATH="+hooks, "SCHEMATHESIS_HOOKS=pulse_checks", "NO_COLOR=1")
 			cmd.Dir = t.TempDir() // its .schemathesis cache stays out of the checkout
+			began := time.Now()
 			out, err := cmd.CombinedOutput()
+			took := time.Since(began).Round(time.Second)
 			summary := harness.LastLines(string(out), 25)
 			if err != nil {
 				t.Fatalf("schemathesis against %s found disagreements with the OpenAPI document or server errors (%v):\n%s", run.service, err, harness.LastLines(string(out), 200))
@@ -92,7 +94,7 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			if strings.Contains(string(out), run.key) {
 				t.Fatal("schemathesis's report shows the API key")
 			}
-			t.Logf("schemathesis against %s: %s; %s s budget:\n%s", run.service, casesLine(string(out)), budget, summary)
+			t.Logf("schemathesis against %s: %s in %v (%s s budget):\n%s", run.service, casesLine(string(out)), took, budget, summary)
 		})
 	}
 }
