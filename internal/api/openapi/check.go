@@ -36,22 +36,32 @@ func Operations(service string) ([]Operation, error) {
 			if !slices.Contains(methods, method) {
 				continue
 			}
-			var op struct {
-				Services []string `json:"x-service"`
+			services, err := servedBy(method, path, raw)
+			if err != nil {
+				return nil, err
 			}
-			if err := json.Unmarshal(raw, &op); err != nil {
-				return nil, fmt.Errorf("%s %s: x-service: %w", strings.ToUpper(method), path, err)
-			}
-			if len(op.Services) == 0 {
-				return nil, fmt.Errorf("%s %s: no x-service names the service that serves it", strings.ToUpper(method), path)
-			}
-			if slices.Contains(op.Services, service) {
+			if slices.Contains(services, service) {
 				out = append(out, Operation{Method: strings.ToUpper(method), Path: path})
 			}
 		}
 	}
 	slices.SortFunc(out, func(a, b Operation) int { return strings.Compare(a.String(), b.String()) })
 	return out, nil
+}
+
+// servedBy reads the x-service of the operation method on path: the services that
+// serve it, at least one.
+func servedBy(method, path string, op json.RawMessage) ([]string, error) {
+	var o struct {
+		Services []string `json:"x-service"`
+	}
+	if err := json.Unmarshal(op, &o); err != nil {
+		return nil, fmt.Errorf("%s %s: x-service: %w", strings.ToUpper(method), path, err)
+	}
+	if len(o.Services) == 0 {
+		return nil, fmt.Errorf("%s %s: no x-service names the service that serves it", strings.ToUpper(method), path)
+	}
+	return o.Services, nil
 }
 
 // EchoPath writes an Echo route path the way OpenAPI does: ":userId" -> "{userId}".

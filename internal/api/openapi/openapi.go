@@ -43,13 +43,11 @@ func For(service string) ([]byte, error) {
 			if !slices.Contains(methods, key) {
 				continue
 			}
-			var op struct {
-				Services []string `json:"x-service"`
+			services, err := servedBy(key, path, raw)
+			if err != nil {
+				return nil, err
 			}
-			if err := json.Unmarshal(raw, &op); err != nil {
-				return nil, fmt.Errorf("%s %s: x-service: %w", key, path, err)
-			}
-			if slices.Contains(op.Services, service) {
+			if slices.Contains(services, service) {
 				kept = true
 			} else {
 				delete(item, key)
