@@ -157,6 +157,28 @@ func List(p *[]string, name string, def []string, usage string, rules ...Rule[[]
 		func(l []string) string { return quote(join(l)) }, join, rules)
 }
 
+// CheckedList binds a comma-separated variable whose elements are checked one by one:
+// check says why an element is wrong (nil: it is fine), and each error names the
+// element, so the bad entry of a long list is plain. want describes a valid element,
+// for -help and docs/configuration.md.
+func CheckedList(p *[]string, name string, def []string, usage, want string, check func(string) error) *Var {
+	v := List(p, name, def, usage)
+	v.want = []string{want}
+	v.load = func(e *Env, v *Var) {
+		*p = e.List(name, def)
+		for _, s := range *p {
+			if err := check(s); err != nil {
+				if v.secret {
+					e.errs = append(e.errs, fmt.Errorf("%s: an element: %w", name, err))
+					continue
+				}
+				e.errs = append(e.errs, fmt.Errorf("%s: %q: %w", name, s, err))
+			}
+		}
+	}
+	return v
+}
+
 // ShortDuration prints d without trailing zero units: "10m" rather than "10m0s".
 func ShortDuration(d time.Duration) string {
 	s := d.String()

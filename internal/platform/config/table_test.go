@@ -293,3 +293,32 @@ func TestLoadJoinsWithEnvErrors(t *testing.T) {
 		t.Fatalf("Err = %v, want the two errors joined", err)
 	}
 }
+
+// A checked list names each bad element with its reason, and describes a valid element
+// for -help and the docs.
+func TestCheckedListNamesEachBadElement(t *testing.T) {
+	var got []string
+	v := CheckedList(&got, "PULSE_TEST_ITEMS", nil, "items", "want lower-case words", func(s string) error {
+		if strings.ToLower(s) != s {
+			return errors.New("has upper case")
+		}
+		return nil
+	})
+	if v.Want() != "want lower-case words" {
+		t.Errorf("Want = %q", v.Want())
+	}
+	env := NewEnv(MapLookup(map[string]string{"PULSE_TEST_ITEMS": "a, B ,c,D"}))
+	env.Load(v)
+	want := "PULSE_TEST_ITEMS: \"B\": has upper case\nPULSE_TEST_ITEMS: \"D\": has upper case"
+	if env.Err() == nil || env.Err().Error() != want {
+		t.Errorf("Err = %v, want %q", env.Err(), want)
+	}
+	if !reflect.DeepEqual(got, []string{"a", "B", "c", "D"}) {
+		t.Errorf("loaded %q", got)
+	}
+	env = NewEnv(MapLookup(nil))
+	env.Load(v)
+	if env.Err() != nil || got != nil {
+		t.Errorf("unset: %q, %v; want none and no error", got, env.Err())
+	}
+}
