@@ -1,6 +1,7 @@
 // Package httpserver is the HTTP edge every Pulse service shares: an Echo server with
 // /healthz, /readyz and /metrics, request metrics, JSON errors of one shape, a
-// graceful shutdown bounded by a deadline, and TLS from files reloaded when they change.
+// graceful shutdown bounded by a deadline, TLS from files reloaded when they change,
+// and CORS for the configured origins.
 package httpserver
 
 import (
@@ -43,6 +44,10 @@ type Config struct {
 	// TLS, when enabled, makes the port speak only TLS. Its rows (TLSVars) are in the
 	// tables of the services that face clients; the others serve plain HTTP.
 	TLS TLSConfig
+	// CORS, when it lists origins, lets those origins' pages call the API from a
+	// browser (cors.go). Its row (CORSVars) is in the tables of the services that face
+	// clients.
+	CORS CORSConfig
 }
 
 // Vars are the HTTP rows of a service's configuration table; defAddr is the service's
@@ -137,6 +142,10 @@ func New(cfg Config, logger *slog.Logger, reg *prometheus.Registry, checks ...he
 
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.securityHeaders, s.recoverPanics, measure(latency), s.accessLog)
+	// Before every middleware the services add, so a preflight never meets their guards.
+	if mw := cors(cfg.CORS); mw != nil {
+		e.Use(mw)
+	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	if cfg.AdminAddr == "" {
