@@ -62,6 +62,7 @@ const minBody = 1024
 func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Ingest))
 	vars = append(vars, httpserver.TLSVars(&c.HTTP.TLS)...)
+	vars = append(vars, httpserver.CORSVars(&c.HTTP.CORS)...)
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-ingest")...)
 	vars = append(vars, auth.Vars(&c.Auth)...)
 	return append(vars, config.Group("ingest",

@@ -146,6 +146,7 @@ type FeedConfig struct {
 func (c *Config) vars() []*config.Var {
 	vars := httpserver.Vars(&c.HTTP, ports.ListenAddr(ports.Query))
 	vars = append(vars, httpserver.TLSVars(&c.HTTP.TLS)...)
+	vars = append(vars, httpserver.CORSVars(&c.HTTP.CORS)...)
 	vars = append(vars, kafkax.Vars(&c.Kafka, "pulse-query")...)
 	vars = append(vars, redisx.Vars(&c.Redis)...)
 	vars = append(vars, cassx.Vars(&c.Cassandra)...)

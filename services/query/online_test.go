@@ -37,13 +37,24 @@ const testToken = "test-operator-token-0123456789"
 // newTestServer is query's HTTP server as run builds it, over store.
 func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 	tb.Helper()
-	cfg, err := loadConfig(config.NewEnv(config.MapLookup(map[string]string{
+	return newTestServerWith(tb, store, nil)
+}
+
+// newTestServerWith is newTestServer with the variables of env set besides (or
+// instead of) its own.
+func newTestServerWith(tb testing.TB, store *statestore.Store, env map[string]string) *httpserver.Server {
+	tb.Helper()
+	vars := map[string]string{
 		"PULSE_HTTP_ADDR":      "127.0.0.1:0",
 		"PULSE_OPERATOR_TOKEN": testToken,
 		// Requests without credentials read in the public view; the routes' guard
 		// is tested in internal/api/auth and tests/auth_test.go.
 		"PULSE_AUTH": "off",
-	})))
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cfg, err := loadConfig(config.NewEnv(config.MapLookup(vars)))
 	if err != nil {
 		tb.Fatal(err)
 	}

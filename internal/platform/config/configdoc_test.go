@@ -43,12 +43,13 @@ func TestConfigDocDocumentsSharedVariables(t *testing.T) {
 	vars := logging.Vars(&lc)
 	vars = append(vars, httpserver.Vars(&hc, ports.ListenAddr(ports.Ingest))...)
 	vars = append(vars, httpserver.TLSVars(&hc.TLS)...)
+	vars = append(vars, httpserver.CORSVars(&hc.CORS)...)
 	vars = append(vars, kafkax.Vars(&kc, "pulse-ingest")...)
 	vars = append(vars, redisx.Vars(&rc)...)
 	vars = append(vars, cassx.Vars(&cc)...)
 	vars = append(vars, auth.Vars(&ac)...)
 	configtest.Table(t, vars)
-	configtest.Doc(t, configDoc, vars, "logging", "http", "tls", "kafka", "redis", "cassandra", "auth")
+	configtest.Doc(t, configDoc, vars, "logging", "http", "tls", "cors", "kafka", "redis", "cassandra", "auth")
 }
 
 // Every PULSE_ variable named in Go code (services, pkg, cmd, tests) or in the local

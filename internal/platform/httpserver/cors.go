@@ -43,8 +43,8 @@ const corsMaxAge = 600
 func CORSVars(c *CORSConfig) []*config.Var {
 	return config.Group("cors",
 		config.CheckedList(&c.Origins, CORSOriginsEnv, nil,
-			"web origins whose pages may call the API from a browser, comma-separated: an allowed Origin gets Access-Control-Allow-Origin (and preflights their answer, without credentials); any other origin, and every origin when empty, gets no CORS header",
-			"exact origins as browsers send them: http:// or https://, a lower-case host and a port only if not the scheme's default; no *, path, query or trailing slash",
+			"web origins whose pages may call the API from a browser, comma-separated: a request from one gets Access-Control-Allow-Origin, and its preflight an answer without a key; other origins get no CORS header; empty: CORS off",
+			"exact origins as browsers send them: http:// or https://, a lower-case host, a port only if not the scheme's default; no wildcard, path, query or trailing slash",
 			checkOrigin).DocDefault("none: no CORS headers"),
 	)
 }
