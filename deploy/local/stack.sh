@@ -681,7 +681,7 @@ service_urls() {
 
 # start_services [NAME...]: every service instance when none is named.
 start_services() {
-	local name kind names=("$@") pids=() urls=() built=" " peers
+	local name kind names=("$@") pids=() urls=() built=" " peers origins
 	((${#names[@]})) || names=("${services[@]}")
 	dev_keys
 	dev_cursor_secret
@@ -696,6 +696,10 @@ start_services() {
 	peers="ingest=$(service_url ingest)/metrics"
 	peers+=",aggregator=$(service_url "$(node_name aggregator 1 "$AGGREGATOR_INSTANCES")")/metrics"
 	peers+=",history=$(service_url "$(node_name history 1 "$HISTORY_INSTANCES")")/metrics"
+	# The pages query serves (the dashboard, the demo) may call ingest and every query
+	# instance from a browser: CORS allows the query instances' own origins, whatever the
+	# topology's ports and scheme. A caller's PULSE_CORS_ORIGINS wins.
+	read -ra origins <<<"$(service_urls query)"
 	for name in "${names[@]}"; do
 		alive "$name" && continue
 		kind=$(kind_of "$name")
@@ -707,6 +711,7 @@ start_services() {
 			PULSE_CASSANDRA_PORT="$CASSANDRA_PORT" \
 			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
 			PULSE_QUERY_PEER_METRICS="${PULSE_QUERY_PEER_METRICS:-$peers}" \
+			PULSE_CORS_ORIGINS="${PULSE_CORS_ORIGINS:-$(join "${origins[@]}")}" \
 			launch "$name" "$logs/$name.log" "$bin/pulse-$kind"
 		pids+=("$name=$(<"$run/$name.pid")")
 	done
