@@ -533,7 +533,9 @@ func (w *watcher) sse(c echo.Context) error {
 		h.Set(echo.HeaderCacheControl, "no-cache")
 	}
 	h.Set("X-Accel-Buffering", "no") // nginx would buffer the stream otherwise
-	if origin := c.Request().Header.Get("Origin"); origin != "" && w.originAllowed(origin) {
+	// An origin of PULSE_CORS_ORIGINS has its CORS headers already; one of
+	// PULSE_FEED_ORIGINS only (a pattern) gets them here.
+	if origin := c.Request().Header.Get("Origin"); origin != "" && h.Get("Access-Control-Allow-Origin") == "" && w.originAllowed(origin) {
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Add("Vary", "Origin")
 	}
