@@ -14,6 +14,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/internal/platform/limits"
+	"github.com/pulse-presence/pulse/internal/stores/eventlog"
 )
 
 // retryAfter is what a 503 tells clients to wait: Kafka leader elections and broker
@@ -22,7 +23,7 @@ const retryAfter = time.Second
 
 // handler serves the ingest endpoints.
 type handler struct {
-	producer *producer
+	producer *eventlog.Producer
 	maxBody  int64
 	maxBatch int
 	maxSkew  time.Duration
@@ -44,7 +45,7 @@ type handler struct {
 var kindNames = [...]string{presence.KindUnknown: "", presence.KindStatus: "status",
 	presence.KindHeartbeat: "heartbeat", presence.KindActivity: "activity"}
 
-func newHandler(cfg Config, p *producer, reg prometheus.Registerer) *handler {
+func newHandler(cfg Config, p *eventlog.Producer, reg prometheus.Registerer) *handler {
 	h := &handler{
 		producer:  p,
 		maxBody:   cfg.MaxBody,
@@ -231,7 +232,7 @@ func (h *handler) send(c echo.Context, events []presence.Event) error {
 	if err := h.admit(c, events); err != nil {
 		return err
 	}
-	if err := h.producer.produce(c.Request().Context(), auth.PrincipalOf(c).Name, events); err != nil {
+	if err := h.producer.Produce(c.Request().Context(), auth.PrincipalOf(c).Name, events); err != nil {
 		// The client sees only the 503; the server's error handler logs the whole
 		// chain, cause included, once per request (never per event).
 		unavailable := httpserver.Unavailable(

@@ -316,7 +316,7 @@ func TestPostEventsBatch(t *testing.T) {
 			t.Errorf("accepted %s events = %v, want %v", kind, got, n)
 		}
 	}
-	if got := testutil.CollectAndCount(hs.h.producer.latency); got != 1 {
+	if got := testutil.CollectAndCount(hs.h.producer.Latency); got != 1 {
 		t.Errorf("latency series = %d, want 1 (acked)", got)
 	}
 }
@@ -535,7 +535,7 @@ func TestProduceTimeoutIs503(t *testing.T) {
 	if got := testutil.CollectAndCount(hs.h.accepted); got != 0 {
 		t.Errorf("accepted series = %d, want none", got)
 	}
-	if got := testutil.CollectAndCount(hs.h.producer.latency); got != 1 {
+	if got := testutil.CollectAndCount(hs.h.producer.Latency); got != 1 {
 		t.Errorf("latency series = %d, want 1 (failed)", got)
 	}
 }

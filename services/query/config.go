@@ -58,6 +58,8 @@ type Config struct {
 	// Limits bound what one credential may ask of an instance and the Cassandra
 	// reads all requests run at once (limits.go).
 	Limits LimitsConfig
+	// Present is how a present socket posts its device's events (present.go).
+	Present PresentConfig
 	// CursorSecret signs every cursor query hands out (listing, history pages, the
 	// feed); CursorSecretPrevious is still accepted while a new secret rolls out.
 	CursorSecret, CursorSecretPrevious string
@@ -201,6 +203,18 @@ func (c *Config) vars() []*config.Var {
 			config.Between(1, 1000)),
 		config.Duration(&c.Limits.HistoryWait, "PULSE_QUERY_HISTORY_WAIT", 2*time.Second,
 			"longest wait of a history or at= request for its first PULSE_QUERY_HISTORY_READS slot before it is a 503 with Retry-After",
+			config.Positive),
+		config.Duration(&c.Present.Heartbeat, "PULSE_PRESENT_HEARTBEAT", 20*time.Second,
+			"a present socket (GET /v1/watch?present=) is pinged this often and each answered ping is a heartbeat of its device; keep it well below the aggregators' PULSE_OFFLINE_AFTER",
+			config.Between(100*time.Millisecond, time.Hour)),
+		config.Duration(&c.Present.AckTimeout, "PULSE_PRESENT_ACK_TIMEOUT", 5*time.Second,
+			"longest wait for Kafka's acknowledgement of a present socket's event: before the upgrade a 503, after it an unavailable error message",
+			config.Positive),
+		config.Int(&c.Present.UserRate, "PULSE_INGEST_USER_RATE", 100,
+			"events per second one user id's present sockets may post on average, per instance, as ingest's bound of the same name; above it a 429 before the upgrade, a rate_limited error message after; 0: unlimited",
+			config.NotNegative),
+		config.Int(&c.Present.UserBurst, "PULSE_INGEST_USER_BURST", 1000,
+			"events of one user id's present sockets accepted at once before PULSE_INGEST_USER_RATE applies",
 			config.Positive),
 		config.Int(&c.Limits.AtMaxBatch, "PULSE_QUERY_AT_MAX_BATCH", 100,
 			"most user ids of one POST /statuses?at= (each is a Cassandra read); more is a 400",

@@ -16,7 +16,9 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/config"
 	"github.com/pulse-presence/pulse/internal/platform/health"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
+	"github.com/pulse-presence/pulse/internal/platform/kafkax"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
+	"github.com/pulse-presence/pulse/internal/stores/eventlog"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/services/query/countcache"
 	"github.com/pulse-presence/pulse/services/query/dashboard"
@@ -91,9 +93,19 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if err != nil {
 		return fmt.Errorf("change feed: %w", err)
 	}
+	// Present sockets post their devices' events to presence.events as ingest does.
+	// The client registers no Kafka metrics: the feed's client has the names.
+	producer, err := kafkax.NewClient(cfg.Kafka, logger, nil, eventlog.Opts(cfg.Kafka.EventsTopic, cfg.Present.AckTimeout, time.Millisecond)...)
+	if err != nil {
+		return err
+	}
+	// Closed after the server has drained: the last sockets' offline events get their acks.
+	defer producer.Close()
+	present := newPresenter(eventlog.NewProducer(producer, cfg.Kafka.EventsTopic, cfg.Present.AckTimeout,
+		"pulse_query_present_produce_duration_seconds", reg), cfg.Present, logger, reg)
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors),
+		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors).presentThrough(present),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention,
 		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch, cursors: cursors}
 	var reads *coalescer

@@ -11,6 +11,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -42,6 +43,9 @@ type watcher struct {
 	rateLimited string
 	// cursors check the cursors clients resume from (the hub signed them).
 	cursors *cursor.Keys
+	// present posts the events of present sockets (present.go); nil: ?present= is
+	// refused.
+	present *presenter
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
@@ -61,6 +65,12 @@ func (w *watcher) checkCredentials(stillValid func(auth.Principal, time.Time) er
 // checkingCursors makes resumes accept only cursors signed with keys.
 func (w *watcher) checkingCursors(keys *cursor.Keys) *watcher {
 	w.cursors = keys
+	return w
+}
+
+// presentThrough makes ?present= sockets post their devices' events through p.
+func (w *watcher) presentThrough(p *presenter) *watcher {
+	w.present = p
 	return w
 }
 
@@ -381,6 +391,13 @@ func (w *watcher) websocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	dev, err := presentDevice(c, false)
+	if err != nil {
+		return err
+	}
+	if dev != nil && w.present == nil {
+		return httpserver.Unavailable("this instance takes no present sockets", connRetryAfter)
+	}
 	release, err := w.acquire(c)
 	if err != nil {
 		return err
@@ -392,6 +409,15 @@ func (w *watcher) websocket(c echo.Context) error {
 		return err
 	}
 	defer sess.Close()
+	if dev != nil {
+		// The device is present once Kafka has its first heartbeat: a refusal (429,
+		// 503) is answered before the upgrade, as ingest answers a post.
+		if _, err := w.present.post(c.Request().Context(), dev, presence.KindHeartbeat, presence.StatusUnknown); err != nil {
+			return err
+		}
+		w.present.sockets.Inc()
+		defer w.present.sockets.Dec()
+	}
 	clearDeadlines(c.Response())
 	conn, err := websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{OriginPatterns: w.cfg.Origins})
 	if err != nil {
@@ -403,9 +429,16 @@ func (w *watcher) websocket(c echo.Context) error {
 
 	ctx, cancel := context.WithCancelCause(c.Request().Context())
 	defer cancel(nil)
+	// closing is set before the server starts a close, so the reader tells a close
+	// the client started (clientClosed) from the client's answer to the server's.
+	var closing, clientClosed atomic.Bool
 	var wg sync.WaitGroup
-	wg.Go(func() { w.readCommands(ctx, cancel, conn, sess, p) })
-	wg.Go(func() { w.ping(ctx, cancel, conn) })
+	wg.Go(func() {
+		if w.readCommands(ctx, cancel, conn, sess, p, dev) && !closing.Load() {
+			clientClosed.Store(true)
+		}
+	})
+	wg.Go(func() { w.ping(ctx, cancel, conn, dev) })
 	// A credential that ends stops the writes only: cancelling a read would close the
 	// connection before the close frame says why.
 	wctx, stopWrites := context.WithCancelCause(ctx)
@@ -413,12 +446,19 @@ func (w *watcher) websocket(c echo.Context) error {
 	wg.Go(func() { w.guardCredential(wctx, stopWrites, p) })
 
 	end := w.writeMessages(wctx, conn, sess)
+	closing.Store(true)
 	if end != endClient {
 		_ = conn.Close(end.status, end.reason)
 	}
 	cancel(nil)
 	_ = conn.CloseNow()
 	wg.Wait()
+	// A present device goes offline at once when its client closed the socket (a tab
+	// closing, a logout); a socket that dropped, or that the server closed (shutdown,
+	// a slow consumer), lets the device time out unless the client reconnects first.
+	if dev != nil && clientClosed.Load() {
+		w.present.offline(c.Request().Context(), dev)
+	}
 	return nil
 }
 
@@ -446,26 +486,35 @@ func (w *watcher) writeMessages(ctx context.Context, conn *websocket.Conn, sess 
 	}
 }
 
-// readCommands hands the client's commands to the session. A command beyond the
-// connection's rate (PULSE_FEED_COMMAND_RATE) is ignored, undecoded, with a
-// rate_limited error message; one that cannot be decoded is answered with an
-// invalid_command error message; the connection ends on a binary message, a message
-// over its read limit (1009), a command flood, or when the client goes.
-func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session, p auth.Principal) {
+// readCommands hands the client's commands to the session, and a present socket's
+// status and activity commands to the presenter. A command beyond the connection's
+// rate (PULSE_FEED_COMMAND_RATE) is ignored, undecoded, with a rate_limited error
+// message; one that cannot be decoded is answered with an invalid_command error
+// message; the connection ends on a binary message, a message over its read limit
+// (1009), a command flood, or when the client goes. It reports whether the client
+// closed the connection with a close frame.
+func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, sess *feed.Session, p auth.Principal, dev *device) (closedByClient bool) {
 	for {
 		typ, b, err := conn.Read(ctx)
 		if err != nil {
 			cancel(nil)
-			return
+			return websocket.CloseStatus(err) != -1
 		}
 		if typ != websocket.MessageText {
 			cancel(errBinaryMessage)
-			return
+			return false
 		}
 		if !sess.AdmitCommand() {
 			if err := sess.Reject(feed.CodeRateLimited, w.rateLimited); err != nil {
 				cancel(err)
-				return
+				return false
+			}
+			continue
+		}
+		if isPresentOp(b) {
+			if err := w.presentCommand(ctx, dev, sess, b); err != nil {
+				cancel(err)
+				return false
 			}
 			continue
 		}
@@ -479,15 +528,29 @@ func (w *watcher) readCommands(ctx context.Context, cancel context.CancelCauseFu
 		}
 		if err != nil {
 			cancel(err)
-			return
+			return false
 		}
 	}
 }
 
+// presentCommand carries out a status or activity command (present.go).
+func (w *watcher) presentCommand(ctx context.Context, dev *device, sess *feed.Session, b []byte) error {
+	if w.present == nil {
+		return sess.Reject(feed.CodeInvalidCommand, "this instance takes no present sockets")
+	}
+	return w.present.command(ctx, dev, sess, b)
+}
+
 // ping sends a WebSocket ping every interval; a peer that does not answer within
-// the interval (at least the write timeout) is gone.
-func (w *watcher) ping(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn) {
-	t := time.NewTicker(w.cfg.PingInterval)
+// the interval (at least the write timeout) is gone. A present socket is pinged every
+// PULSE_PRESENT_HEARTBEAT if that is sooner, and each answer is a heartbeat of its
+// device.
+func (w *watcher) ping(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, dev *device) {
+	interval := w.cfg.PingInterval
+	if dev != nil {
+		interval = min(interval, w.present.cfg.Heartbeat)
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	wait := max(w.cfg.PingInterval, w.cfg.WriteTimeout)
 	for {
@@ -502,6 +565,9 @@ func (w *watcher) ping(ctx context.Context, cancel context.CancelCauseFunc, conn
 				cancel(nil)
 				return
 			}
+			if dev != nil {
+				w.present.heartbeat(ctx, dev)
+			}
 		}
 	}
 }
@@ -512,6 +578,9 @@ func (w *watcher) ping(ctx context.Context, cancel context.CancelCauseFunc, conn
 func (w *watcher) sse(c echo.Context) error {
 	o, err := w.options(c, true)
 	if err != nil {
+		return err
+	}
+	if _, err := presentDevice(c, true); err != nil {
 		return err
 	}
 	release, err := w.acquire(c)

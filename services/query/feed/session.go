@@ -17,6 +17,9 @@ const (
 	TypeSnapshot = "snapshot"
 	TypeChange   = "change"
 	TypeError    = "error"
+	// TypeAck answers a command the transport carried out itself (a present
+	// socket's status or activity) once it is done.
+	TypeAck = "ack"
 )
 
 // Error codes of error messages; the connection stays open after them.
@@ -118,6 +121,7 @@ const (
 	cmdSubscribe commandKind = iota
 	cmdUnsubscribe
 	cmdReject
+	cmdReply
 )
 
 type command struct {
@@ -125,6 +129,7 @@ type command struct {
 	ids     []string
 	code    string
 	message string
+	reply   *Message
 }
 
 // Open starts a session. It fails with ErrNotReady before the hub has found the end
@@ -251,6 +256,12 @@ func (s *Session) Unsubscribe(ids []string) error {
 // for commands the transport could not decode.
 func (s *Session) Reject(code, message string) error {
 	return s.command(command{kind: cmdReject, code: code, message: message})
+}
+
+// Reply sends the client m in order with the rest; for the answers of commands the
+// transport carried out itself.
+func (s *Session) Reply(m Message) error {
+	return s.command(command{kind: cmdReply, reply: &m})
 }
 
 func (s *Session) command(c command) error {
@@ -437,6 +448,8 @@ func (s *Session) handle(c command) error {
 	switch c.kind {
 	case cmdReject:
 		s.pending = append(s.pending, outgoing{msg: errorMessage(c.code, c.message)})
+	case cmdReply:
+		s.pending = append(s.pending, outgoing{msg: c.reply})
 	case cmdSubscribe:
 		if s.firehose {
 			s.pending = append(s.pending, outgoing{msg: errorMessage(CodeInvalidCommand, "a firehose connection watches every user already")})
