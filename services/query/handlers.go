@@ -61,6 +61,7 @@ func (a *api) routes(e *echo.Echo) {
 	e.GET("/status/:userId", a.getStatus)
 	e.POST("/statuses", a.postStatuses)
 	e.GET("/v1/users/:userId/status", a.getUserStatus)
+	e.POST("/v1/statuses", a.postFullStatuses)
 	e.GET("/v1/online/count", a.getOnlineCount)
 	a.onlineRoutes(e)
 	a.watchRoutes(e)
@@ -215,6 +216,51 @@ func (a *api) postStatuses(c echo.Context) error {
 	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
 }
 
+// postFullStatuses is POST /v1/statuses: the full status of up to
+// PULSE_QUERY_MAX_BATCH users in one read, in request order, for a contact list's
+// "last seen". A user token may read its own user and those of its pulse_watch claim,
+// as it may watch them on the feed.
+func (a *api) postFullStatuses(c echo.Context) error {
+	body, err := httpserver.ReadBody(c, a.maxBody)
+	if err != nil {
+		return err
+	}
+	var req statusesRequest
+	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
+		return err
+	}
+	if req.UserIDs == nil {
+		return httpserver.BadRequest("userIds", "is required")
+	}
+	if err := a.checkBatch(len(req.UserIDs), false); err != nil {
+		return err
+	}
+	p := auth.PrincipalOf(c)
+	for i, id := range req.UserIDs {
+		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
+		}
+		if !p.MayWatch(id) {
+			return auth.Forbidden(fmt.Sprintf("this user token may not read %q: only its own user and the users of its %s claim", id, auth.WatchClaim))
+		}
+	}
+	if err := a.limits.charge(c, statusesCost(len(req.UserIDs), false)); err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(c)
+	defer cancel()
+	users, err := a.store.GetMany(ctx, req.UserIDs)
+	if err != nil {
+		return a.readErr(err)
+	}
+	operator := auth.OperatorView(c)
+	out := make([]statusView, len(req.UserIDs))
+	for i, id := range req.UserIDs {
+		out[i] = toStatusView(id, users[i], operator)
+	}
+	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
+}
+
 // checkBatch refuses more ids than one POST /statuses may carry: PULSE_QUERY_MAX_BATCH,
 // and with at= (a Cassandra read per id) PULSE_QUERY_AT_MAX_BATCH.
 func (a *api) checkBatch(n int, past bool) error {
@@ -235,13 +281,34 @@ type deviceView struct {
 	LastSeen time.Time `json:"lastSeen"`
 }
 
+// statusView is a user's full status, in the reader's view.
+type statusView struct {
+	UserID      string     `json:"userId"`
+	Status      string     `json:"status"`
+	LastUpdated *time.Time `json:"lastUpdated"`
+	LastActive  *time.Time `json:"lastActive"`
+	LastSeen    *time.Time `json:"lastSeen"`
+}
+
+// userView is GET /v1/users/{userId}/status: the full status and the devices.
 type userView struct {
-	UserID      string       `json:"userId"`
-	Status      string       `json:"status"`
-	LastUpdated *time.Time   `json:"lastUpdated"`
-	LastActive  *time.Time   `json:"lastActive"`
-	LastSeen    *time.Time   `json:"lastSeen"`
-	Devices     []deviceView `json:"devices"`
+	statusView
+	Devices []deviceView `json:"devices"`
+}
+
+// toStatusView is user id's full status as the reader may see it: an operator sees
+// invisible users as invisible and every time as it is; anyone else an offline user
+// with the times such a reader knew before (docs/design.md, "Invisible looks
+// offline"). A user never seen is offline with no times.
+func toStatusView(id string, u *presence.User, operator bool) statusView {
+	v := statusView{UserID: id, Status: presence.Offline.String()}
+	if u == nil {
+		return v
+	}
+	v.Status = viewStatus(u.Status, operator)
+	t := u.TimesFor(operator)
+	v.LastUpdated, v.LastActive, v.LastSeen = timePtr(t.LastUpdated), timePtr(t.LastActive), timePtr(t.LastSeen)
+	return v
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -259,19 +326,14 @@ func (a *api) getUserStatus(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := userView{UserID: id, Status: presence.Offline.String(), Devices: []deviceView{}}
+	operator := auth.OperatorView(c)
+	v := userView{statusView: toStatusView(id, u, operator), Devices: []deviceView{}}
 	if u == nil {
 		return httpserver.JSON(c, http.StatusOK, v)
 	}
-	v.Status = viewStatus(u.Status, auth.OperatorView(c))
 	devices := u.Devices
-	if auth.OperatorView(c) {
-		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(u.LastUpdated), timePtr(u.LastActive), timePtr(u.LastSeen)
-	} else {
-		// An invisible user reads as an offline one, with the devices and times such a
-		// reader knew before (docs/design.md, "Invisible looks offline").
-		p := u.Public
-		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(p.LastUpdated), timePtr(p.LastActive), timePtr(p.LastSeen)
+	if !operator {
+		// The devices such a reader knew before an invisible period.
 		devices = u.PublicDevices()
 	}
 	for _, d := range devices {

@@ -26,10 +26,11 @@ import (
 )
 
 // userRoutes are the routes a user token may read: its own user's status, in the
-// seed's shapes and in /v1's, and the feed of its own user and of those its
-// pulse_watch claim lists (watcher.options, watcher.readCommands). Everything else
-// (counts, listings, history) needs an API key.
-var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/watch", "/v1/watch/sse", TicketsPath}
+// seed's shapes and in /v1's, and the feed and full statuses (POST /v1/statuses) of
+// its own user and of those its pulse_watch claim lists (watcher.options,
+// watcher.readCommands, api.postFullStatuses). Everything else (counts, listings,
+// history) needs an API key.
+var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/statuses", "/v1/watch", "/v1/watch/sse", TicketsPath}
 
 // feedRoutes take a single-use ticket from ?ticket= too, for browsers (tickets.go).
 var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}

@@ -461,6 +461,7 @@ func TestCheckRoutesNamesEveryDifference(t *testing.T) {
 	e.GET("/status/:userId", echo.NotFoundHandler)
 	e.POST("/statuses", echo.NotFoundHandler)
 	e.GET("/v1/users/:userId/status", echo.NotFoundHandler)
+	e.POST("/v1/statuses", echo.NotFoundHandler)
 	e.GET("/v1/online/count", echo.NotFoundHandler)
 	e.GET("/v1/online", echo.NotFoundHandler)
 	e.POST("/v1/online/filter", echo.NotFoundHandler)

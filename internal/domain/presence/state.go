@@ -300,6 +300,15 @@ func (u *User) ResetPublic() {
 	}
 }
 
+// TimesFor are u's times as a reader may see them: an operator u's own, anyone else
+// the public ones (docs/design.md, "Invisible looks offline").
+func (u *User) TimesFor(operator bool) Public {
+	if operator {
+		return Public{LastUpdated: u.LastUpdated, LastActive: u.LastActive, LastSeen: u.LastSeen}
+	}
+	return u.Public
+}
+
 // PublicDevices are the devices readers who are not operators know of, each with its
 // public last-seen in LastSeen; all offline while the user is invisible.
 func (u *User) PublicDevices() []Device {

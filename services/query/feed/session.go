@@ -486,11 +486,21 @@ func (s *Session) handle(c command) error {
 	return nil
 }
 
-// Status is one user's status in a snapshot.
+// Status is one user's status in a snapshot: the full status of POST /v1/statuses.
 type Status struct {
 	UserID      string     `json:"userId"`
 	Status      string     `json:"status"`
 	LastUpdated *time.Time `json:"lastUpdated"`
+	LastActive  *time.Time `json:"lastActive"`
+	LastSeen    *time.Time `json:"lastSeen"`
+}
+
+// timePtr is t, or nil for the zero time (never seen).
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 type snapshotMessage struct {
@@ -523,13 +533,8 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 			st := Status{UserID: id, Status: presence.Offline.String()}
 			if u := states[i]; u != nil {
 				st.Status = viewStatus(u.Status, s.operator)
-				updated := u.Public.LastUpdated
-				if s.operator {
-					updated = u.LastUpdated
-				}
-				if !updated.IsZero() {
-					st.LastUpdated = &updated
-				}
+				t := u.TimesFor(s.operator)
+				st.LastUpdated, st.LastActive, st.LastSeen = timePtr(t.LastUpdated), timePtr(t.LastActive), timePtr(t.LastSeen)
 				if f, ok := s.floors[id]; !ok || u.Offset > f {
 					s.floors[id] = u.Offset
 				}
