@@ -120,7 +120,6 @@ export class Watch extends Emitter<WatchEvents> {
   #open = false;
   #closed = false;
   #attempt = 0;
-  #timer: ReturnType<typeof setTimeout> | undefined;
   /** The next snapshot is the connection's own, not a subscribe's answer. */
   #awaitingInitial = false;
   /** Commands sent on this socket that expect an answer, oldest first. */
@@ -208,7 +207,6 @@ export class Watch extends Emitter<WatchEvents> {
     if (this.#closed) return;
     this.#closed = true;
     this.#failStatusWaiters();
-    clearTimeout(this.#timer);
     const ws = this.#ws;
     this.#dropSocket();
     if (ws) ws.close(1000, "client closed");
@@ -426,7 +424,7 @@ export class Watch extends Emitter<WatchEvents> {
     // is usually the network blinking); then exponential with full jitter.
     const delayMs = Math.max(100, backoffMs(this.#deps.retry, attempt));
     this.emit("reconnecting", { attempt: attempt + 1, delayMs, code, reason });
-    this.#timer = setTimeout(() => void this.#connect(), delayMs);
+    void this.#deps.retry.sleep(delayMs).then(() => this.#connect());
   }
 
   #failStatusWaiters(): void {
