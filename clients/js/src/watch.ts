@@ -333,6 +333,7 @@ export class Watch extends Emitter<WatchEvents> {
         } else if (commandErrors.has(err.code)) {
           const head = this.#pending.shift();
           if (head?.kind === "present") head.reject(new PulseError({ status: 0, code: err.code, message: err.message }));
+          if (head?.kind === "subscribe") this.#subscribeRefused(head.ids, err.code);
         }
         this.emit("error", err);
         return;
@@ -367,6 +368,24 @@ export class Watch extends Emitter<WatchEvents> {
   #reasserted = false;
   /** setStatus calls made while no socket was open, answered by the next assertion. */
   #statusWaiters: { resolve: (eventId: string) => void; reject: (err: PulseError) => void }[] = [];
+
+  /**
+   * A refused subscribe: users the server will not give (forbidden, too many) are
+   * forgotten, so a reconnect does not ask for them again; after a rate limit or an
+   * outage the subscribe is sent again a second later.
+   */
+  #subscribeRefused(ids: string[], code: string): void {
+    if (code === "rate_limited" || code === "unavailable") {
+      const ws = this.#ws;
+      setTimeout(() => {
+        if (this.#ws !== ws || !this.#open) return; // a new socket subscribes them anyway
+        const again = ids.filter((id) => this.#wanted.has(id) && !this.#covered.has(id) && !this.#subscribing(id));
+        if (again.length > 0) this.#sendSubscribe(again);
+      }, 1000);
+      return;
+    }
+    for (const id of ids) this.#wanted.delete(id);
+  }
 
   #subscribing(id: string): boolean {
     return this.#pending.some((p) => p.kind === "subscribe" && p.ids.includes(id));
