@@ -48,7 +48,7 @@ include mk/generate.mk
 # run and skipped and names every skipped test.
 GOTESTSUM := bin/tools/gotestsum
 
-.PHONY: help up down status clean logs run build lint fmt test test-unit test-integration
+.PHONY: help up down status clean logs run build lint fmt test test-unit test-integration test-js
 
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
@@ -116,9 +116,24 @@ $(SCHEMATHESIS):
 	python3 -m venv bin/tools/schemathesis
 	bin/tools/schemathesis/bin/pip install -q --disable-pip-version-check schemathesis==$(SCHEMATHESIS_VERSION)
 
+# The JavaScript client, clients/js: its npm dev dependencies (TypeScript,
+# openapi-typescript) as package-lock.json pins them. npm ci writes the hidden lockfile
+# last, so the target stands for a complete install.
+JS_CLIENT := clients/js
+JS_DEPS := $(JS_CLIENT)/node_modules/.package-lock.json
+
+$(JS_DEPS): $(JS_CLIENT)/package.json $(JS_CLIENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js 20.10 or newer) is needed for clients/js: apt-get install nodejs npm" >&2; exit 1; }
+	cd $(JS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+
+# Offline: the generated types still match the OpenAPI document, the unit tests (fake
+# fetch and WebSocket), the build. TestJSClient runs its stack tests with tests/.
+test-js: $(JS_DEPS) ## The JavaScript client: types match the OpenAPI document, unit tests, build
+	cd $(JS_CLIENT) && npm run --silent check-types && npm test && npm run --silent build
+
 # Every test's output, passing ones' logs included (the scenarios' figures), goes to
 # bin/test-integration.json as go test -json events.
-test-integration: up $(GOTESTSUM) $(SCHEMATHESIS) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
+test-integration: up $(GOTESTSUM) $(SCHEMATHESIS) $(JS_DEPS) ## Integration tests in tests/ against the real Kafka, Cassandra and Redis
 	$(TOPOLOGY_ENV) $(GOTESTSUM) --format pkgname-and-test-fails --jsonfile bin/test-integration.json -- $(GO_TEST_FLAGS) -p 1 -timeout $(INTEGRATION_TIMEOUT) \
 		$(TOPOLOGY_SKIP) $(MODULE)/tests/...
 
@@ -146,7 +161,7 @@ test-faults: up $(GOTESTSUM) ## The fault scenarios alone: crashes, outages, a f
 
 # The stack comes up before the unit tests, so none of them skips for want of a server.
 test: export PULSE_REQUIRE_SERVERS = 1
-test: lint test-deploy up test-unit test-integration ## Everything: lint, the chart and alert rules, the stack, unit tests, integration tests
+test: lint test-deploy test-js up test-unit test-integration ## Everything: lint, the chart and alert rules, the JS client, the stack, unit tests, integration tests
 
 # The Kubernetes deployment and the monitoring, checked offline: the Helm chart linted and
 # rendered with its defaults and the production-like values, every rendered manifest
