@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pulse-presence/pulse/internal/api/auth"
 	"github.com/pulse-presence/pulse/tests/harness"
 )
 
@@ -21,7 +22,7 @@ import (
 // services, so that no documented request drifts from the API: each must answer 2xx
 // (a point-in-time read may also say, with 404 or 503, that history holds no final
 // state of that instant on this fresh pipeline). The commands run as written, with
-// the shell variables the docs define ($W, $R, $H, the keys, $NEXT, a cursor of the
+// the shell variables the docs define ($W, $R, $H, $U, the keys, $NEXT, a cursor of the
 // listing) and the local stack's ports pointed at the test's services. Only the
 // HTTPS example is left out: it needs a TLS-configured service of its own
 // (TestTLS covers that path).
@@ -73,7 +74,14 @@ func TestEveryDocCurlWorks(t *testing.T) {
 		return ""
 	})
 
+	// docs/client.md's $U: alice's user token, which may watch bob and carol.
+	alice, err := auth.MintUserToken(harness.TestKeys.Hs256, auth.UserToken{User: "alice", Watch: []string{"bob", "carol"}, TTL: time.Hour, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := append(os.Environ(),
+		"U=Authorization: Bearer "+alice,
+		"PULSE_USER_TOKEN="+alice,
 		"W=Authorization: Bearer "+harness.TestKeys.Producer,
 		"R=Authorization: Bearer "+harness.TestKeys.Reader,
 		"H=Authorization: Bearer "+harness.TestKeys.Operator,
