@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,8 +19,8 @@ import (
 // The JavaScript client (clients/js) against a live ingest, aggregator and query of
 // a private pipeline: its stack tests (clients/js/test/stack) post statuses as bob,
 // watch him as alice, cut alice's connection while bob changes twice and check that
-// the resume brings both changes exactly once, in order, and read the refusals as
-// the client's errors. They get the services' URLs and two user tokens, each allowed
+// the resume brings both changes exactly once, in order, read the refusals as the
+// client's errors, and ride out 429s of a query with a tiny rate by their Retry-After. They get the services' URLs and two user tokens, each allowed
 // to watch the other, in the variables they read; `make test-integration` installs
 // the package's dependencies first (npm ci).
 func TestJSClient(t *testing.T) {
@@ -48,6 +49,11 @@ func TestJSClient(t *testing.T) {
 		}
 		return ""
 	})
+	// A second query whose user tokens may read once a second, in bursts of two, for
+	// the client's 429 path: the other tests keep the default rates.
+	limitedEnv := maps.Clone(p.Env)
+	limitedEnv["PULSE_QUERY_USER_RATE"], limitedEnv["PULSE_QUERY_USER_BURST"] = "1", "2"
+	limited := harness.StartService(t, "query", limitedEnv)
 	alice, bob := "js-alice-"+p.Run, "js-bob-"+p.Run
 	mint := func(user, friend string) string {
 		t.Helper()
@@ -67,6 +73,7 @@ func TestJSClient(t *testing.T) {
 		"PULSE_STACK_TESTS=on",
 		"PULSE_INGEST_URL="+p.Svc["ingest"].URL,
 		"PULSE_QUERY_URL="+p.Svc["query"].URL,
+		"PULSE_QUERY_URL_LIMITED="+limited.URL,
 		"PULSE_USER_TOKEN_ALICE="+mint(alice, bob),
 		"PULSE_USER_TOKEN_BOB="+mint(bob, alice),
 		"NO_COLOR=1",

@@ -216,6 +216,41 @@ test("refusals come back as PulseErrors and feed errors", { skip }, async () => 
   }
 });
 
+test("429s of a rate-limited query are waited out by their Retry-After", { skip: skip || (!process.env.PULSE_QUERY_URL_LIMITED && "PULSE_QUERY_URL_LIMITED is not set") }, async () => {
+  // That query lets a user token read once a second in bursts of two: of four reads
+  // at once, two are refused with a 429 and Retry-After, and are retried after it.
+  const answers = [];
+  const waits = [];
+  const limited = new PulseClient({
+    ingestUrl: env.PULSE_INGEST_URL,
+    queryUrl: process.env.PULSE_QUERY_URL_LIMITED,
+    deviceId: "web",
+    token: env.PULSE_USER_TOKEN_ALICE,
+    fetch: async (url, init) => {
+      const res = await fetch(url, init);
+      answers.push([res.status, res.headers.get("Retry-After")]);
+      return res;
+    },
+    sleep: (ms) => {
+      waits.push(ms);
+      return new Promise((r) => setTimeout(r, ms));
+    },
+  });
+  const reads = await Promise.all([1, 2, 3, 4].map(() => limited.lastSeen([aliceId])));
+  for (const r of reads) assert.deepEqual(r, [{ userId: aliceId, status: "offline", lastUpdated: null }]);
+  const refused = answers.filter(([status]) => status === 429);
+  assert.ok(refused.length >= 2, `want at least two 429s, saw ${JSON.stringify(answers)}`);
+  assert.equal(answers.filter(([status]) => status === 200).length, 4);
+  // Every wait was the Retry-After of the 429 before it (whole seconds, at least 1).
+  assert.equal(waits.length, refused.length);
+  assert.deepEqual(
+    waits.toSorted((a, b) => a - b),
+    refused.map(([, ra]) => Number(ra) * 1000).toSorted((a, b) => a - b),
+  );
+  assert.ok(waits.every((ms) => ms >= 1000));
+  console.log(`stack: rate-limited reads answered ${answers.map(([s]) => s).join(",")}, waits ${waits.join(",")} ms`);
+});
+
 after(() => {
   if (!skip && missing.length === 0) console.log(`stack: ingest ${env.PULSE_INGEST_URL}, query ${env.PULSE_QUERY_URL}, users ${aliceId} and ${bobId}`);
 });
