@@ -3,8 +3,8 @@ import { subjectOf } from "./jwt.js";
 import { retrier, withRetries, type Retrier, type RetryOptions } from "./retry.js";
 import { Watch, type ConnectOptions, type Status, type WebSocketConstructor } from "./watch.js";
 
-/** One status of POST /statuses: `{userId, status, lastUpdated}`. */
-export type SeedStatus = components["schemas"]["SeedStatus"];
+/** A user's full status: `{userId, status, lastUpdated, lastActive, lastSeen}`. */
+export type FullStatus = components["schemas"]["FullStatus"];
 /** An event as POST /v1/events takes it. */
 export type Event = components["schemas"]["Event"];
 
@@ -96,17 +96,18 @@ export class PulseClient {
   }
 
   /**
-   * The statuses of users and when each last changed (`lastUpdated`, null for users
-   * Pulse never saw change), in the order asked. A user token may read only its own
-   * user here; contacts' statuses come from a watch (`watch(userIds).statuses`) or
-   * from a back end with an API key.
+   * The full statuses of users, in the order asked (POST /v1/statuses): the status,
+   * when it last changed (`lastUpdated`), the newest status or activity event
+   * (`lastActive`) and the newest event of any kind (`lastSeen`), each null for a
+   * user Pulse never saw. A contact list's "last seen" in one read: a user token may
+   * read its own user and those of its `pulse_watch` claim (anyone else is a 403).
    */
-  async lastSeen(userIds: string[]): Promise<SeedStatus[]> {
+  async lastSeen(userIds: string[]): Promise<FullStatus[]> {
     const res = await withRetries(this.#retry, this.#fetch, async () => [
-      `${this.#queryUrl}/statuses`,
+      `${this.#queryUrl}/v1/statuses`,
       { method: "POST", headers: await this.#headers(true), body: JSON.stringify({ userIds }) },
     ]);
-    const body = (await res.json()) as components["schemas"]["SeedStatuses"];
+    const body = (await res.json()) as components["schemas"]["FullStatuses"];
     return body.statuses;
   }
 

@@ -2,7 +2,7 @@
  * Pulse's client: post a device's presence, read statuses, watch users change.
  * @packageDocumentation
  */
-export { PulseClient, type PulseClientOptions, type SeedStatus, type Event } from "./client.js";
+export { PulseClient, type PulseClientOptions, type FullStatus, type Event } from "./client.js";
 export {
   Watch,
   wsBase,

@@ -18,17 +18,19 @@ export type FeedError = Omit<components["schemas"]["WatchError"], "code"> & {
   code: components["schemas"]["WatchError"]["code"] | (string & {});
 };
 /** `{"type":"ack","op","eventId"}`: a present-mode command's event was written. */
-export interface Ack {
-  type: "ack";
-  op: string;
-  eventId: string;
-}
+export type Ack = components["schemas"]["WatchAck"];
 
 /** What the connection holds for one watched user. */
 export interface UserStatus {
   status: Status;
   /** When the status took effect (RFC 3339); null for a user Pulse never saw change. */
   lastUpdated: string | null;
+  /**
+   * The newest status or activity event and the newest event of any kind, as of the
+   * user's last snapshot (changes do not carry them); null when unknown.
+   */
+  lastActive: string | null;
+  lastSeen: string | null;
 }
 
 /** The events of a Watch, by name, with their payloads. */
@@ -293,7 +295,14 @@ export class Watch extends Emitter<WatchEvents> {
         for (const s of snap.statuses) {
           answered.add(s.userId);
           // A user unsubscribed while its snapshot was on the way stays forgotten.
-          if (this.#wanted.has(s.userId)) this.#statuses.set(s.userId, { status: s.status, lastUpdated: s.lastUpdated ?? null });
+          if (this.#wanted.has(s.userId)) {
+            this.#statuses.set(s.userId, {
+              status: s.status,
+              lastUpdated: s.lastUpdated ?? null,
+              lastActive: s.lastActive ?? null,
+              lastSeen: s.lastSeen ?? null,
+            });
+          }
         }
         this.#cursor = snap.cursor;
         this.emit("snapshot", snap);
@@ -309,7 +318,7 @@ export class Watch extends Emitter<WatchEvents> {
         // A change the held state already reflects (re-sent after a resume from a
         // snapshot's cursor) is not news.
         if (held?.lastUpdated != null && !(micros(ch.at) > micros(held.lastUpdated))) return;
-        this.#statuses.set(ch.userId, { status: ch.status, lastUpdated: ch.at });
+        this.#statuses.set(ch.userId, { status: ch.status, lastUpdated: ch.at, lastActive: held?.lastActive ?? null, lastSeen: held?.lastSeen ?? null });
         this.emit("change", ch);
         this.emit("status", this.#statuses);
         return;

@@ -213,9 +213,9 @@ export interface paths {
          *     - `change` — one effective transition of a watched user, in log order per user: `userId`, `status` (the new one), `previous`, `at`, `cause` (`event` or `timeout`) and the `cursor` after it. A firehose sends every user's changes and no snapshot.
          *     - `error` — `code` and `message`; the connection stays open: `cursor_expired` (the cursor's changes are no longer all in the log; a fresh snapshot follows), `invalid_command`, `too_many_users`, `forbidden`, `rate_limited` (the command was ignored).
          *
-         *     The client may send commands as JSON text messages: `{"op":"subscribe","userIds":[...]}` and `{"op":"unsubscribe","userIds":[...]}`. A connection sends at most `PULSE_FEED_COMMAND_RATE` commands a second (10), `PULSE_FEED_COMMAND_BURST` at once (20); a command beyond is ignored, unread, with an `error` `rate_limited` message, and the connection stays open. A message is at most as large as a subscribe naming every user the credential may watch: for a key `PULSE_FEED_MAX_USERS` ids of 128 bytes (about 1.4 MB at the default), for a user token its own and its `pulse_watch` ids; a larger one closes the connection with 1009. To resume after a disconnect without a gap, reconnect with the `cursor` of the last message received. The server pings every `PULSE_FEED_PING_INTERVAL` and closes the connection with a close frame whose reason names why: a slow consumer or a command flood (1008), a binary message (1003), a message over the read limit (1009), a shutdown (1001), the state or log becoming unreachable (1013, reconnect with the cursor), no log replay slot freeing up for a resume that fell behind after the upgrade (1013 `replay_busy`, reconnect with the cursor), the credential's key removed or its user token expired (1008, reconnect with a valid credential and the cursor; SSE: an `error` event with code `credential_ended`).
+         *     The client may send commands as JSON text messages: `{"op":"subscribe","userIds":[...]}` and `{"op":"unsubscribe","userIds":[...]}`. A present socket (`present=<deviceId>`) also takes `{"op":"status","status":"online|idle|invisible|offline"}` and `{"op":"activity"}`, each posted as an event of its device and answered, in order with the other messages, by `{"type":"ack","op","eventId"}` once Kafka acknowledged it, or by an `error` message (`invalid_command`, `rate_limited`, `unavailable`: nothing was posted, send it again). A connection sends at most `PULSE_FEED_COMMAND_RATE` commands a second (10), `PULSE_FEED_COMMAND_BURST` at once (20); a command beyond is ignored, unread, with an `error` `rate_limited` message, and the connection stays open. A message is at most as large as a subscribe naming every user the credential may watch: for a key `PULSE_FEED_MAX_USERS` ids of 128 bytes (about 1.4 MB at the default), for a user token its own and its `pulse_watch` ids; a larger one closes the connection with 1009. To resume after a disconnect without a gap, reconnect with the `cursor` of the last message received. The server pings every `PULSE_FEED_PING_INTERVAL` and closes the connection with a close frame whose reason names why: a slow consumer or a command flood (1008), a binary message (1003), a message over the read limit (1009), a shutdown (1001), the state or log becoming unreachable (1013, reconnect with the cursor), no log replay slot freeing up for a resume that fell behind after the upgrade (1013 `replay_busy`, reconnect with the cursor), the credential's key removed or its user token expired (1008, reconnect with a valid credential and the cursor; SSE: an `error` event with code `credential_ended`).
          *
-         *     Statuses follow the view: invisible users appear as `offline` except in the operator view. The messages' shapes are the schemas `WatchSnapshot`, `WatchChange`, `WatchError` and `WatchCommand`. Errors found before the upgrade (bad parameters, 403, a request that is not a WebSocket upgrade) are answered as plain HTTP errors.
+         *     Statuses follow the view: invisible users appear as `offline` except in the operator view. The messages' shapes are the schemas `WatchSnapshot`, `WatchChange`, `WatchError`, `WatchAck`, `WatchCommand` and `PresentCommand`. Errors found before the upgrade (bad parameters, 403, a request that is not a WebSocket upgrade) are answered as plain HTTP errors.
          */
         get: operations["watch"];
         put?: never;
@@ -501,6 +501,28 @@ export interface paths {
         get: operations["getPipelineHealth"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/statuses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Full statuses of many users: a contact list's "last seen"
+         * @description Up to `PULSE_QUERY_MAX_BATCH` (default 1,000) user ids, answered in request order from one pipelined Redis round trip: each user's `status`, `lastUpdated`, `lastActive` and `lastSeen` as the reader may see them (the public rules of `GET /v1/users/{userId}/status`, without devices). A user token may read its own user and the users of its `pulse_watch` claim (403 naming the first other id), so a browser can read its contact list.
+         *
+         *     **Cost:** 1 read per 10 ids, at least 1. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         */
+        post: operations["postFullStatuses"];
         delete?: never;
         options?: never;
         head?: never;
@@ -871,7 +893,9 @@ export interface components {
          *         {
          *           "userId": "alice",
          *           "status": "online",
-         *           "lastUpdated": "2026-11-22T07:20:01.123456Z"
+         *           "lastUpdated": "2026-11-22T07:20:01.123456Z",
+         *           "lastActive": "2026-11-22T07:20:01.123456Z",
+         *           "lastSeen": "2026-11-22T07:20:31Z"
          *         }
          *       ],
          *       "cursor": "AaTn0wUIAAAAAAAAAADn2Nc8"
@@ -880,7 +904,7 @@ export interface components {
         WatchSnapshot: {
             /** @enum {string} */
             type: "snapshot";
-            statuses: components["schemas"]["SeedStatus"][];
+            statuses: components["schemas"]["FullStatus"][];
             cursor: string;
         };
         /**
@@ -1360,6 +1384,87 @@ export interface components {
                 }[];
             }[];
         };
+        /**
+         * @description A present socket's command: a status event of its device (`status` required), or an activity event (no `status`).
+         * @example {
+         *       "op": "status",
+         *       "status": "idle"
+         *     }
+         */
+        PresentCommand: {
+            /** @enum {string} */
+            op: "status" | "activity";
+            /** @enum {string} */
+            status?: "online" | "idle" | "invisible" | "offline";
+        };
+        /**
+         * @description The answer to a present socket's command once Kafka acknowledged its event.
+         * @example {
+         *       "type": "ack",
+         *       "op": "status",
+         *       "eventId": "019ac1f2-7b3e-7c41-9d2a-5f8e6b1c0a37"
+         *     }
+         */
+        WatchAck: {
+            /** @enum {string} */
+            type: "ack";
+            /** @enum {string} */
+            op: "status" | "activity";
+            /** @description The event's id in presence.events (a UUIDv7). */
+            eventId: string;
+        };
+        /**
+         * @description A user's full status as the reader may see it: an invisible user reads as offline, with the times a reader saw before (operators see everything as it is). A user never seen is offline with null times.
+         * @example {
+         *       "userId": "bob",
+         *       "status": "online",
+         *       "lastUpdated": "2026-11-22T07:20:00.5Z",
+         *       "lastActive": "2026-11-22T07:20:00.5Z",
+         *       "lastSeen": "2026-11-22T07:21:10Z"
+         *     }
+         */
+        FullStatus: {
+            userId: components["schemas"]["UserId"];
+            status: components["schemas"]["Status"];
+            /**
+             * Format: date-time
+             * @description When the status last changed.
+             */
+            lastUpdated: string | null;
+            /**
+             * Format: date-time
+             * @description The newest status or activity event.
+             */
+            lastActive: string | null;
+            /**
+             * Format: date-time
+             * @description The newest event of any kind.
+             */
+            lastSeen: string | null;
+        };
+        /**
+         * @example {
+         *       "statuses": [
+         *         {
+         *           "userId": "bob",
+         *           "status": "online",
+         *           "lastUpdated": "2026-11-22T07:20:00.5Z",
+         *           "lastActive": "2026-11-22T07:20:00.5Z",
+         *           "lastSeen": "2026-11-22T07:21:10Z"
+         *         },
+         *         {
+         *           "userId": "carol",
+         *           "status": "offline",
+         *           "lastUpdated": null,
+         *           "lastActive": null,
+         *           "lastSeen": null
+         *         }
+         *       ]
+         *     }
+         */
+        FullStatuses: {
+            statuses: components["schemas"]["FullStatus"][];
+        };
     };
     responses: {
         /** @description Bad input; `field` names the field at fault and `message` says why. */
@@ -1655,6 +1760,16 @@ export interface components {
         WatchTicket: string;
         /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
         At: string;
+        /**
+         * @description Makes the socket the presence of this device of the credential's user (docs/feed.md, Present sockets): a heartbeat of the device is posted to `presence.events` before the upgrade (429 over `PULSE_INGEST_USER_RATE`, 503 when Kafka does not acknowledge it), then one per answered ping, every `PULSE_PRESENT_HEARTBEAT` (20 s); the socket takes `status` and `activity` commands; a close the client starts (a close frame) posts the device `offline` at once, while a dropped socket lets it time out after `PULSE_OFFLINE_AFTER`. A user token is present for its own user; an API key needs the write scope as well as read, and `presentUser`. WebSocket only: a 400 on `/v1/watch/sse`.
+         * @example web
+         */
+        WatchPresent: string;
+        /**
+         * @description With `present`, for an API key: the user whose device the socket is. A user token may leave it out or name its own user (403 for another).
+         * @example alice
+         */
+        WatchPresentUser: string;
     };
     requestBodies: never;
     headers: {
@@ -2135,6 +2250,16 @@ export interface operations {
                  * @example pwt_3q2Xh0dGkR0b1xJYt0lq8mM7c2a9vVfQeX4nZ6pB1sY
                  */
                 ticket?: components["parameters"]["WatchTicket"];
+                /**
+                 * @description Makes the socket the presence of this device of the credential's user (docs/feed.md, Present sockets): a heartbeat of the device is posted to `presence.events` before the upgrade (429 over `PULSE_INGEST_USER_RATE`, 503 when Kafka does not acknowledge it), then one per answered ping, every `PULSE_PRESENT_HEARTBEAT` (20 s); the socket takes `status` and `activity` commands; a close the client starts (a close frame) posts the device `offline` at once, while a dropped socket lets it time out after `PULSE_OFFLINE_AFTER`. A user token is present for its own user; an API key needs the write scope as well as read, and `presentUser`. WebSocket only: a 400 on `/v1/watch/sse`.
+                 * @example web
+                 */
+                present?: components["parameters"]["WatchPresent"];
+                /**
+                 * @description With `present`, for an API key: the user whose device the socket is. A user token may leave it out or name its own user (403 for another).
+                 * @example alice
+                 */
+                presentUser?: components["parameters"]["WatchPresentUser"];
             };
             header?: never;
             path?: never;
@@ -2942,6 +3067,71 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["QueryRateLimited"];
+        };
+    };
+    postFullStatuses: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `public` (the default): invisible users read as offline. `operator`: invisible users read as invisible, with their devices and times; needs an API key with the operator scope (`Authorization: Bearer <key>`), else 403.
+                 * @example public
+                 */
+                view?: components["parameters"]["View"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "userIds": [
+                 *         "alice",
+                 *         "bob"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["UserIdsRequest"];
+            };
+        };
+        responses: {
+            /** @description One full status per requested id, in request order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "statuses": [
+                     *         {
+                     *           "userId": "bob",
+                     *           "status": "online",
+                     *           "lastUpdated": "2026-11-22T07:20:00.5Z",
+                     *           "lastActive": "2026-11-22T07:20:00.5Z",
+                     *           "lastSeen": "2026-11-22T07:21:10Z"
+                     *         },
+                     *         {
+                     *           "userId": "carol",
+                     *           "status": "offline",
+                     *           "lastUpdated": null,
+                     *           "lastActive": null,
+                     *           "lastSeen": null
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FullStatuses"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["RedisUnavailable"];
         };
     };
 }

@@ -105,14 +105,15 @@ test("a body that is not Pulse's error shape still gives a PulseError", async ()
   await assert.rejects(c.heartbeat(), (err) => err instanceof PulseError && err.status === 403 && err.code === "http_403");
 });
 
-test("lastSeen posts the ids to /statuses and returns the statuses", async () => {
+test("lastSeen posts the ids to /v1/statuses and returns the full statuses", async () => {
   const statuses = [
-    { userId: "bob", status: "online", lastUpdated: "2026-11-22T07:20:01.123456Z" },
-    { userId: "carol", status: "offline", lastUpdated: null },
+    { userId: "bob", status: "online", lastUpdated: "2026-11-22T07:20:00.5Z", lastActive: "2026-11-22T07:20:00.5Z", lastSeen: "2026-11-22T07:21:10Z" },
+    { userId: "carol", status: "offline", lastUpdated: null, lastActive: null, lastSeen: null },
   ];
   const { c, calls } = client([json(200, { statuses })]);
   assert.deepEqual(await c.lastSeen(["bob", "carol"]), statuses);
-  assert.equal(calls[0].url, "http://query.test/statuses");
+  assert.equal(calls[0].url, "http://query.test/v1/statuses");
+  assert.equal(calls[0].method, "POST");
   assert.deepEqual(calls[0].body, { userIds: ["bob", "carol"] });
 });
 

@@ -55,8 +55,8 @@ test("snapshot and changes keep the statuses map; a change not later than lastUp
   ws.message({
     type: "snapshot",
     statuses: [
-      { userId: "bob", status: "online", lastUpdated: "2026-11-22T07:20:01.123456Z" },
-      { userId: "carol", status: "offline", lastUpdated: null },
+      { userId: "bob", status: "online", lastUpdated: "2026-11-22T07:20:01.123456Z", lastActive: "2026-11-22T07:20:01.1Z", lastSeen: "2026-11-22T07:20:30Z" },
+      { userId: "carol", status: "offline", lastUpdated: null, lastActive: null, lastSeen: null },
     ],
     cursor: "c0",
   });
@@ -70,8 +70,8 @@ test("snapshot and changes keep the statuses map; a change not later than lastUp
     [["bob", "idle", "c3"], ["carol", "online", "c4"]],
   );
   assert.deepEqual(Object.fromEntries(w.statuses), {
-    bob: { status: "idle", lastUpdated: "2026-11-22T07:20:01.123457Z" },
-    carol: { status: "online", lastUpdated: "2026-11-22T07:21:00Z" },
+    bob: { status: "idle", lastUpdated: "2026-11-22T07:20:01.123457Z", lastActive: "2026-11-22T07:20:01.1Z", lastSeen: "2026-11-22T07:20:30Z" },
+    carol: { status: "online", lastUpdated: "2026-11-22T07:21:00Z", lastActive: null, lastSeen: null },
   });
   assert.equal(w.cursor, "c4", "a dropped change still moves the cursor");
   w.close();
@@ -102,7 +102,7 @@ test("a dropped socket reconnects with a new ticket and the last cursor; nothing
     seen.map(([t, p]) => (t === "change" ? `${t}:${p.status}` : t === "open" ? `open:${p.resumed}` : t)),
     ["open:false", "snapshot", "change:online", "reconnecting", "open:true", "change:idle", "change:offline"],
   );
-  assert.deepEqual(w.statuses.get("bob"), { status: "offline", lastUpdated: "2026-11-22T07:20:04Z" });
+  assert.deepEqual(w.statuses.get("bob"), { status: "offline", lastUpdated: "2026-11-22T07:20:04Z", lastActive: null, lastSeen: null });
   w.close();
   assert.deepEqual(ws.closed, { code: 1000, reason: "client closed" });
 });
@@ -124,7 +124,7 @@ test("users subscribed while the socket was down are subscribed after the resume
   ws.open();
   assert.deepEqual(ws.sent, [{ op: "subscribe", userIds: ["carol"] }]);
   ws.message({ type: "snapshot", statuses: [{ userId: "carol", status: "idle", lastUpdated: "2026-11-22T07:19:00Z" }], cursor: "c1" });
-  assert.deepEqual(w.statuses.get("carol"), { status: "idle", lastUpdated: "2026-11-22T07:19:00Z" });
+  assert.deepEqual(w.statuses.get("carol"), { status: "idle", lastUpdated: "2026-11-22T07:19:00Z", lastActive: null, lastSeen: null });
   w.unsubscribe(["bob"]);
   assert.deepEqual(ws.sent.at(-1), { op: "unsubscribe", userIds: ["bob"] });
   assert.equal(w.statuses.has("bob"), false);
@@ -158,7 +158,7 @@ test("cursor_expired: the fresh snapshot replaces what is held", async () => {
   ws.open();
   ws.message({ type: "error", code: "cursor_expired", message: "the cursor is older than the log; a fresh snapshot follows" });
   ws.message({ type: "snapshot", statuses: [{ userId: "bob", status: "idle", lastUpdated: "2026-11-22T08:00:00Z" }], cursor: "fresh" });
-  assert.deepEqual(w.statuses.get("bob"), { status: "idle", lastUpdated: "2026-11-22T08:00:00Z" });
+  assert.deepEqual(w.statuses.get("bob"), { status: "idle", lastUpdated: "2026-11-22T08:00:00Z", lastActive: null, lastSeen: null });
   assert.equal(w.cursor, "fresh");
   assert.deepEqual(seen.map(([t]) => t), ["open", "error", "snapshot"]);
   assert.equal(ws.sent.length, 0, "the snapshot was the connection's, not an answer to a subscribe");
