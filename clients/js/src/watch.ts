@@ -198,7 +198,8 @@ export class Watch extends Emitter<WatchEvents> {
    * the promise rejects with that code.
    */
   setCustomStatus(data: { text?: string; emoji?: string; until?: string }): Promise<string> {
-    return this.#presentCommand({ op: "status", data }, true);
+    // Not asserted again on reconnect: that is the presence status's job alone.
+    return this.#presentCommand({ op: "status", data }, false);
   }
 
   /**

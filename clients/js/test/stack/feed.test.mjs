@@ -107,7 +107,7 @@ test("bob goes online: alice's watch gets the snapshot, then the change with its
   const w = narrate(alice.watch([bobId]), "alice");
   try {
     const snap = await next(w, "snapshot");
-    assert.deepEqual(snap.statuses, [{ userId: bobId, status: "offline", lastUpdated: null }]);
+    assert.deepEqual(snap.statuses, [{ userId: bobId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null }]);
     assert.equal(typeof snap.cursor, "string");
 
     const before = Date.now();
@@ -119,7 +119,7 @@ test("bob goes online: alice's watch gets the snapshot, then the change with its
     assert.ok(Math.abs(micros(at) / 1000 - before) < 10_000, `at ${at} is not near the request's time`);
     assert.notEqual(cursor, snap.cursor);
     assert.equal(w.cursor, cursor);
-    assert.deepEqual(w.statuses.get(bobId), { status: "online", lastUpdated: at });
+    assert.deepEqual(w.statuses.get(bobId), { status: "online", lastUpdated: at, lastActive: null, lastSeen: null });
   } finally {
     w.close();
   }
@@ -172,7 +172,8 @@ test("alice's connection is cut while bob changes twice: the resume brings both,
       ],
     );
     assert.ok(micros(changes[0].at) < micros(changes[1].at));
-    assert.deepEqual(w.statuses.get(bobId), { status: "offline", lastUpdated: changes[1].at });
+    assert.equal(w.statuses.get(bobId)?.status, "offline");
+    assert.equal(w.statuses.get(bobId)?.lastUpdated, changes[1].at);
 
     // The resume used a new ticket and the cursor held before the cut.
     const opens = proxy.requests.filter((r) => r.startsWith("GET /v1/watch?")).map((r) => new URL(r.slice(4), "http://x").searchParams);
@@ -188,11 +189,14 @@ test("alice's connection is cut while bob changes twice: the resume brings both,
   }
 });
 
-test("refusals come back as PulseErrors and feed errors", { skip }, async () => {
-  // A user token reads its own status on /statuses, nobody else's.
-  const own = await alice.lastSeen([aliceId]);
-  assert.deepEqual(own, [{ userId: aliceId, status: "offline", lastUpdated: null }]);
-  await assert.rejects(alice.lastSeen([bobId]), (err) => {
+test("last seen of a contact list; refusals come back as PulseErrors and feed errors", { skip }, async () => {
+  // A user token reads its own user and its pulse_watch users, nobody else.
+  const [me, friend] = await alice.lastSeen([aliceId, bobId]);
+  assert.deepEqual(me, { userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null });
+  assert.equal(friend.userId, bobId);
+  assert.equal(friend.status, "offline", "the resume test left bob offline");
+  for (const k of ["lastUpdated", "lastActive", "lastSeen"]) assert.ok(micros(friend[k]) > 0, `bob's ${k} is ${friend[k]}`);
+  await assert.rejects(alice.lastSeen([`${aliceId}-stranger`]), (err) => {
     assert.ok(err instanceof PulseError);
     assert.equal(err.status, 403);
     assert.equal(err.code, "forbidden");
@@ -212,6 +216,57 @@ test("refusals come back as PulseErrors and feed errors", { skip }, async () => 
     assert.equal(err.code, "forbidden");
     assert.equal(w.connected, true);
   } finally {
+    w.close();
+  }
+});
+
+test("present mode: bob's socket is his device: open, status, activity, close", { skip }, async () => {
+  // bob starts offline, whatever the tests before left.
+  await bob.setStatus("offline");
+  await eventually(async () => (await bob.lastSeen([bobId]))[0]?.status === "offline", "bob's status to read offline");
+
+  const w = narrate(alice.watch([bobId]), "alice");
+  const changes = [];
+  w.on("change", (c) => changes.push([c.previous, c.status, c.cause]));
+  const tab = new PulseClient({
+    ingestUrl: env.PULSE_INGEST_URL,
+    queryUrl: env.PULSE_QUERY_URL,
+    deviceId: "bob-tab",
+    token: env.PULSE_USER_TOKEN_BOB,
+  });
+  let present;
+  try {
+    const snap = await next(w, "snapshot");
+    assert.deepEqual(snap.statuses.map((s) => [s.userId, s.status]), [[bobId, "offline"]]);
+
+    // Opening the socket is a heartbeat of bob-tab: bob comes online.
+    present = narrate(tab.connect({ present: true, userIds: [aliceId] }), "bob's present socket");
+    await next(present, "snapshot");
+    await eventually(() => changes.length === 1, "bob online");
+
+    const idleId = await present.setStatus("idle");
+    assert.match(idleId, /^[0-9a-f-]{36}$/);
+    await eventually(() => changes.length === 2, "bob idle");
+    const activeId = await present.activity();
+    assert.notEqual(activeId, idleId);
+    await eventually(() => changes.length === 3, "bob active again");
+
+    // The custom status the server does not have yet is refused, and nothing posted.
+    await assert.rejects(present.setCustomStatus({ text: "in a meeting" }), (err) => err instanceof PulseError && err.code === "invalid_command");
+
+    // A close the client starts posts the device offline at once.
+    present.close();
+    await eventually(() => changes.length === 4, "bob offline");
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.deepEqual(changes, [
+      ["offline", "online", "event"],
+      ["online", "idle", "event"],
+      ["idle", "online", "event"],
+      ["online", "offline", "event"],
+    ]);
+    assert.equal(w.statuses.get(bobId)?.status, "offline");
+  } finally {
+    present?.close();
     w.close();
   }
 });
@@ -237,7 +292,7 @@ test("429s of a rate-limited query are waited out by their Retry-After", { skip:
     },
   });
   const reads = await Promise.all([1, 2, 3, 4].map(() => limited.lastSeen([aliceId])));
-  for (const r of reads) assert.deepEqual(r, [{ userId: aliceId, status: "offline", lastUpdated: null }]);
+  for (const r of reads) assert.deepEqual(r, [{ userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null }]);
   const refused = answers.filter(([status]) => status === 429);
   assert.ok(refused.length >= 2, `want at least two 429s, saw ${JSON.stringify(answers)}`);
   assert.equal(answers.filter(([status]) => status === 200).length, 4);
