@@ -57,25 +57,26 @@ func envInt(name string, def int) int {
 // quickValues are the defaults -quick changes, by flag name: a run of about three
 // minutes that exercises every phase with fewer, shorter steps and 1M users.
 var quickValues = map[string]string{
-	"batch-rates":   "5000,10000,20000,35000,50000",
-	"single-rates":  "1000,2000,5000,10000",
-	"step":          "8s",
-	"single-step":   "6s",
-	"warmup":        "2s",
-	"settle":        "10s",
-	"idle-wait":     "60s",
-	"warmup-run":    "5s",
-	"half":          "10s",
-	"scale-users":   "1000000",
-	"scale-calls":   "2000",
-	"profile-time":  "5s",
-	"lag-interval":  "1s",
-	"fresh-rate":    "20",
-	"half-fresh":    "40",
-	"half-count":    "20",
-	"half-statuses": "50",
-	"limits-time":   "10s",
-	"limits-echo":   "2000,5000,10000,20000,40000",
+	"batch-rates":    "5000,10000,20000,35000,50000",
+	"single-rates":   "1000,2000,5000,10000",
+	"step":           "8s",
+	"single-step":    "6s",
+	"warmup":         "2s",
+	"settle":         "10s",
+	"idle-wait":      "60s",
+	"warmup-run":     "5s",
+	"half":           "10s",
+	"scale-users":    "1000000",
+	"present-window": "15s",
+	"scale-calls":    "2000",
+	"profile-time":   "5s",
+	"lag-interval":   "1s",
+	"fresh-rate":     "20",
+	"half-fresh":     "40",
+	"half-count":     "20",
+	"half-statuses":  "50",
+	"limits-time":    "10s",
+	"limits-echo":    "2000,5000,10000,20000,40000",
 	// The cluster topology takes a minute or more to start: a quick run stays on the
 	// single one unless asked.
 	"scaleout-topologies": "single",
@@ -139,6 +140,9 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 	fs.Float64Var(&cfg.HistoryAt, "history-at", 50000, "history is judged at the batched step closest to this `events/s`")
 
 	fs.IntVar(&cfg.ScaleUsers, "scale-users", 10_000_000, "registered users bulk-loaded for counts and memory")
+	fs.IntVar(&cfg.PresentSockets, "present-sockets", 10_000, "present phase: WebSockets held open on one query instance")
+	fs.DurationVar(&cfg.PresentHeartbeat, "present-heartbeat", 5*time.Second, "present phase: PULSE_PRESENT_HEARTBEAT of its query instance")
+	fs.DurationVar(&cfg.PresentWindow, "present-window", 30*time.Second, "present phase: the steady state measured")
 	fs.Float64Var(&cfg.ScaleOnline, "scale-online", 0.3, "fraction of them online")
 	fs.IntVar(&cfg.ScaleCalls, "scale-calls", 2000, "counts calls timed per layout")
 	fs.IntVar(&cfg.ScaleWindow, "scale-window", 5000, "users per bulk-load write (one WriteWindow, or one pipeline of the baseline)")
@@ -232,6 +236,9 @@ func validate(c harness.Config) error {
 		bad(!(r >= 0) || math.IsInf(r, 0), "%s must be a number ≥ 0", name)
 	}
 	bad(c.ScaleUsers < 1 || c.ScaleUsers > 1<<31, "-scale-users must be 1…2^31")
+	bad(c.PresentSockets < 1 || c.PresentSockets > 100_000, "-present-sockets must be 1…100,000")
+	bad(c.PresentHeartbeat < 100*time.Millisecond, "-present-heartbeat must be at least 100ms")
+	bad(c.PresentWindow < time.Second, "-present-window must be at least 1s")
 	bad(!(c.ScaleOnline > 0 && c.ScaleOnline <= 1), "-scale-online must be in (0, 1]")
 	bad(c.ScaleCalls < 1, "-scale-calls must be at least 1")
 	bad(c.ScaleWindow < 1 || c.ScaleWorkers < 1, "-scale-window and -scale-workers must be at least 1")

@@ -23,6 +23,9 @@
 //	scale   counts and memory with -scale-users registered users bulk-loaded into
 //	        Redis in Pulse's layout, then in the seed's direct layout (a sorted set of
 //	        online users and a hash per user) as the baseline, on the same Redis
+//	present -present-sockets present WebSockets (GET /v1/watch?present=) on a query
+//	        instance of the phase's own: memory per socket, CPU per heartbeat,
+//	        heartbeats/s into Kafka, offline events/s when all close at once
 //
 // A step falls behind when ingest accepted less than 95% of the offered events, more
 // than 1% of its requests failed or were dropped, the aggregator's consumer lag grew
@@ -41,7 +44,7 @@
 //
 // main parses the flags, opens the harness (internal/harness) and runs the enabled
 // phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
-// limits, scaleout, scale) recording into one report.Results; internal/report and
+// limits, scaleout, scale, present) recording into one report.Results; internal/report and
 // internal/plot write the folder, internal/probe samples CPU, lag and /metrics.
 //
 // Usage:
@@ -57,6 +60,7 @@ import (
 
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/limits"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/present"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/rebuild"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scaleout"
@@ -66,7 +70,7 @@ import (
 
 // phaseList is the phases in the order they run; allPhases names them for -phases.
 var (
-	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase}
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase}
 	allPhases []string
 )
 

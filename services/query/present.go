@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,6 +55,10 @@ type presenter struct {
 
 	sockets prometheus.Gauge
 	events  *prometheus.CounterVec
+	// open counts the present sockets' handlers still running: the server's shutdown
+	// does not wait for hijacked connections, and a closing socket's offline event
+	// needs the producer (drain).
+	open sync.WaitGroup
 }
 
 func newPresenter(producer *eventlog.Producer, cfg PresentConfig, logger *slog.Logger, reg prometheus.Registerer) *presenter {
@@ -74,6 +79,19 @@ func newPresenter(producer *eventlog.Producer, cfg PresentConfig, logger *slog.L
 	}
 	reg.MustRegister(p.sockets, p.events)
 	return p
+}
+
+// drain waits, at most timeout, for the present sockets' handlers to finish (their
+// last offline events acknowledged), so the producer is closed after them.
+func (p *presenter) drain(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { p.open.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // device is the device a present socket speaks for.

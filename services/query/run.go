@@ -136,6 +136,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		loops.Go("read pipelines", reads.Run)
 	}
 	err = srv.Run(ctx)
+	// The server's drain does not wait for WebSockets (hijacked): the present ones may
+	// still be posting their devices' offline events, which need the producer.
+	if !present.drain(cfg.HTTP.ShutdownTimeout) {
+		logger.Warn("present sockets still closing at shutdown; their devices time out instead")
+	}
 	return errors.Join(err, loops.Stop())
 }
 

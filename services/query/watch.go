@@ -398,6 +398,10 @@ func (w *watcher) websocket(c echo.Context) error {
 	if dev != nil && w.present == nil {
 		return httpserver.Unavailable("this instance takes no present sockets", connRetryAfter)
 	}
+	if dev != nil {
+		w.present.open.Add(1)
+		defer w.present.open.Done()
+	}
 	release, err := w.acquire(c)
 	if err != nil {
 		return err

@@ -43,6 +43,8 @@ type Config struct {
 	ScaleOutEvents, ScaleOutUsers    int
 	ScaleOutLimit                    time.Duration
 	ScaleOutRounds                   int
+	PresentSockets                   int
+	PresentHeartbeat, PresentWindow  time.Duration
 	LimitsTime                       time.Duration
 	LimitsEchoRates                  []float64
 	LimitsRedisUsers, LimitsCQLUsers int

@@ -140,6 +140,9 @@ func markdownOf(r *Results, command string) string {
 	if r.History != nil {
 		m.history(r.History)
 	}
+	if r.Present != nil {
+		m.present(r.Present)
+	}
 	if r.Rebuild != nil {
 		m.rebuild(r.Rebuild)
 	}
@@ -441,6 +444,16 @@ func (m *markdown) limits(r *Results) {
 		}
 		m.p("\n")
 	}
+}
+
+func (m *markdown) present(r *PresentResult) {
+	m.p("## Present sockets\n\n")
+	m.p("%s WebSockets opened with `?present=` on one query instance of the phase's own, each a device of its own user, pinged every %.0f s (`PULSE_PRESENT_HEARTBEAT`); each answered ping is a heartbeat event acknowledged by Kafka. Memory is query's after the sockets opened less before, per socket; CPU is query's over %.0f s of steady state ÷ the heartbeats acknowledged in it. Then every client closes its socket at once: one offline event each.\n\n",
+		Num(float64(r.Sockets)), r.HeartbeatSeconds, r.WindowSeconds)
+	m.p("| sockets | opened in | resident / socket | Go heap / socket | heartbeats/s (expected) | CPU / heartbeat | query cores | ack p50 / p99 | refused | offline events/s |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	m.p("| %s | %.1f s | %.1f KiB | %.1f KiB | %s (%s) | %.1f µs | %.2f | %.1f / %.1f ms | %d | %s |\n\n", Num(float64(r.Sockets)), r.OpenSeconds,
+		r.RSSBytesPerSocket/1024, r.HeapBytesPerSocket/1024, Num(r.HeartbeatsPerSecond), Num(r.ExpectedPerSecond), r.CPUMicrosPerHeartbeat,
+		r.QueryCores, r.AckP50Ms, r.AckP99Ms, r.Refused, Num(r.OfflinePerSecond))
 }
 
 func (m *markdown) rebuild(r *RebuildResult) {

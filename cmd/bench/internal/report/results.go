@@ -37,6 +37,8 @@ type Results struct {
 	Limits                *LimitsResult  `json:"limits,omitempty"`
 	// ScaleOut is one aggregator against two on each topology.
 	ScaleOut *ScaleOutResult `json:"scaleOut,omitempty"`
+	// Present is many present sockets on one query instance.
+	Present *PresentResult `json:"present,omitempty"`
 	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.
 	Ratios []LimitRatio `json:"ratios"`
 
@@ -294,6 +296,37 @@ type RebuildResult struct {
 	// RecordsPerSecond the log's records folded per second.
 	UsersPerSecond   float64 `json:"usersPerSecond"`
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
+}
+
+// PresentResult is the present phase: Sockets present sockets on one query instance,
+// each pinged every HeartbeatSeconds.
+type PresentResult struct {
+	Sockets          int     `json:"sockets"`
+	HeartbeatSeconds float64 `json:"heartbeatSeconds"`
+	// OpenSeconds is the time to open every socket, 64 at a time; OpenFailed those
+	// that did not open.
+	OpenSeconds float64 `json:"openSeconds"`
+	OpenFailed  int64   `json:"openFailed"`
+	// RSSBytesPerSocket and HeapBytesPerSocket are query's resident memory and Go heap
+	// in use with every socket open, less before, per socket.
+	RSSBytesPerSocket  float64 `json:"rssBytesPerSocket"`
+	HeapBytesPerSocket float64 `json:"heapBytesPerSocket"`
+	// Over WindowSeconds of steady state: heartbeats Kafka acknowledged per second
+	// (ExpectedPerSecond = sockets ÷ interval), query's CPU per heartbeat and in
+	// cores, the acknowledgement's latency.
+	WindowSeconds         float64 `json:"windowSeconds"`
+	HeartbeatsPerSecond   float64 `json:"heartbeatsPerSecond"`
+	ExpectedPerSecond     float64 `json:"expectedPerSecond"`
+	CPUMicrosPerHeartbeat float64 `json:"cpuMicrosPerHeartbeat"`
+	QueryCores            float64 `json:"queryCores"`
+	AckP50Ms              float64 `json:"ackP50Ms"`
+	AckP99Ms              float64 `json:"ackP99Ms"`
+	// Refused is the events refused (rate limited or not acknowledged) over the run.
+	Refused int64 `json:"refused"`
+	// Every socket closed at once: the time until each offline event was
+	// acknowledged, and those events per second.
+	OfflineSeconds   float64 `json:"offlineSeconds"`
+	OfflinePerSecond float64 `json:"offlinePerSecond"`
 }
 
 // ScaleOutResult is the scaleout phase: the events/s one aggregator folds, and two
