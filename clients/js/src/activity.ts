@@ -8,6 +8,11 @@ export interface ActivitySink {
 export interface TrackActivityOptions {
   /** Input-less time after which the device is set idle (default 5 minutes). */
   idleAfterMs?: number;
+  /**
+   * How long the page may stay hidden (another tab, the window minimised) before the
+   * device is set idle (default 0: at once).
+   */
+  hiddenIdleAfterMs?: number;
   /** At most one activity event per this many ms while the user keeps busy (default 30 s). */
   throttleMs?: number;
   /** Where a failed send goes (default: dropped; the next input tries again). */
@@ -19,7 +24,7 @@ const inputEvents = ["pointerdown", "pointermove", "keydown", "wheel", "touchsta
 
 /**
  * Maps what the page sees onto presence: the page hidden (another tab, the window
- * minimised) or no input for `idleAfterMs` sets the device idle; input sets it back
+ * minimised) for `hiddenIdleAfterMs` or no input for `idleAfterMs` sets the device idle; input sets it back
  * online with an `activity` event, at most one per `throttleMs`. Outside a browser
  * (no `document`) it does nothing.
  *
@@ -33,6 +38,7 @@ export function trackActivity(sink: ActivitySink, opts: TrackActivityOptions = {
   const win = (globalThis as { window?: Window }).window;
   if (!doc || !win) return () => {};
   const idleAfterMs = opts.idleAfterMs ?? 5 * 60_000;
+  const hiddenIdleAfterMs = opts.hiddenIdleAfterMs ?? 0;
   const throttleMs = opts.throttleMs ?? 30_000;
   const report = (p: Promise<unknown>) => p.catch((err) => opts.onError?.(err));
 
@@ -57,11 +63,16 @@ export function trackActivity(sink: ActivitySink, opts: TrackActivityOptions = {
       report(sink.activity());
     }
   };
-  const visibility = () => (doc.visibilityState === "hidden" ? goIdle() : active());
+  const hidden = () => {
+    clearTimeout(timer);
+    if (hiddenIdleAfterMs <= 0) goIdle();
+    else timer = setTimeout(goIdle, hiddenIdleAfterMs);
+  };
+  const visibility = () => (doc.visibilityState === "hidden" ? hidden() : active());
 
   for (const type of inputEvents) win.addEventListener(type, active, { passive: true });
   doc.addEventListener("visibilitychange", visibility);
-  if (doc.visibilityState === "hidden") goIdle();
+  if (doc.visibilityState === "hidden") hidden();
   else active();
 
   return () => {

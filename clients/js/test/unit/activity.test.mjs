@@ -76,3 +76,25 @@ test("a page hidden from the start is idle", () => {
   trackActivity(s)();
   assert.deepEqual(s.sent, ["idle"]);
 });
+
+test("hidden for hiddenIdleAfterMs is idle; back before it, nothing is sent", (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
+  const page = fakePage();
+  const s = sink();
+  const stop = trackActivity(s, { idleAfterMs: 60_000, hiddenIdleAfterMs: 2_000, throttleMs: 10_000 });
+  assert.deepEqual(s.sent, ["activity"]);
+
+  page.document.visibilityState = "hidden";
+  page.fire("visibilitychange");
+  t.mock.timers.tick(1_999);
+  assert.deepEqual(s.sent, ["activity"], "not idle before hiddenIdleAfterMs");
+  page.document.visibilityState = "visible";
+  page.fire("visibilitychange");
+  assert.deepEqual(s.sent, ["activity"], "back within the throttle and never idle: nothing new");
+
+  page.document.visibilityState = "hidden";
+  page.fire("visibilitychange");
+  t.mock.timers.tick(2_000);
+  assert.deepEqual(s.sent, ["activity", "idle"]);
+  stop();
+});
