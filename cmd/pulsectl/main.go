@@ -37,6 +37,7 @@ func commands() []command {
 		{"rebuild", "have the aggregators rebuild the state in Redis from the log, with progress (rebuild [-shard N])", runRebuild},
 		{"keys", "make a new API key and its line for PULSE_API_KEYS_FILE (keys new -scope write)", runKeys},
 		{"token", "mint a user token for the configured HS256 verifier (token -user ID [-watch a,b] [-ttl 1h])", runToken},
+		{"demo", "serve the demo chat page and the JavaScript client (demo [-addr 127.0.0.1:18090])", runDemo},
 	}
 }
 
