@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
@@ -49,6 +50,16 @@ type api struct {
 	limits *readLimits
 	// atMaxBatch bounds the ids of POST /statuses?at= (0: maxBatch).
 	atMaxBatch int
+	// now is the reader's clock, which expires custom statuses; nil: time.Now.
+	now func() time.Time
+}
+
+// clock reads a.now, or the system clock.
+func (a *api) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
 }
 
 // routes registers query's routes, metered by a.limits: call it after the guard is
@@ -242,6 +253,9 @@ type userView struct {
 	LastActive  *time.Time   `json:"lastActive"`
 	LastSeen    *time.Time   `json:"lastSeen"`
 	Devices     []deviceView `json:"devices"`
+	// Data is the user's custom status; null for none, for one whose until has passed,
+	// and for readers who are not operators while the user reads offline to them.
+	Data *customjson.Out `json:"data"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -273,6 +287,11 @@ func (a *api) getUserStatus(c echo.Context) error {
 		p := u.Public
 		v.LastUpdated, v.LastActive, v.LastSeen = timePtr(p.LastUpdated), timePtr(p.LastActive), timePtr(p.LastSeen)
 		devices = u.PublicDevices()
+	}
+	if auth.OperatorView(c) {
+		v.Data = customjson.View(u.CustomAt(a.clock()))
+	} else {
+		v.Data = customjson.View(u.PublicCustomAt(a.clock()))
 	}
 	for _, d := range devices {
 		v.Devices = append(v.Devices, deviceView{DeviceID: d.ID, Status: d.Status.String(), LastSeen: d.LastSeen})
