@@ -140,7 +140,7 @@ func validateEmoji(s string) error {
 		if !strings.HasSuffix(s, "\u20e3") {
 			return fmt.Errorf("must be an emoji, got %q", s)
 		}
-	case first >= 0xa9 && unicode.Is(unicode.So, first):
+	case first >= 0xa9 && (unicode.Is(unicode.So, first) || strings.ContainsRune(pictographicNotSo, first)):
 	default:
 		return fmt.Errorf("must be an emoji, got %q", s)
 	}
@@ -148,6 +148,10 @@ func validateEmoji(s string) error {
 }
 
 const zwj = '\u200d'
+
+// pictographicNotSo are the emoji (Unicode's Emoji property) that are not of category
+// So (other symbol), besides the keycaps' digits, # and *: ‼ ⁉ ℹ ↔ ◻ ◼ ◽ ◾ ⤴ ⤵ 〰 〽.
+const pictographicNotSo = "\u203c\u2049\u2139\u2194\u25fb\u25fc\u25fd\u25fe\u2934\u2935\u3030\u303d"
 
 func isTag(r rune) bool               { return r >= 0xe0020 && r <= 0xe007f }
 func isRegionalIndicator(r rune) bool { return r >= 0x1f1e6 && r <= 0x1f1ff }

@@ -37,6 +37,8 @@ func TestCustomStatusValidate(t *testing.T) {
 		{"family: a ZWJ sequence", CustomStatus{Emoji: "👩‍👩‍👧‍👦"}, ""},
 		{"subdivision flag: tags", CustomStatus{Emoji: "🏴󠁧󠁢󠁳󠁣󠁴󠁿"}, ""},
 		{"text-style symbol", CustomStatus{Emoji: "☕"}, ""},
+		{"an emoji that is not a symbol", CustomStatus{Emoji: "‼️"}, ""},
+		{"an arrow emoji", CustomStatus{Emoji: "↔️"}, ""},
 		{"two emoji", CustomStatus{Emoji: "📅📅"}, "emoji: must be exactly one emoji, got 2 characters"},
 		{"emoji and a letter", CustomStatus{Emoji: "📅a"}, "emoji: must be exactly one emoji, got 2 characters"},
 		{"a letter", CustomStatus{Emoji: "a"}, `emoji: must be an emoji, got "a"`},
