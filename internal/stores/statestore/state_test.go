@@ -236,6 +236,8 @@ func FuzzDecodeState(f *testing.F) {
 	b, _ := encodeState(nil, oneDevice())
 	f.Add(string(b))
 	f.Add("\x13\x00\x00\x00\x00\x00\x00")
+	b, _ = encodeState(nil, withCustom(oneDevice(), presence.CustomStatus{Text: "lunch", Emoji: "🥪", Until: oneDevice().LastSeen.Add(time.Hour)}))
+	f.Add(string(b))
 	f.Fuzz(func(t *testing.T, in string) {
 		u, err := decodeState(in)
 		if err != nil {
