@@ -168,7 +168,7 @@ func TestChatDemoInTheBrowser(t *testing.T) {
 		tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer tcancel()
 		if err := chromedp.Do(tctx,
-			chromedp.Navigate(fmt.Sprintf("%s/?hiddenIdleAfterMs=%d", base, hiddenIdle.Milliseconds())),
+			chromedp.Navigate(fmt.Sprintf("%s/?hiddenIdleAfterMs=%d&refreshMs=500", base, hiddenIdle.Milliseconds())),
 			chromedp.WaitVisible(chromedp.ID("token")),
 			chromedp.SetValue(chromedp.ID("token"), token),
 		); err != nil {
@@ -214,6 +214,18 @@ func TestChatDemoInTheBrowser(t *testing.T) {
 
 	bobTab, closeBob := open(baseB, bobTok)
 	within("alice sees bob online after he logged in on his page", until(aliceTab, "online", 10*time.Second).Sub(clicked), time.Second)
+
+	// Bob sets a custom status; alice's page shows it, and bob stays online.
+	set := time.Now()
+	bobTab.eval(t, `document.getElementById('custom-emoji').value = '📅'; document.getElementById('custom-text').value = 'In a meeting'; document.getElementById('custom-set').click(); 'set'`)
+	aliceTab.wait(t, fmt.Sprintf(`(%s?.querySelector('.custom')?.textContent ?? '') === '📅 In a meeting'`, friend(bob)), 10*time.Second)
+	t.Logf("alice sees bob's custom status %v after he set it", time.Since(set).Round(time.Millisecond))
+	if st := aliceTab.eval(t, friend(bob)+`.dataset.status`); st != "online" {
+		t.Errorf("bob is %s after setting a custom status, want online", st)
+	}
+	if errs := bobTab.eval(t, `document.getElementById('custom-error').textContent`); errs != "" {
+		t.Errorf("bob's page says %q after setting a custom status", errs)
+	}
 
 	// Bob's page goes to the background.
 	hidden := time.Now()

@@ -8,6 +8,9 @@ const params = new URLSearchParams(location.search);
 // Idle after this long without input, or this long in the background (milliseconds).
 const idleAfterMs = Number(params.get("idleAfterMs") ?? 5 * 60_000);
 const hiddenIdleAfterMs = Number(params.get("hiddenIdleAfterMs") ?? 60_000);
+// Custom statuses and last-seen times are read again this often: the feed's changes
+// carry status transitions only.
+const refreshMs = Number(params.get("refreshMs") ?? 5_000);
 
 /** The token's pulse_watch claim: the user's friends. */
 function friendsOf(token) {
@@ -80,6 +83,7 @@ async function start(token) {
     for (const [id, st] of statuses) if (id !== me) renderFriend(id, st, full.get(id));
   });
   feed.on("snapshot", refresh);
+  setInterval(refresh, refreshMs);
   feed.on("change", (c) => {
     const li = document.createElement("li");
     Object.assign(li.dataset, { user: c.userId, status: c.status, previous: c.previous, at: c.at, cause: c.cause });

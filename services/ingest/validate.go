@@ -11,6 +11,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 )
@@ -25,6 +26,9 @@ type eventJSON struct {
 	Status     *string `json:"status,omitempty"`
 	DeviceID   *string `json:"deviceId,omitempty"`
 	OccurredAt *string `json:"occurredAt,omitempty"`
+	// Data is the user's custom status, on status events only; raw, so that its
+	// members are checked (unknown, null) and named under data.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // statusJSON is the seed's POST /status body.
@@ -96,6 +100,17 @@ func (r rules) event(in eventJSON, path string) (presence.Event, error) {
 		e.Status = s
 	case in.Status != nil:
 		return e, bad("status", "only status events carry a status; kind is "+e.Kind.String())
+	}
+
+	if in.Data != nil {
+		if e.Kind != presence.KindStatus {
+			return e, bad("data", "only status events carry data; kind is "+e.Kind.String())
+		}
+		c, err := customjson.Decode(in.Data, httpserver.FieldPath(path, "data"), r.now)
+		if err != nil {
+			return e, err
+		}
+		e.Custom = c
 	}
 
 	if in.DeviceID != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
@@ -49,6 +50,16 @@ type api struct {
 	limits *readLimits
 	// atMaxBatch bounds the ids of POST /statuses?at= (0: maxBatch).
 	atMaxBatch int
+	// now is the reader's clock, which expires custom statuses; nil: time.Now.
+	now func() time.Time
+}
+
+// clock reads a.now, or the system clock.
+func (a *api) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
 }
 
 // routes registers query's routes, metered by a.limits: call it after the guard is
@@ -253,10 +264,10 @@ func (a *api) postFullStatuses(c echo.Context) error {
 	if err != nil {
 		return a.readErr(err)
 	}
-	operator := auth.OperatorView(c)
+	operator, now := auth.OperatorView(c), a.clock()
 	out := make([]statusView, len(req.UserIDs))
 	for i, id := range req.UserIDs {
-		out[i] = toStatusView(id, users[i], operator)
+		out[i] = toStatusView(id, users[i], operator, now)
 	}
 	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
 }
@@ -288,6 +299,9 @@ type statusView struct {
 	LastUpdated *time.Time `json:"lastUpdated"`
 	LastActive  *time.Time `json:"lastActive"`
 	LastSeen    *time.Time `json:"lastSeen"`
+	// Data is the user's custom status; null for none, for one whose until has passed,
+	// and for readers who are not operators while the user reads offline to them.
+	Data *customjson.Out `json:"data"`
 }
 
 // userView is GET /v1/users/{userId}/status: the full status and the devices.
@@ -299,8 +313,9 @@ type userView struct {
 // toStatusView is user id's full status as the reader may see it: an operator sees
 // invisible users as invisible and every time as it is; anyone else an offline user
 // with the times such a reader knew before (docs/design.md, "Invisible looks
-// offline"). A user never seen is offline with no times.
-func toStatusView(id string, u *presence.User, operator bool) statusView {
+// offline"). A user never seen is offline with no times. A custom status whose until
+// is not after now is none.
+func toStatusView(id string, u *presence.User, operator bool, now time.Time) statusView {
 	v := statusView{UserID: id, Status: presence.Offline.String()}
 	if u == nil {
 		return v
@@ -308,6 +323,11 @@ func toStatusView(id string, u *presence.User, operator bool) statusView {
 	v.Status = viewStatus(u.Status, operator)
 	t := u.TimesFor(operator)
 	v.LastUpdated, v.LastActive, v.LastSeen = timePtr(t.LastUpdated), timePtr(t.LastActive), timePtr(t.LastSeen)
+	if operator {
+		v.Data = customjson.View(u.CustomAt(now))
+	} else {
+		v.Data = customjson.View(u.PublicCustomAt(now))
+	}
 	return v
 }
 
@@ -327,7 +347,7 @@ func (a *api) getUserStatus(c echo.Context) error {
 		return err
 	}
 	operator := auth.OperatorView(c)
-	v := userView{statusView: toStatusView(id, u, operator), Devices: []deviceView{}}
+	v := userView{statusView: toStatusView(id, u, operator, a.clock()), Devices: []deviceView{}}
 	if u == nil {
 		return httpserver.JSON(c, http.StatusOK, v)
 	}

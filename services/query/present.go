@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/internal/platform/limits"
@@ -146,14 +147,14 @@ func presentDevice(c echo.Context, sse bool) (*device, error) {
 // post produces one event of d and returns its id once Kafka acknowledged it. A
 // refusal is an *httpserver.Error: 429 over the user's rate, 503 when Kafka did not
 // acknowledge in time.
-func (p *presenter) post(ctx context.Context, d *device, kind presence.Kind, status presence.Status) (string, error) {
+func (p *presenter) post(ctx context.Context, d *device, kind presence.Kind, status presence.Status, custom *presence.CustomStatus) (string, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return "", fmt.Errorf("making an event id: %w", err)
 	}
 	now := p.now()
 	e := presence.Event{ID: id.String(), UserID: d.user, Kind: kind, Status: status, DeviceID: d.id,
-		ReceivedAt: now.UTC().Truncate(time.Microsecond), Source: presence.SourceAPI}
+		ReceivedAt: now.UTC().Truncate(time.Microsecond), Source: presence.SourceAPI, Custom: custom}
 	if err := e.Validate(); err != nil {
 		return "", fmt.Errorf("present event: %w", err)
 	}
@@ -173,6 +174,8 @@ func (p *presenter) post(ctx context.Context, d *device, kind presence.Kind, sta
 // Commands of a present socket, besides the feed's subscribe and unsubscribe:
 //
 //	{"op":"status","status":"idle"}   the device's status: online, idle, invisible or offline
+//	{"op":"status","status":"online","data":{"text":"In a meeting","emoji":"📅"}}
+//	                                  the same, setting the user's custom status ({} clears it)
 //	{"op":"activity"}                 the user did something on the device
 const (
 	opStatus   = "status"
@@ -182,6 +185,8 @@ const (
 type presentCommand struct {
 	Op     string  `json:"op"`
 	Status *string `json:"status,omitempty"`
+	// Data is the user's custom status, on status commands only (customjson).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // isPresentOp reports whether b is a command a present socket answers, by its op
@@ -213,9 +218,12 @@ func (p *presenter) command(ctx context.Context, d *device, sess *feed.Session, 
 		return sess.Reject(feed.CodeInvalidCommand, err.Error())
 	}
 	kind, status := presence.KindActivity, presence.StatusUnknown
+	var custom *presence.CustomStatus
 	switch {
 	case cmd.Op == opActivity && cmd.Status != nil:
 		return sess.Reject(feed.CodeInvalidCommand, "status: only a status command carries a status")
+	case cmd.Op == opActivity && cmd.Data != nil:
+		return sess.Reject(feed.CodeInvalidCommand, "data: only a status command carries data")
 	case cmd.Op == opStatus && cmd.Status == nil:
 		return sess.Reject(feed.CodeInvalidCommand, "status: is required: online, idle, invisible or offline")
 	case cmd.Op == opStatus:
@@ -224,8 +232,18 @@ func (p *presenter) command(ctx context.Context, d *device, sess *feed.Session, 
 			return sess.Reject(feed.CodeInvalidCommand, "status: "+err.Error())
 		}
 		kind, status = presence.KindStatus, st
+		if cmd.Data != nil {
+			c, err := customjson.Decode(cmd.Data, "data", p.now())
+			if apiErr, ok := errors.AsType[*httpserver.Error](err); ok {
+				return sess.Reject(feed.CodeInvalidCommand, apiErr.Field+": "+apiErr.Message)
+			}
+			if err != nil {
+				return err
+			}
+			custom = c
+		}
 	}
-	id, err := p.post(ctx, d, kind, status)
+	id, err := p.post(ctx, d, kind, status, custom)
 	if apiErr, ok := errors.AsType[*httpserver.Error](err); ok {
 		if apiErr.Status == http.StatusServiceUnavailable {
 			p.logger.Debug("present command not acknowledged", "user", d.user, "device", d.id, "err", err)
@@ -246,7 +264,7 @@ func (p *presenter) command(ctx context.Context, d *device, sess *feed.Session, 
 // the next ping tries again, and a device whose heartbeats all fail times out as a
 // silent one would.
 func (p *presenter) heartbeat(ctx context.Context, d *device) {
-	if _, err := p.post(ctx, d, presence.KindHeartbeat, presence.StatusUnknown); err != nil && ctx.Err() == nil {
+	if _, err := p.post(ctx, d, presence.KindHeartbeat, presence.StatusUnknown, nil); err != nil && ctx.Err() == nil {
 		p.logger.Debug("present heartbeat not posted", "user", d.user, "device", d.id, "err", err)
 	}
 }
@@ -255,7 +273,7 @@ func (p *presenter) heartbeat(ctx context.Context, d *device) {
 // by then, so it runs on its own deadline.
 func (p *presenter) offline(ctx context.Context, d *device) {
 	ctx = context.WithoutCancel(ctx)
-	if _, err := p.post(ctx, d, presence.KindStatus, presence.Offline); err != nil {
+	if _, err := p.post(ctx, d, presence.KindStatus, presence.Offline, nil); err != nil {
 		// The device times out after PULSE_OFFLINE_AFTER instead.
 		p.logger.Info("present socket closed but its device's offline was not posted; it times out instead",
 			"user", d.user, "device", d.id, "err", err)

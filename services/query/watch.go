@@ -416,7 +416,7 @@ func (w *watcher) websocket(c echo.Context) error {
 	if dev != nil {
 		// The device is present once Kafka has its first heartbeat: a refusal (429,
 		// 503) is answered before the upgrade, as ingest answers a post.
-		if _, err := w.present.post(c.Request().Context(), dev, presence.KindHeartbeat, presence.StatusUnknown); err != nil {
+		if _, err := w.present.post(c.Request().Context(), dev, presence.KindHeartbeat, presence.StatusUnknown, nil); err != nil {
 			return err
 		}
 		w.present.sockets.Inc()

@@ -228,13 +228,13 @@ func TestWatchWebSocket(t *testing.T) {
 		}
 		return m
 	}
-	if m := readMsg(); m["type"] != "snapshot" || jsonOf(m["statuses"]) != `[{"lastActive":null,"lastSeen":null,"lastUpdated":null,"status":"online","userId":"alice"}]` {
+	if m := readMsg(); m["type"] != "snapshot" || jsonOf(m["statuses"]) != `[{"data":null,"lastActive":null,"lastSeen":null,"lastUpdated":null,"status":"online","userId":"alice"}]` {
 		t.Fatalf("first message %v", m)
 	}
 	if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"subscribe","userIds":["bob"]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if m := readMsg(); m["type"] != "snapshot" || jsonOf(m["statuses"]) != `[{"lastActive":null,"lastSeen":null,"lastUpdated":null,"status":"offline","userId":"bob"}]` {
+	if m := readMsg(); m["type"] != "snapshot" || jsonOf(m["statuses"]) != `[{"data":null,"lastActive":null,"lastSeen":null,"lastUpdated":null,"status":"offline","userId":"bob"}]` {
 		t.Fatalf("after subscribe %v", m)
 	}
 	if err := conn.Write(ctx, websocket.MessageText, []byte(`{"op":"dance"}`)); err != nil {

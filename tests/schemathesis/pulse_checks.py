@@ -11,8 +11,10 @@ within five minutes of the server's clock; an at= within the retention before no
 before to, in a range no longer than the route's span; a day from 1970 to 9998; an id of
 at most 128 bytes (its schema is the pattern alone: the generator cannot join a length
 to it); an activeWithin above 0, at most 24h and not with at=; at most 100 ids with at=;
-invisible users listed only in the operator view; a cursor the service handed out. A
-schema-valid request that breaks one of them is refused with a 400 naming the field;
+invisible users listed only in the operator view; a cursor the service handed out; a
+custom status's text of at most 128 characters (a pattern alone, as ids), its until in
+the future and at most 30 days ahead, and its emoji exactly one emoji of at most 32
+bytes. A schema-valid request that breaks one of them is refused with a 400 naming the field;
 filter_failure drops that "schema-valid request rejected" failure only after checking,
 independently of the service, that the request really breaks the bound the 400 names.
 The document's own examples are checked apart (checkExamples in
@@ -23,6 +25,7 @@ leaves out with values of its own.
 import json
 import re
 import threading
+import unicodedata
 from datetime import date, datetime, timedelta, timezone
 
 import schemathesis
@@ -32,6 +35,9 @@ MAX_SKEW = timedelta(minutes=5)  # PULSE_INGEST_MAX_SKEW
 AT_RETENTION = timedelta(days=30)  # PULSE_QUERY_AT_RETENTION
 AT_MAX_BATCH = 100  # PULSE_QUERY_AT_MAX_BATCH
 MAX_ID_BYTES = 128  # user, device and event ids
+MAX_TEXT_CHARS = 128  # presence.MaxCustomText
+CUSTOM_AHEAD = timedelta(days=30)  # presence.MaxCustomAhead
+MAX_EMOJI_BYTES = 32  # presence.MaxCustomEmoji
 # Each history route's longest range (the operation descriptions' "At most N days").
 SPANS = {
     "/v1/users/{userId}/timeline": 31,
@@ -98,6 +104,15 @@ def breaks_stated_bound(case, field, now):
     if field == "occurredAt" or re.fullmatch(r"events\[\d+\]\.occurredAt", field):
         t = instant(field_value(case, field))
         return t is not None and abs(now - t) > MAX_SKEW - MARGIN
+    if re.fullmatch(r"events\[\d+\]\.data\.until", field):
+        t = instant(field_value(case, field))
+        return t is not None and (t < now + MARGIN or t > now + CUSTOM_AHEAD - MARGIN)
+    if re.fullmatch(r"events\[\d+\]\.data\.text", field):
+        # At most 128 characters; the schema's pattern cannot say how many.
+        value = field_value(case, field)
+        return isinstance(value, str) and len(value) > MAX_TEXT_CHARS
+    if re.fullmatch(r"events\[\d+\]\.data\.emoji", field):
+        return not is_one_emoji(field_value(case, field))
     if field == "at":
         t = instant(query.get("at"))
         return t is not None and (t > now - MARGIN or t < now - AT_RETENTION + MARGIN)
@@ -120,6 +135,28 @@ def breaks_stated_bound(case, field, now):
     if field == "status" and path == "/v1/online":
         return query.get("status") == "invisible" and query.get("view") != "operator"
     return False
+
+
+# One emoji, by its shape alone (a narrower rule than the service's, so that what it
+# accepts the service must accept): a flag (two regional indicators), a keycap, or
+# pictographs of U+1F300..U+1FAFF (every one Extended_Pictographic, so a ZWJ sequence
+# of them is one grapheme cluster), each with an optional variation selector, skin
+# tone and tags.
+_PICT = r"[\U0001F300-\U0001F3FA\U0001F400-\U0001FAFF]"
+_ELEM = _PICT + r"\uFE0F?[\U0001F3FB-\U0001F3FF]?\uFE0F?[\U000E0020-\U000E007F]*"
+_EMOJI = re.compile(
+    r"[\U0001F1E6-\U0001F1FF]{2}|[0-9#*]\uFE0F?\u20E3|" + _ELEM + r"(?:\u200D" + _ELEM + r")*"
+)
+
+
+def is_one_emoji(value):
+    if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > MAX_EMOJI_BYTES:
+        return False
+    if not _EMOJI.fullmatch(value):
+        return False
+    return all(
+        unicodedata.category(c) == "So" for c in value if 0x1F300 <= ord(c) <= 0x1FAFF and not 0x1F3FB <= ord(c) <= 0x1F3FF
+    )
 
 
 def range_out_of_bounds(path, query, now):

@@ -189,17 +189,27 @@ export class Watch extends Emitter<WatchEvents> {
 
   /** Present mode: the user did something on this device (it is online, not idle). */
   activity(): Promise<string> {
-    return this.#presentCommand({ op: "activity" }, false);
+    const before = this.#presentStatus;
+    const sent = this.#presentCommand({ op: "activity" }, false);
+    // Once taken, an idle device is online again (an invisible user stays invisible):
+    // a later reconnect or custom status must not set it back to idle.
+    return sent.then((id) => {
+      if (before?.status === "idle" && this.#presentStatus === before) this.#presentStatus = { op: "status", status: "online" };
+      return id;
+    });
   }
 
   /**
-   * Present mode: a custom status (`{"op":"status","data":{…}}`). Pending on the
-   * server side: a server without it refuses the command with `invalid_command`, and
-   * the promise rejects with that code.
+   * Present mode: sets the user's custom status (`{"text","emoji","until"}`; `{}`
+   * clears it). It travels on a status command with the status this device last set
+   * (online when none was), so the device's status does not change. Resolves with the
+   * event's id once acknowledged; an invalid custom status rejects with
+   * `invalid_command` naming the member (`data.emoji: …`).
    */
   setCustomStatus(data: { text?: string; emoji?: string; until?: string }): Promise<string> {
-    // Not asserted again on reconnect: that is the presence status's job alone.
-    return this.#presentCommand({ op: "status", data }, false);
+    const status = (this.#presentStatus?.status as Status | undefined) ?? "online";
+    // Not asserted again on reconnect: the server keeps it until it is changed or expires.
+    return this.#presentCommand({ op: "status", status, data }, false);
   }
 
   /**

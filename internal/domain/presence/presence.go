@@ -196,6 +196,9 @@ type Event struct {
 	Source     Source
 	// LastSeen is, for timeout events, the device's last-seen the timeout was decided on.
 	LastSeen time.Time
+	// Custom is, on a status event only, the user's custom status: nil leaves it as it
+	// is, the zero CustomStatus clears it.
+	Custom *CustomStatus
 }
 
 // Time is when the event happened as far as Pulse can tell: the client's occurred-at,
@@ -229,6 +232,14 @@ func (e *Event) Validate() error {
 		}
 	default:
 		return fmt.Errorf("kind: unknown kind %d", e.Kind)
+	}
+	if e.Custom != nil {
+		if e.Kind != KindStatus {
+			return fmt.Errorf("custom: only status events carry a custom status")
+		}
+		if err := e.Custom.Validate(); err != nil {
+			return fmt.Errorf("custom: %w", err)
+		}
 	}
 	if e.ReceivedAt.IsZero() {
 		return fmt.Errorf("received at: missing")
@@ -267,6 +278,7 @@ func (e *Event) ToPB() *pulsev1.Event {
 		ReceivedAtUs: Micros(e.ReceivedAt),
 		Source:       pulsev1.Source(e.Source),
 		LastSeenUs:   Micros(e.LastSeen),
+		Custom:       e.Custom.ToPB(),
 	}
 }
 
@@ -283,6 +295,7 @@ func EventFromPB(p *pulsev1.Event) (Event, error) {
 		ReceivedAt: FromMicros(p.GetReceivedAtUs()),
 		Source:     Source(p.GetSource()),
 		LastSeen:   FromMicros(p.GetLastSeenUs()),
+		Custom:     CustomFromPB(p.GetCustom()),
 	}
 	return e, e.Validate()
 }

@@ -55,6 +55,12 @@ type User struct {
 	Offset int64
 	// Public is what readers who are not operators know of the user's times.
 	Public Public
+	// Custom is the user's custom status, the zero value for none. It may have
+	// cleared itself since it was folded: readers ask CustomAt.
+	Custom CustomStatus
+	// CustomSetAt is the time of the status event that last set or cleared Custom;
+	// zero if none ever did. An event dated before it changes Custom no more.
+	CustomSetAt time.Time
 }
 
 // Public is the part of a user's state that readers who are not operators may know
@@ -128,6 +134,7 @@ func (u *User) Apply(e *Event) Outcome {
 		out := u.applyTimeout(e)
 		if !out.Stale {
 			u.publish(&out, e.DeviceID, e.Time(), false, false, Offline, false)
+			u.applyCustom(e, e.Time())
 		}
 		return out
 	}
@@ -140,6 +147,7 @@ func (u *User) Apply(e *Event) Outcome {
 		u.Devices = slices.Insert(u.Devices, i, Device{ID: e.DeviceID, Status: Offline})
 	}
 	before := u.Devices[i].Status
+	u.applyCustom(e, t)
 	out := u.apply(e, i, t)
 	u.publish(&out, e.DeviceID, t, true, e.Kind != KindHeartbeat, before, !found)
 	return out
@@ -401,6 +409,10 @@ func (u *User) ToPB() *pulsev1.UserState {
 		LastSeenUs:    Micros(u.LastSeen),
 		Offset:        u.Offset,
 		Devices:       make([]*pulsev1.DeviceState, len(u.Devices)),
+		CustomSetAtUs: Micros(u.CustomSetAt),
+	}
+	if !u.Custom.IsZero() {
+		p.Custom = u.Custom.ToPB()
 	}
 	for i, d := range u.Devices {
 		p.Devices[i] = &pulsev1.DeviceState{DeviceId: d.ID, Status: StatusToPB(d.Status), LastSeenUs: Micros(d.LastSeen)}
@@ -419,6 +431,10 @@ func UserFromPB(p *pulsev1.UserState) *User {
 		LastSeen:    FromMicros(p.GetLastSeenUs()),
 		Offset:      p.GetOffset(),
 		Devices:     make([]Device, len(p.GetDevices())),
+		CustomSetAt: FromMicros(p.GetCustomSetAtUs()),
+	}
+	if c := CustomFromPB(p.GetCustom()); c != nil {
+		u.Custom = *c
 	}
 	for i, d := range p.GetDevices() {
 		u.Devices[i] = Device{ID: d.GetDeviceId(), Status: StatusFromPB(d.GetStatus()), LastSeen: FromMicros(d.GetLastSeenUs())}

@@ -44,11 +44,24 @@ import (
 // A user who was never invisible pays nothing for it. Format 1 reads with public times
 // equal to the user's own.
 //
+// Formats 5 and 6 are formats 1 and 2 (format | 4) for a user whose custom status was
+// ever set or cleared (presence.User.Custom, CustomSetAt); after everything else come
+//
+//	varint   last seen - custom set at  (µs)
+//	uvarint  length of the text, the text
+//	uvarint  length of the emoji, the emoji
+//	varint   until, unix µs             (0: none)
+//
+// so a user who never set one pays nothing for it either, and every state written
+// before custom statuses existed reads with none.
+//
 // The format lives in the first byte's high bits so that a later one can be read beside
 // it while a deployment rewrites its states.
 const (
 	stateFormat       = 1
 	stateFormatPublic = 2
+	// stateCustom is the format bit of a state that ends with a custom status.
+	stateCustom = 4
 )
 
 // maxStatus is the largest status value the format holds (3 bits) and that exists.
@@ -65,7 +78,11 @@ func encodeState(dst []byte, u *presence.User) ([]byte, error) {
 	if !publicIsOwn(u) {
 		format = stateFormatPublic
 	}
+	custom := !u.CustomSetAt.IsZero() || !u.Custom.IsZero()
 	h := format<<4 | byte(u.Status)
+	if custom {
+		h |= stateCustom << 4
+	}
 	if u.Invisible {
 		h |= 1 << 3
 	}
@@ -98,6 +115,15 @@ func encodeState(dst []byte, u *presence.User) ([]byte, error) {
 		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastUpdated))
 		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastActive))
 		dst = binary.AppendVarint(dst, seen-presence.Micros(u.Public.LastSeen))
+	}
+	if custom {
+		c := u.Custom
+		dst = binary.AppendVarint(dst, seen-presence.Micros(u.CustomSetAt))
+		dst = binary.AppendUvarint(dst, uint64(len(c.Text)))
+		dst = append(dst, c.Text...)
+		dst = binary.AppendUvarint(dst, uint64(len(c.Emoji)))
+		dst = append(dst, c.Emoji...)
+		dst = binary.AppendVarint(dst, presence.Micros(c.Until))
 	}
 	return dst, nil
 }
@@ -159,16 +185,31 @@ func (r *stateReader) varint() int64 {
 	return v
 }
 
+// string reads a length and that many bytes.
+func (r *stateReader) string() string {
+	l := r.uvarint()
+	if r.err == nil && l > uint64(len(r.b)) {
+		r.fail(errTruncated)
+	}
+	if r.err != nil {
+		return ""
+	}
+	s := string(r.b[:l])
+	r.b = r.b[l:]
+	return s
+}
+
 func (r *stateReader) fail(err error) {
 	if r.err == nil {
 		r.err = err
 	}
 }
 
-// header reads the first byte and the index, all that Locate needs.
-func (r *stateReader) header() (format byte, status presence.Status, invisible bool, index uint32) {
+// header reads the first byte and the index, all that Locate needs. format comes
+// without its custom bit, custom tells it.
+func (r *stateReader) header() (format byte, custom bool, status presence.Status, invisible bool, index uint32) {
 	h := r.byte()
-	format = h >> 4
+	format, custom = h>>4&^stateCustom, h>>4&stateCustom != 0
 	if r.err == nil && format != stateFormat && format != stateFormatPublic {
 		r.fail(fmt.Errorf("unknown state format %d", format))
 	}
@@ -180,13 +221,13 @@ func (r *stateReader) header() (format byte, status presence.Status, invisible b
 	if x > 1<<32-1 {
 		r.fail(fmt.Errorf("index %d out of range", x))
 	}
-	return format, status, invisible, uint32(x)
+	return format, custom, status, invisible, uint32(x)
 }
 
 // decodeState is the inverse of encodeState.
 func decodeState(b string) (*presence.User, error) {
 	r := stateReader{b: []byte(b)}
-	format, st, inv, idx := r.header()
+	format, custom, st, inv, idx := r.header()
 	u := &presence.User{Index: idx, Status: st, Invisible: inv}
 	u.Offset = int64(r.uvarint()) - 1
 	seen := r.varint()
@@ -233,6 +274,12 @@ func decodeState(b string) (*presence.User, error) {
 		u.Public.LastActive = presence.FromMicros(seen - r.varint())
 		u.Public.LastSeen = presence.FromMicros(seen - r.varint())
 	}
+	if custom {
+		u.CustomSetAt = presence.FromMicros(seen - r.varint())
+		u.Custom.Text = r.string()
+		u.Custom.Emoji = r.string()
+		u.Custom.Until = presence.FromMicros(r.varint())
+	}
 	if r.err == nil && len(r.b) > 0 {
 		r.fail(fmt.Errorf("%d bytes after the state", len(r.b)))
 	}
@@ -250,7 +297,7 @@ func decodeState(b string) (*presence.User, error) {
 func stateIndex(b string) (uint32, error) {
 	// The first byte and at most ten of a uvarint: no need to copy the rest.
 	r := stateReader{b: []byte(b[:min(len(b), 1+binary.MaxVarintLen64)])}
-	_, _, _, idx := r.header()
+	_, _, _, _, idx := r.header()
 	if r.err != nil {
 		return 0, fmt.Errorf("decoding state: %w", r.err)
 	}

@@ -34,6 +34,12 @@ func oneDevice() *presence.User {
 	return u
 }
 
+// withCustom gives u the custom status c, set at u's last-seen.
+func withCustom(u *presence.User, c presence.CustomStatus) *presence.User {
+	u.Custom, u.CustomSetAt = c, u.LastSeen
+	return u
+}
+
 func TestStateRoundTrip(t *testing.T) {
 	seen := at("2026-11-22T07:00:00.000001Z")
 	for _, tt := range []struct {
@@ -66,6 +72,19 @@ func TestStateRoundTrip(t *testing.T) {
 			Index: 3, Status: presence.Offline, LastSeen: seen, Offset: 0,
 			Devices: []presence.Device{{ID: "d", Status: presence.Offline, LastSeen: seen}},
 		}},
+		{"a custom status", withCustom(oneDevice(), presence.CustomStatus{
+			Text: "In a meeting — back at 3", Emoji: "📅", Until: seen.Add(time.Hour),
+		})},
+		{"a custom status cleared, back from invisible", func() *presence.User {
+			u := withCustom(oneDevice(), presence.CustomStatus{})
+			u.Public.LastUpdated = u.Public.LastUpdated.Add(-time.Second)
+			return u
+		}()},
+		{"a custom status without until, set before the user's last event", func() *presence.User {
+			u := withCustom(oneDevice(), presence.CustomStatus{Emoji: "👩‍👩‍👧‍👦"})
+			u.CustomSetAt = u.LastSeen.Add(-time.Hour)
+			return u
+		}()},
 		{"before 1970", &presence.User{
 			Index: 9, Status: presence.Idle, LastSeen: at("1960-01-01T00:00:00Z"), LastActive: seen, Offset: 1,
 			Devices: []presence.Device{},
@@ -115,6 +134,30 @@ func TestStateMatchesProtobufForm(t *testing.T) {
 	}
 }
 
+// States written before custom statuses existed (formats 1 and 2) read with none, and a
+// user who never set one is written as before, byte for byte.
+func TestStateWithoutCustomStatusIsAsBefore(t *testing.T) {
+	// oneDevice() as format 1 wrote it before custom statuses existed (commit 4f28de0).
+	const old = "\x13\xb9\x95\x19\x96\x9a\xef\x3a\x80\xf9\xc3\xe9\x80\xb6\xb0\x06\x80\x92\xf4\x01\x80\xc4\xc5\x90\x03\x01\x07\x64\x65\x66\x61\x75\x6c\x74\x03\x00"
+	got, err := decodeState(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := oneDevice(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("old state = %+v\nwant %+v", got, want)
+	}
+	if !got.Custom.IsZero() || !got.CustomSetAt.IsZero() {
+		t.Fatalf("old state has a custom status: %+v at %v", got.Custom, got.CustomSetAt)
+	}
+	if b, err := encodeState(nil, got); err != nil || string(b) != old {
+		t.Fatalf("encodeState(old) = %q, %v; want the old bytes %q", b, err, old)
+	}
+	b, err := encodeState(nil, withCustom(oneDevice(), presence.CustomStatus{Emoji: "🌴"}))
+	if err != nil || b[0]>>4 != stateFormat|stateCustom {
+		t.Fatalf("a state with a custom status has format %d, %v; want %d", b[0]>>4, err, stateFormat|stateCustom)
+	}
+}
+
 // The sizes that matter for memory and for staying under hash-max-listpack-value (64
 // bytes by default): a one-device user must stay well under it.
 func TestStateSize(t *testing.T) {
@@ -157,12 +200,18 @@ func TestStateDecodeRejectsCorruption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	custom, err := encodeState(nil, withCustom(oneDevice(), presence.CustomStatus{Text: "lunch", Until: oneDevice().LastSeen.Add(time.Hour)}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name, in, want string
 	}{
 		{"empty", "", "truncated"},
 		{"protobuf of the old layout", "\x08\x01\x10\x03", "unknown state format 0"},
 		{"next format", "\x30\x00", "unknown state format 3"},
+		{"next format with a custom status", "\x70\x00", "unknown state format 3"},
+		{"custom status cut inside", string(custom[:len(custom)-3]), "truncated"},
 		{"status past invisible", "\x17\x00", "unknown status 7"},
 		{"index past 32 bits", "\x13\x80\x80\x80\x80\x10", "out of range"},
 		{"cut inside", string(good[:len(good)-5]), "truncated"},
@@ -187,6 +236,8 @@ func FuzzDecodeState(f *testing.F) {
 	b, _ := encodeState(nil, oneDevice())
 	f.Add(string(b))
 	f.Add("\x13\x00\x00\x00\x00\x00\x00")
+	b, _ = encodeState(nil, withCustom(oneDevice(), presence.CustomStatus{Text: "lunch", Emoji: "🥪", Until: oneDevice().LastSeen.Add(time.Hour)}))
+	f.Add(string(b))
 	f.Fuzz(func(t *testing.T, in string) {
 		u, err := decodeState(in)
 		if err != nil {

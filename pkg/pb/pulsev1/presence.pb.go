@@ -289,7 +289,11 @@ type Event struct {
 	// For source SOURCE_TIMEOUT: the device's last-seen (microseconds since the
 	// Unix epoch) that the timeout was decided on, so the decision applies only
 	// if nothing newer arrived first. 0 for every other source.
-	LastSeenUs    int64 `protobuf:"varint,9,opt,name=last_seen_us,json=lastSeenUs,proto3" json:"last_seen_us,omitempty"`
+	LastSeenUs int64 `protobuf:"varint,9,opt,name=last_seen_us,json=lastSeenUs,proto3" json:"last_seen_us,omitempty"`
+	// The user's custom status, set only on status events (KIND_STATUS). Absent: the
+	// event leaves the user's custom status as it is; present but empty (no text and
+	// no emoji): the event clears it.
+	Custom        *CustomStatus `protobuf:"bytes,10,opt,name=custom,proto3" json:"custom,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +391,78 @@ func (x *Event) GetLastSeenUs() int64 {
 	return 0
 }
 
+func (x *Event) GetCustom() *CustomStatus {
+	if x != nil {
+		return x.Custom
+	}
+	return nil
+}
+
+// CustomStatus is what a user says about themselves beside their status: "In a
+// meeting", with an emoji, until a given time (docs/design.md, "Custom status").
+type CustomStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 128 characters, none of Unicode category Cc or Cf.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Exactly one emoji (one grapheme cluster), at most 32 bytes.
+	Emoji string `protobuf:"bytes,2,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// When the custom status clears itself, unix microseconds; 0: never.
+	UntilUs       int64 `protobuf:"varint,3,opt,name=until_us,json=untilUs,proto3" json:"until_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomStatus) Reset() {
+	*x = CustomStatus{}
+	mi := &file_pulse_v1_presence_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomStatus) ProtoMessage() {}
+
+func (x *CustomStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_pulse_v1_presence_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomStatus.ProtoReflect.Descriptor instead.
+func (*CustomStatus) Descriptor() ([]byte, []int) {
+	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CustomStatus) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *CustomStatus) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *CustomStatus) GetUntilUs() int64 {
+	if x != nil {
+		return x.UntilUs
+	}
+	return 0
+}
+
 // Change is one record on topic presence.changes, keyed by user_id: one
 // effective transition of a user's status, as the aggregator applied it.
 type Change struct {
@@ -420,7 +496,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_pulse_v1_presence_proto_msgTypes[1]
+	mi := &file_pulse_v1_presence_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +508,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_presence_proto_msgTypes[1]
+	mi := &file_pulse_v1_presence_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +521,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{1}
+	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Change) GetUserId() string {
@@ -540,7 +616,7 @@ type DeviceState struct {
 
 func (x *DeviceState) Reset() {
 	*x = DeviceState{}
-	mi := &file_pulse_v1_presence_proto_msgTypes[2]
+	mi := &file_pulse_v1_presence_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +628,7 @@ func (x *DeviceState) String() string {
 func (*DeviceState) ProtoMessage() {}
 
 func (x *DeviceState) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_presence_proto_msgTypes[2]
+	mi := &file_pulse_v1_presence_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +641,7 @@ func (x *DeviceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceState.ProtoReflect.Descriptor instead.
 func (*DeviceState) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{2}
+	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DeviceState) GetDeviceId() string {
@@ -608,14 +684,19 @@ type UserState struct {
 	LastSeenUs int64          `protobuf:"varint,6,opt,name=last_seen_us,json=lastSeenUs,proto3" json:"last_seen_us,omitempty"`
 	Devices    []*DeviceState `protobuf:"bytes,7,rep,name=devices,proto3" json:"devices,omitempty"`
 	// Offset in presence.events of the last event folded into this state.
-	Offset        int64 `protobuf:"varint,8,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,8,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The user's custom status; absent when the user has none.
+	Custom *CustomStatus `protobuf:"bytes,9,opt,name=custom,proto3" json:"custom,omitempty"`
+	// Time of the status event that last set or cleared the custom status, unix
+	// microseconds (0: never): an older event of another device changes it no more.
+	CustomSetAtUs int64 `protobuf:"varint,10,opt,name=custom_set_at_us,json=customSetAtUs,proto3" json:"custom_set_at_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UserState) Reset() {
 	*x = UserState{}
-	mi := &file_pulse_v1_presence_proto_msgTypes[3]
+	mi := &file_pulse_v1_presence_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +708,7 @@ func (x *UserState) String() string {
 func (*UserState) ProtoMessage() {}
 
 func (x *UserState) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_presence_proto_msgTypes[3]
+	mi := &file_pulse_v1_presence_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +721,7 @@ func (x *UserState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserState.ProtoReflect.Descriptor instead.
 func (*UserState) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{3}
+	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UserState) GetIndex() uint32 {
@@ -699,6 +780,20 @@ func (x *UserState) GetOffset() int64 {
 	return 0
 }
 
+func (x *UserState) GetCustom() *CustomStatus {
+	if x != nil {
+		return x.Custom
+	}
+	return nil
+}
+
+func (x *UserState) GetCustomSetAtUs() int64 {
+	if x != nil {
+		return x.CustomSetAtUs
+	}
+	return 0
+}
+
 // ChangeBatch is the changes of one aggregator window, kept beside the state they came
 // from so that a crash between the state write and producing them loses none.
 type ChangeBatch struct {
@@ -714,7 +809,7 @@ type ChangeBatch struct {
 
 func (x *ChangeBatch) Reset() {
 	*x = ChangeBatch{}
-	mi := &file_pulse_v1_presence_proto_msgTypes[4]
+	mi := &file_pulse_v1_presence_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +821,7 @@ func (x *ChangeBatch) String() string {
 func (*ChangeBatch) ProtoMessage() {}
 
 func (x *ChangeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_pulse_v1_presence_proto_msgTypes[4]
+	mi := &file_pulse_v1_presence_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +834,7 @@ func (x *ChangeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeBatch.ProtoReflect.Descriptor instead.
 func (*ChangeBatch) Descriptor() ([]byte, []int) {
-	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{4}
+	return file_pulse_v1_presence_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChangeBatch) GetPartition() int32 {
@@ -774,7 +869,7 @@ var File_pulse_v1_presence_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\n" +
-	"\x17pulse/v1/presence.proto\x12\bpulse.v1\"\xbe\x02\n" +
+	"\x17pulse/v1/presence.proto\x12\bpulse.v1\"\xee\x02\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
@@ -785,7 +880,13 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\x0ereceived_at_us\x18\a \x01(\x03R\freceivedAtUs\x12(\n" +
 	"\x06source\x18\b \x01(\x0e2\x10.pulse.v1.SourceR\x06source\x12 \n" +
 	"\flast_seen_us\x18\t \x01(\x03R\n" +
-	"lastSeenUs\"\x9e\x03\n" +
+	"lastSeenUs\x12.\n" +
+	"\x06custom\x18\n" +
+	" \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\"S\n" +
+	"\fCustomStatus\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
+	"\x05emoji\x18\x02 \x01(\tR\x05emoji\x12\x19\n" +
+	"\buntil_us\x18\x03 \x01(\x03R\auntilUs\"\x9e\x03\n" +
 	"\x06Change\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12,\n" +
@@ -804,7 +905,7 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12 \n" +
 	"\flast_seen_us\x18\x03 \x01(\x03R\n" +
-	"lastSeenUs\"\xa2\x02\n" +
+	"lastSeenUs\"\xfb\x02\n" +
 	"\tUserState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12\x1c\n" +
@@ -814,7 +915,10 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\flast_seen_us\x18\x06 \x01(\x03R\n" +
 	"lastSeenUs\x12/\n" +
 	"\adevices\x18\a \x03(\v2\x15.pulse.v1.DeviceStateR\adevices\x12\x16\n" +
-	"\x06offset\x18\b \x01(\x03R\x06offset\"\x9b\x01\n" +
+	"\x06offset\x18\b \x01(\x03R\x06offset\x12.\n" +
+	"\x06custom\x18\t \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\x12'\n" +
+	"\x10custom_set_at_us\x18\n" +
+	" \x01(\x03R\rcustomSetAtUs\"\x9b\x01\n" +
 	"\vChangeBatch\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
 	"\ffirst_offset\x18\x02 \x01(\x03R\vfirstOffset\x12\x1f\n" +
@@ -856,34 +960,37 @@ func file_pulse_v1_presence_proto_rawDescGZIP() []byte {
 }
 
 var file_pulse_v1_presence_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pulse_v1_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pulse_v1_presence_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_pulse_v1_presence_proto_goTypes = []any{
-	(Status)(0),         // 0: pulse.v1.Status
-	(Kind)(0),           // 1: pulse.v1.Kind
-	(Source)(0),         // 2: pulse.v1.Source
-	(Cause)(0),          // 3: pulse.v1.Cause
-	(*Event)(nil),       // 4: pulse.v1.Event
-	(*Change)(nil),      // 5: pulse.v1.Change
-	(*DeviceState)(nil), // 6: pulse.v1.DeviceState
-	(*UserState)(nil),   // 7: pulse.v1.UserState
-	(*ChangeBatch)(nil), // 8: pulse.v1.ChangeBatch
+	(Status)(0),          // 0: pulse.v1.Status
+	(Kind)(0),            // 1: pulse.v1.Kind
+	(Source)(0),          // 2: pulse.v1.Source
+	(Cause)(0),           // 3: pulse.v1.Cause
+	(*Event)(nil),        // 4: pulse.v1.Event
+	(*CustomStatus)(nil), // 5: pulse.v1.CustomStatus
+	(*Change)(nil),       // 6: pulse.v1.Change
+	(*DeviceState)(nil),  // 7: pulse.v1.DeviceState
+	(*UserState)(nil),    // 8: pulse.v1.UserState
+	(*ChangeBatch)(nil),  // 9: pulse.v1.ChangeBatch
 }
 var file_pulse_v1_presence_proto_depIdxs = []int32{
 	1,  // 0: pulse.v1.Event.kind:type_name -> pulse.v1.Kind
 	0,  // 1: pulse.v1.Event.status:type_name -> pulse.v1.Status
 	2,  // 2: pulse.v1.Event.source:type_name -> pulse.v1.Source
-	0,  // 3: pulse.v1.Change.previous:type_name -> pulse.v1.Status
-	0,  // 4: pulse.v1.Change.current:type_name -> pulse.v1.Status
-	3,  // 5: pulse.v1.Change.cause:type_name -> pulse.v1.Cause
-	0,  // 6: pulse.v1.DeviceState.status:type_name -> pulse.v1.Status
-	0,  // 7: pulse.v1.UserState.status:type_name -> pulse.v1.Status
-	6,  // 8: pulse.v1.UserState.devices:type_name -> pulse.v1.DeviceState
-	5,  // 9: pulse.v1.ChangeBatch.changes:type_name -> pulse.v1.Change
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 3: pulse.v1.Event.custom:type_name -> pulse.v1.CustomStatus
+	0,  // 4: pulse.v1.Change.previous:type_name -> pulse.v1.Status
+	0,  // 5: pulse.v1.Change.current:type_name -> pulse.v1.Status
+	3,  // 6: pulse.v1.Change.cause:type_name -> pulse.v1.Cause
+	0,  // 7: pulse.v1.DeviceState.status:type_name -> pulse.v1.Status
+	0,  // 8: pulse.v1.UserState.status:type_name -> pulse.v1.Status
+	7,  // 9: pulse.v1.UserState.devices:type_name -> pulse.v1.DeviceState
+	5,  // 10: pulse.v1.UserState.custom:type_name -> pulse.v1.CustomStatus
+	6,  // 11: pulse.v1.ChangeBatch.changes:type_name -> pulse.v1.Change
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_presence_proto_init() }
@@ -897,7 +1004,7 @@ func file_pulse_v1_presence_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulse_v1_presence_proto_rawDesc), len(file_pulse_v1_presence_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
@@ -493,6 +494,8 @@ type Status struct {
 	LastUpdated *time.Time `json:"lastUpdated"`
 	LastActive  *time.Time `json:"lastActive"`
 	LastSeen    *time.Time `json:"lastSeen"`
+	// Data is the user's custom status as the reader may see it (null: none).
+	Data *customjson.Out `json:"data"`
 }
 
 // timePtr is t, or nil for the zero time (never seen).
@@ -528,6 +531,7 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 		if err != nil {
 			return Message{}, fmt.Errorf("%w: reading the snapshot: %w", ErrUnavailable, err)
 		}
+		now := time.Now()
 		for i, id := range ids {
 			s.users[id] = struct{}{}
 			st := Status{UserID: id, Status: presence.Offline.String()}
@@ -535,6 +539,11 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 				st.Status = viewStatus(u.Status, s.operator)
 				t := u.TimesFor(s.operator)
 				st.LastUpdated, st.LastActive, st.LastSeen = timePtr(t.LastUpdated), timePtr(t.LastActive), timePtr(t.LastSeen)
+				if s.operator {
+					st.Data = customjson.View(u.CustomAt(now))
+				} else {
+					st.Data = customjson.View(u.PublicCustomAt(now))
+				}
 				if f, ok := s.floors[id]; !ok || u.Offset > f {
 					s.floors[id] = u.Offset
 				}

@@ -213,7 +213,7 @@ export interface paths {
          *     - `change` — one effective transition of a watched user, in log order per user: `userId`, `status` (the new one), `previous`, `at`, `cause` (`event` or `timeout`) and the `cursor` after it. A firehose sends every user's changes and no snapshot.
          *     - `error` — `code` and `message`; the connection stays open: `cursor_expired` (the cursor's changes are no longer all in the log; a fresh snapshot follows), `invalid_command`, `too_many_users`, `forbidden`, `rate_limited` (the command was ignored).
          *
-         *     The client may send commands as JSON text messages: `{"op":"subscribe","userIds":[...]}` and `{"op":"unsubscribe","userIds":[...]}`. A present socket (`present=<deviceId>`) also takes `{"op":"status","status":"online|idle|invisible|offline"}` and `{"op":"activity"}`, each posted as an event of its device and answered, in order with the other messages, by `{"type":"ack","op","eventId"}` once Kafka acknowledged it, or by an `error` message (`invalid_command`, `rate_limited`, `unavailable`: nothing was posted, send it again). A connection sends at most `PULSE_FEED_COMMAND_RATE` commands a second (10), `PULSE_FEED_COMMAND_BURST` at once (20); a command beyond is ignored, unread, with an `error` `rate_limited` message, and the connection stays open. A message is at most as large as a subscribe naming every user the credential may watch: for a key `PULSE_FEED_MAX_USERS` ids of 128 bytes (about 1.4 MB at the default), for a user token its own and its `pulse_watch` ids; a larger one closes the connection with 1009. To resume after a disconnect without a gap, reconnect with the `cursor` of the last message received. The server pings every `PULSE_FEED_PING_INTERVAL` and closes the connection with a close frame whose reason names why: a slow consumer or a command flood (1008), a binary message (1003), a message over the read limit (1009), a shutdown (1001), the state or log becoming unreachable (1013, reconnect with the cursor), no log replay slot freeing up for a resume that fell behind after the upgrade (1013 `replay_busy`, reconnect with the cursor), the credential's key removed or its user token expired (1008, reconnect with a valid credential and the cursor; SSE: an `error` event with code `credential_ended`).
+         *     The client may send commands as JSON text messages: `{"op":"subscribe","userIds":[...]}` and `{"op":"unsubscribe","userIds":[...]}`. A present socket (`present=<deviceId>`) also takes `{"op":"status","status":"online|idle|invisible|offline"}` (with an optional `data`, the user's custom status as on `POST /v1/events`) and `{"op":"activity"}`, each posted as an event of its device and answered, in order with the other messages, by `{"type":"ack","op","eventId"}` once Kafka acknowledged it, or by an `error` message (`invalid_command`, `rate_limited`, `unavailable`: nothing was posted, send it again). A connection sends at most `PULSE_FEED_COMMAND_RATE` commands a second (10), `PULSE_FEED_COMMAND_BURST` at once (20); a command beyond is ignored, unread, with an `error` `rate_limited` message, and the connection stays open. A message is at most as large as a subscribe naming every user the credential may watch: for a key `PULSE_FEED_MAX_USERS` ids of 128 bytes (about 1.4 MB at the default), for a user token its own and its `pulse_watch` ids; a larger one closes the connection with 1009. To resume after a disconnect without a gap, reconnect with the `cursor` of the last message received. The server pings every `PULSE_FEED_PING_INTERVAL` and closes the connection with a close frame whose reason names why: a slow consumer or a command flood (1008), a binary message (1003), a message over the read limit (1009), a shutdown (1001), the state or log becoming unreachable (1013, reconnect with the cursor), no log replay slot freeing up for a resume that fell behind after the upgrade (1013 `replay_busy`, reconnect with the cursor), the credential's key removed or its user token expired (1008, reconnect with a valid credential and the cursor; SSE: an `error` event with code `credential_ended`).
          *
          *     Statuses follow the view: invisible users appear as `offline` except in the operator view. The messages' shapes are the schemas `WatchSnapshot`, `WatchChange`, `WatchError`, `WatchAck`, `WatchCommand` and `PresentCommand`. Errors found before the upgrade (bad parameters, 403, a request that is not a WebSocket upgrade) are answered as plain HTTP errors.
          */
@@ -601,7 +601,7 @@ export interface components {
             message: string;
         };
         /**
-         * @description `status` is required for, and allowed only on, status events.
+         * @description `status` is required for, and allowed only on, status events; so is `data`, the user's custom status.
          * @example {
          *       "eventId": "e-1",
          *       "userId": "bob",
@@ -631,6 +631,8 @@ export interface components {
              * @description The client's clock (RFC 3339). Must be within `PULSE_INGEST_MAX_SKEW` (5 minutes) of the server's clock, either way — a bound no schema can state, checked on arrival: further is a 400 naming the field and nothing of the request is written. `null` is a 400 too: leave the member out for the server's receive time. Per device, an event older than the newest applied one is not applied (stale).
              */
             occurredAt?: string;
+            /** @description Status events only (400 naming `data` on the others; `POST /v1/heartbeat` refuses it as an unknown field): the user's custom status, for every device of the user. Left out, the event leaves it as it is; `{}` clears it. An event dated before the one that last set it changes it no more. */
+            data?: components["schemas"]["CustomStatus"];
         } | {
             /** @enum {string} */
             kind?: "status";
@@ -760,7 +762,12 @@ export interface components {
          *           "status": "online",
          *           "lastSeen": "2026-11-22T07:20:00.5Z"
          *         }
-         *       ]
+         *       ],
+         *       "data": {
+         *         "text": "In a meeting",
+         *         "emoji": "📅",
+         *         "until": "2026-11-26T15:00:00Z"
+         *       }
          *     }
          */
         UserStatus: {
@@ -783,6 +790,8 @@ export interface components {
             lastSeen: string | null;
             /** @description Sorted by device id. */
             devices: components["schemas"]["Device"][];
+            /** @description The user's custom status; `null` when there is none or its `until` has passed. Readers who are not operators get `null` while the user reads offline to them (an invisible user included); `view=operator` shows it as it is. */
+            data: components["schemas"]["CustomStatus"] | null;
         };
         /**
          * @example {
@@ -895,7 +904,8 @@ export interface components {
          *           "status": "online",
          *           "lastUpdated": "2026-11-22T07:20:01.123456Z",
          *           "lastActive": "2026-11-22T07:20:01.123456Z",
-         *           "lastSeen": "2026-11-22T07:20:31Z"
+         *           "lastSeen": "2026-11-22T07:20:31Z",
+         *           "data": null
          *         }
          *       ],
          *       "cursor": "AaTn0wUIAAAAAAAAAADn2Nc8"
@@ -1385,7 +1395,7 @@ export interface components {
             }[];
         };
         /**
-         * @description A present socket's command: a status event of its device (`status` required), or an activity event (no `status`).
+         * @description A present socket's command: a status event of its device (`status` required, `data` optional), or an activity event (no `status`, no `data`).
          * @example {
          *       "op": "status",
          *       "status": "idle"
@@ -1396,6 +1406,8 @@ export interface components {
             op: "status" | "activity";
             /** @enum {string} */
             status?: "online" | "idle" | "invisible" | "offline";
+            /** @description Status commands only: the user's custom status, as `data` of a status event of `POST /v1/events` (`{}` clears it). A refusal is an `invalid_command` error naming the member (`data.text: ...`). */
+            data?: components["schemas"]["CustomStatus"];
         };
         /**
          * @description The answer to a present socket's command once Kafka acknowledged its event.
@@ -1420,7 +1432,12 @@ export interface components {
          *       "status": "online",
          *       "lastUpdated": "2026-11-22T07:20:00.5Z",
          *       "lastActive": "2026-11-22T07:20:00.5Z",
-         *       "lastSeen": "2026-11-22T07:21:10Z"
+         *       "lastSeen": "2026-11-22T07:21:10Z",
+         *       "data": {
+         *         "text": "In a meeting",
+         *         "emoji": "📅",
+         *         "until": "2026-11-22T09:00:00Z"
+         *       }
          *     }
          */
         FullStatus: {
@@ -1441,6 +1458,8 @@ export interface components {
              * @description The newest event of any kind.
              */
             lastSeen: string | null;
+            /** @description The user's custom status; `null` when there is none or its `until` has passed. Readers who are not operators get `null` while the user reads offline to them (an invisible user included); `view=operator` shows it as it is. */
+            data: components["schemas"]["CustomStatus"] | null;
         };
         /**
          * @example {
@@ -1450,14 +1469,20 @@ export interface components {
          *           "status": "online",
          *           "lastUpdated": "2026-11-22T07:20:00.5Z",
          *           "lastActive": "2026-11-22T07:20:00.5Z",
-         *           "lastSeen": "2026-11-22T07:21:10Z"
+         *           "lastSeen": "2026-11-22T07:21:10Z",
+         *           "data": {
+         *             "text": "In a meeting",
+         *             "emoji": "📅",
+         *             "until": "2026-11-22T09:00:00Z"
+         *           }
          *         },
          *         {
          *           "userId": "carol",
          *           "status": "offline",
          *           "lastUpdated": null,
          *           "lastActive": null,
-         *           "lastSeen": null
+         *           "lastSeen": null,
+         *           "data": null
          *         }
          *       ]
          *     }
@@ -1465,6 +1490,25 @@ export interface components {
         FullStatuses: {
             statuses: components["schemas"]["FullStatus"][];
         };
+        /**
+         * @description A user's custom status (docs/design.md, "Custom status"). On a status event every member is optional but it needs `text` or `emoji`; `{}` clears the user's custom status. Any refusal is a 400 naming the member (`events[0].data.text`). `null` members are refused: leave them out.
+         * @example {
+         *       "text": "In a meeting",
+         *       "emoji": "📅",
+         *       "until": "2026-11-26T15:00:00Z"
+         *     }
+         */
+        CustomStatus: {
+            /** @description 1 to 128 characters (Unicode code points), none of Unicode category Cc or Cf (`pattern`, as ids); more is a 400 naming `data.text`. */
+            text?: string;
+            /** @description Exactly one emoji: one grapheme cluster (a flag, a keycap, a ZWJ sequence, a skin tone are one), at most 32 bytes of UTF-8. */
+            emoji?: string;
+            /**
+             * Format: date-time
+             * @description When the custom status clears itself (RFC 3339). Must be in the future and at most 30 days ahead of the server's clock when sent — a bound no schema can state, checked on arrival. Readers never see it once passed.
+             */
+            until?: string;
+        } | unknown | unknown | unknown;
     };
     responses: {
         /** @description Bad input; `field` names the field at fault and `message` says why. */
@@ -3110,14 +3154,20 @@ export interface operations {
                      *           "status": "online",
                      *           "lastUpdated": "2026-11-22T07:20:00.5Z",
                      *           "lastActive": "2026-11-22T07:20:00.5Z",
-                     *           "lastSeen": "2026-11-22T07:21:10Z"
+                     *           "lastSeen": "2026-11-22T07:21:10Z",
+                     *           "data": {
+                     *             "text": "In a meeting",
+                     *             "emoji": "📅",
+                     *             "until": "2026-11-22T09:00:00Z"
+                     *           }
                      *         },
                      *         {
                      *           "userId": "carol",
                      *           "status": "offline",
                      *           "lastUpdated": null,
                      *           "lastActive": null,
-                     *           "lastSeen": null
+                     *           "lastSeen": null,
+                     *           "data": null
                      *         }
                      *       ]
                      *     }

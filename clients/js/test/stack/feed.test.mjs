@@ -107,7 +107,7 @@ test("bob goes online: alice's watch gets the snapshot, then the change with its
   const w = narrate(alice.watch([bobId]), "alice");
   try {
     const snap = await next(w, "snapshot");
-    assert.deepEqual(snap.statuses, [{ userId: bobId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null }]);
+    assert.deepEqual(snap.statuses, [{ userId: bobId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null, data: null }]);
     assert.equal(typeof snap.cursor, "string");
 
     const before = Date.now();
@@ -192,7 +192,7 @@ test("alice's connection is cut while bob changes twice: the resume brings both,
 test("last seen of a contact list; refusals come back as PulseErrors and feed errors", { skip }, async () => {
   // A user token reads its own user and its pulse_watch users, nobody else.
   const [me, friend] = await alice.lastSeen([aliceId, bobId]);
-  assert.deepEqual(me, { userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null });
+  assert.deepEqual(me, { userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null, data: null });
   assert.equal(friend.userId, bobId);
   assert.equal(friend.status, "offline", "the resume test left bob offline");
   for (const k of ["lastUpdated", "lastActive", "lastSeen"]) assert.ok(micros(friend[k]) > 0, `bob's ${k} is ${friend[k]}`);
@@ -251,8 +251,15 @@ test("present mode: bob's socket is his device: open, status, activity, close", 
     assert.notEqual(activeId, idleId);
     await eventually(() => changes.length === 3, "bob active again");
 
-    // The custom status the server does not have yet is refused, and nothing posted.
-    await assert.rejects(present.setCustomStatus({ text: "in a meeting" }), (err) => err instanceof PulseError && err.code === "invalid_command");
+    // A custom status keeps the device's status (online) and reads back as data.
+    const customId = await present.setCustomStatus({ text: "In a meeting", emoji: "📅" });
+    assert.match(customId, /^[0-9a-f-]{36}$/);
+    await eventually(async () => (await alice.lastSeen([bobId]))[0]?.data?.text === "In a meeting", "bob's custom status");
+    assert.deepEqual((await alice.lastSeen([bobId]))[0].data, { text: "In a meeting", emoji: "📅" });
+    // A bad one is refused by name, and nothing is posted.
+    await assert.rejects(present.setCustomStatus({ emoji: "📅📅" }),
+      (err) => err instanceof PulseError && err.code === "invalid_command" && /data\.emoji/.test(err.message));
+    assert.equal(changes.length, 3, "a custom status is no status change");
 
     // A close the client starts posts the device offline at once.
     present.close();
@@ -292,7 +299,7 @@ test("429s of a rate-limited query are waited out by their Retry-After", { skip:
     },
   });
   const reads = await Promise.all([1, 2, 3, 4].map(() => limited.lastSeen([aliceId])));
-  for (const r of reads) assert.deepEqual(r, [{ userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null }]);
+  for (const r of reads) assert.deepEqual(r, [{ userId: aliceId, status: "offline", lastUpdated: null, lastActive: null, lastSeen: null, data: null }]);
   const refused = answers.filter(([status]) => status === 429);
   assert.ok(refused.length >= 2, `want at least two 429s, saw ${JSON.stringify(answers)}`);
   assert.equal(answers.filter(([status]) => status === 200).length, 4);

@@ -216,9 +216,14 @@ test("present mode: the URL names the device; status and activity go over the so
   ws.open();
   assert.deepEqual(ws.sent, [{ op: "status", status: "idle" }]);
 
-  const custom = w.setCustomStatus({ text: "in a meeting", emoji: "📅", until: "2026-11-22T09:00:00Z" });
-  assert.deepEqual(ws.sent.at(-1), { op: "status", data: { text: "in a meeting", emoji: "📅", until: "2026-11-22T09:00:00Z" } });
+  // Activity taken after idle: the device is online, for custom statuses and reconnects.
+  const back = w.activity();
   ws.message({ type: "ack", op: "status", eventId: "e2" }); // the re-assertion's
+  ws.message({ type: "ack", op: "activity", eventId: "e3" });
+  assert.equal(await back, "e3");
+
+  const custom = w.setCustomStatus({ text: "in a meeting", emoji: "📅", until: "2026-11-22T09:00:00Z" });
+  assert.deepEqual(ws.sent.at(-1), { op: "status", status: "online", data: { text: "in a meeting", emoji: "📅", until: "2026-11-22T09:00:00Z" } });
   ws.message({ type: "error", code: "invalid_command", message: "unknown field data" });
   await assert.rejects(custom, (err) => err.code === "invalid_command");
 
