@@ -696,10 +696,12 @@ start_services() {
 	peers="ingest=$(service_url ingest)/metrics"
 	peers+=",aggregator=$(service_url "$(node_name aggregator 1 "$AGGREGATOR_INSTANCES")")/metrics"
 	peers+=",history=$(service_url "$(node_name history 1 "$HISTORY_INSTANCES")")/metrics"
-	# The pages query serves (the dashboard, the demo) may call ingest and every query
-	# instance from a browser: CORS allows the query instances' own origins, whatever the
-	# topology's ports and scheme. A caller's PULSE_CORS_ORIGINS wins.
+	# The pages query serves (the dashboard) and make run's demo chat page may call
+	# ingest and every query instance from a browser: CORS allows the query instances'
+	# own origins, whatever the topology's ports and scheme, and the demo's; the demo's
+	# WebSockets need its origin in PULSE_FEED_ORIGINS. A caller's settings win.
 	read -ra origins <<<"$(service_urls query)"
+	origins+=("http://127.0.0.1:$DEMO_PORT")
 	for name in "${names[@]}"; do
 		alive "$name" && continue
 		kind=$(kind_of "$name")
@@ -712,6 +714,7 @@ start_services() {
 			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
 			PULSE_QUERY_PEER_METRICS="${PULSE_QUERY_PEER_METRICS:-$peers}" \
 			PULSE_CORS_ORIGINS="${PULSE_CORS_ORIGINS:-$(join "${origins[@]}")}" \
+			PULSE_FEED_ORIGINS="${PULSE_FEED_ORIGINS:-127.0.0.1:$DEMO_PORT}" \
 			launch "$name" "$logs/$name.log" "$bin/pulse-$kind"
 		pids+=("$name=$(<"$run/$name.pid")")
 	done
@@ -810,6 +813,28 @@ dev_cursor_secret() {
 }
 
 
+# start_demo serves the demo chat page (examples/chat, on the JavaScript client) with
+# pulsectl demo, in the background until this script exits; it builds the client first
+# (npm). Without npm there is no demo page, and everything else runs as before.
+start_demo() {
+	local query_url=$1
+	DEMO_URL=
+	if ! command -v npm >/dev/null; then
+		say "npm not found: no demo chat page (apt-get install nodejs npm)"
+		return 0
+	fi
+	say "building the JavaScript client for the demo page"
+	if ! (cd "$root/clients/js" && { [[ -d node_modules ]] || npm ci --no-audit --no-fund; } && npm run build) >"$logs/demo-build.log" 2>&1; then
+		say "building the JavaScript client failed (see $logs/demo-build.log): no demo chat page"
+		return 0
+	fi
+	"$bin/pulsectl" demo -addr "127.0.0.1:$DEMO_PORT" -dir "$root/examples/chat" -client "$root/clients/js/dist" \
+		-ingest "$(service_url ingest)" -query "$query_url" >"$logs/demo.log" 2>&1 &
+	DEMO_PID=$!
+	trap 'kill "$DEMO_PID" 2>/dev/null || true' EXIT
+	DEMO_URL="http://127.0.0.1:$DEMO_PORT/"
+}
+
 cmd_run() {
 	local t0=$SECONDS
 	cmd_up
@@ -817,6 +842,7 @@ cmd_run() {
 	local up=$((SECONDS - t0)) keys ingest_url query_url redis=standalone env=
 	ingest_url=$(service_url ingest)
 	query_url=$(service_url "$(node_name query 1 "$QUERY_INSTANCES")")
+	start_demo "$query_url"
 	if ((REDIS_NODES > 1)); then
 		local masters=$((REDIS_NODES / (REDIS_REPLICAS + 1)))
 		redis="$masters masters, $((REDIS_NODES - masters)) replicas"
@@ -853,6 +879,17 @@ EOF
       go run ./cmd/pulsectl token -user alice -watch bob -ttl 1h
 EOF
 			)
+			if [[ -n $DEMO_URL ]]; then
+				local who others tok
+				keys+=$'\n\n'"  The demo chat page, $DEMO_URL: open it once per user (a private window each) and
+  log in with one of these tokens of alice, bob and carol, friends of each other (12h):"
+				for who in alice bob carol; do
+					others=$(printf '%s\n' alice bob carol | grep -vx "$who" | paste -sd,)
+					tok=$(PULSE_JWT_HS256_SECRET=$(<"$DEV_JWT") PULSE_JWT_ISSUER=$PULSE_JWT_ISSUER PULSE_JWT_AUDIENCE=$PULSE_JWT_AUDIENCE \
+						"$bin/pulsectl" token -user "$who" -watch "$others" -ttl 12h)
+					keys+=$'\n'"    $who: $tok"
+				done
+			fi
 		fi
 	else
 		keys="  Keys: the services read PULSE_API_KEYS_FILE=$PULSE_API_KEYS_FILE (yours; no development keys made)."
@@ -865,6 +902,7 @@ Pulse is running on the $TOPOLOGY topology (up in ${up}s; $(rss_mib) MiB residen
                                             /v1/online, /v1/online/count, POST /v1/online/filter,
                                             /v1/watch (WebSocket), /v1/watch/sse)
   dashboard   $query_url/dashboard/     (open in a browser; paste a reader or operator key)
+  demo        ${DEMO_URL:-none (needs npm)}     (a chat page on the JavaScript client; tokens below)
   aggregator  $(service_urls aggregator)     (health and metrics; one consumer group)
   history     $(service_urls history)     (health and metrics; one consumer group)
   Every service serves /healthz, /readyz and /metrics; ingest and query /openapi.json.

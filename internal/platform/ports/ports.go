@@ -14,6 +14,8 @@ const (
 	Query      = 18081
 	Aggregator = 18082
 	History    = 18083
+	// Demo serves make run's demo chat page (pulsectl demo).
+	Demo = 18090
 )
 
 // The local stack's servers.
