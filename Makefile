@@ -30,7 +30,10 @@ TOPOLOGY_ENV = eval "$$($(STACK) env)" &&
 # TestFaultLoadKafkaKilled kills the single stack's one broker by its pid file; on the
 # cluster, TestKafkaKilledLosesNothingAcknowledged kills every broker and
 # TestClusterFailoverKafkaLeaderKilled one leader, under load, with the same checks.
-CLUSTER_SKIP := TestFaultLoadKafkaKilled
+# TestChatDemoInTheBrowser and TestJSClient check the browser page and the JavaScript
+# client, which do the same whatever the servers' topology; the present sockets they use
+# are checked on the cluster by TestPresentSocketIsTheDevicesPresence.
+CLUSTER_SKIP := TestFaultLoadKafkaKilled|TestChatDemoInTheBrowser|TestJSClient
 ifeq ($(TOPOLOGY),cluster)
 TOPOLOGY_SKIP := $(if $(CLUSTER_SKIP),-skip '^($(CLUSTER_SKIP))$$')
 # Every write waits for two of three replicas, outages restart several nodes.
