@@ -114,8 +114,9 @@ func (s *liveSocket) quiet(d time.Duration, why string) {
 // TestPresentSocketIsTheDevicesPresence: a user token's WebSocket opened with
 // ?present=<deviceId> keeps that device present for as long as it lives, posts its
 // status and activity commands as events (acked with their ids once Kafka has them),
-// posts the device offline at once when the client closes it, and lets the device time
-// out after PULSE_OFFLINE_AFTER when it drops. A watcher sees every transition once,
+// posts the device offline at once when the client closes it, keeps it online when it
+// drops and reconnects (to another instance) within PULSE_OFFLINE_AFTER, and lets the
+// device time out after PULSE_OFFLINE_AFTER when it drops for good. A watcher sees every transition once,
 // and the events are in presence.events with the token's principal, like ingest's.
 func TestPresentSocketIsTheDevicesPresence(t *testing.T) {
 	const offlineAfter, heartbeat = 3 * time.Second, 500 * time.Millisecond
@@ -229,6 +230,21 @@ func TestPresentSocketIsTheDevicesPresence(t *testing.T) {
 		t.Fatalf("bob's second present socket: %v (%v)", err, res)
 	}
 	change("online", "offline", "event", 10*time.Second)
+
+	// His connection drops and he reconnects within PULSE_OFFLINE_AFTER, to another
+	// query instance (as after a restart of his): his device never looks offline.
+	other := harness.StartService(t, "query", p.Env)
+	_ = b.raw.Close()
+	harness.Eventually(t, 30*time.Second, func() string {
+		c, res, err := openSocket(t, ctx, other.URL, bobTok, url.Values{"present": {"web"}})
+		if err != nil {
+			return fmt.Sprintf("bob's socket on the other instance: %v (%v)", err, res)
+		}
+		b = c
+		return ""
+	})
+	w.quiet(2*offlineAfter, "bob reconnected within PULSE_OFFLINE_AFTER, so nothing may change")
+
 	time.Sleep(2 * heartbeat)
 	cut := time.Now()
 	_ = b.raw.Close()

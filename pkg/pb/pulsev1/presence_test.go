@@ -24,6 +24,7 @@ func timeoutEvent() *pulsev1.Event {
 		ReceivedAtUs: 1_700_000_060_000_123,
 		Source:       pulsev1.Source_SOURCE_TIMEOUT,
 		LastSeenUs:   1_700_000_000_000_000,
+		Custom:       &pulsev1.CustomStatus{Text: "In a meeting", Emoji: "📅", UntilUs: 1_700_003_600_000_000},
 	}
 }
 
@@ -105,7 +106,11 @@ func TestWireGolden(t *testing.T) {
 				"30" + "808ec7ddc1c48203" + // 6 occurred_at_us
 				"38" + "fb8ec7ddc1c48203" + // 7 received_at_us
 				"4002" + // 8 source
-				"48" + "8080f9c0c1c48203", // 9 last_seen_us
+				"48" + "8080f9c0c1c48203" + // 9 last_seen_us
+				"521d" + // 10 custom, 29 bytes:
+				"0a0c" + "496e2061206d656574696e67" + //    1 text
+				"1204" + "f09f9385" + //    2 emoji
+				"18" + "80c8c7f5cec48203", //    3 until_us
 		},
 		{
 			name: "change",
