@@ -100,7 +100,7 @@ func validBody(op openapi.Operation, user string) string {
 		return `{"events":[{"userId":"` + user + `","kind":"activity"}]}`
 	case "/v1/heartbeat":
 		return `{"userId":"` + user + `"}`
-	case "/statuses", "/v1/online/filter":
+	case "/statuses", "/v1/statuses", "/v1/online/filter":
 		return `{"userIds":["` + user + `"]}`
 	}
 	return ""
