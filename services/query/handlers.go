@@ -185,46 +185,54 @@ func (a *api) postStatuses(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := httpserver.ReadBody(c, a.maxBody)
+	ids, err := a.statusesIDs(c, past, func(id string) error { return auth.ForUser(c, id) })
 	if err != nil {
 		return err
 	}
-	var req statusesRequest
-	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
-		return err
-	}
-	if req.UserIDs == nil {
-		return httpserver.BadRequest("userIds", "is required")
-	}
-	if err := a.checkBatch(len(req.UserIDs), past); err != nil {
-		return err
-	}
-	for i, id := range req.UserIDs {
-		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
-			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
-		}
-		if err := auth.ForUser(c, id); err != nil {
-			return err
-		}
-	}
-	if err := a.limits.charge(c, statusesCost(len(req.UserIDs), past)); err != nil {
-		return err
-	}
 	if past {
-		return a.pastStatuses(c, at, req.UserIDs)
+		return a.pastStatuses(c, at, ids)
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
-	users, err := a.store.GetMany(ctx, req.UserIDs)
+	users, err := a.store.GetMany(ctx, ids)
 	if err != nil {
 		return a.readErr(err)
 	}
 	operator := auth.OperatorView(c)
-	out := make([]seedStatus, len(req.UserIDs))
-	for i, id := range req.UserIDs {
+	out := make([]seedStatus, len(ids))
+	for i, id := range ids {
 		out[i] = toSeedView(id, users[i], operator)
 	}
 	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
+}
+
+// statusesIDs reads the userIds of a POST /statuses or /v1/statuses body — present,
+// within the batch bound, each a valid id that mayRead allows (else its 403) — and
+// charges the request their cost.
+func (a *api) statusesIDs(c echo.Context, past bool, mayRead func(id string) error) ([]string, error) {
+	body, err := httpserver.ReadBody(c, a.maxBody)
+	if err != nil {
+		return nil, err
+	}
+	var req statusesRequest
+	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
+		return nil, err
+	}
+	if req.UserIDs == nil {
+		return nil, httpserver.BadRequest("userIds", "is required")
+	}
+	if err := a.checkBatch(len(req.UserIDs), past); err != nil {
+		return nil, err
+	}
+	for i, id := range req.UserIDs {
+		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
+			return nil, httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
+		}
+		if err := mayRead(id); err != nil {
+			return nil, err
+		}
+	}
+	return req.UserIDs, a.limits.charge(c, statusesCost(len(req.UserIDs), past))
 }
 
 // postFullStatuses is POST /v1/statuses: the full status of up to
@@ -232,41 +240,25 @@ func (a *api) postStatuses(c echo.Context) error {
 // "last seen". A user token may read its own user and those of its pulse_watch claim,
 // as it may watch them on the feed.
 func (a *api) postFullStatuses(c echo.Context) error {
-	body, err := httpserver.ReadBody(c, a.maxBody)
-	if err != nil {
-		return err
-	}
-	var req statusesRequest
-	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
-		return err
-	}
-	if req.UserIDs == nil {
-		return httpserver.BadRequest("userIds", "is required")
-	}
-	if err := a.checkBatch(len(req.UserIDs), false); err != nil {
-		return err
-	}
 	p := auth.PrincipalOf(c)
-	for i, id := range req.UserIDs {
-		if err := presence.ValidateID(id, presence.MaxUserIDLen); err != nil {
-			return httpserver.BadRequest(fmt.Sprintf("userIds[%d]", i), err.Error())
-		}
+	ids, err := a.statusesIDs(c, false, func(id string) error {
 		if !p.MayWatch(id) {
 			return auth.Forbidden(fmt.Sprintf("this user token may not read %q: only its own user and the users of its %s claim", id, auth.WatchClaim))
 		}
-	}
-	if err := a.limits.charge(c, statusesCost(len(req.UserIDs), false)); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	ctx, cancel := a.ctx(c)
 	defer cancel()
-	users, err := a.store.GetMany(ctx, req.UserIDs)
+	users, err := a.store.GetMany(ctx, ids)
 	if err != nil {
 		return a.readErr(err)
 	}
 	operator, now := auth.OperatorView(c), a.clock()
-	out := make([]statusView, len(req.UserIDs))
-	for i, id := range req.UserIDs {
+	out := make([]statusView, len(ids))
+	for i, id := range ids {
 		out[i] = toStatusView(id, users[i], operator, now)
 	}
 	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out})
