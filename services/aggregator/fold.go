@@ -100,7 +100,32 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		stats.devicesDropped += out.DevicesDropped
 		u.Offset = r.offset
 		w.Users[e.UserID] = u
+		if !out.Changed && !out.CustomChanged {
+			continue
+		}
+		c := &pulsev1.Change{
+			UserId:          e.UserID,
+			EventId:         e.ID,
+			Previous:        presence.StatusToPB(out.Previous),
+			Current:         presence.StatusToPB(out.Current),
+			Cause:           pulsev1.Cause_CAUSE_EVENT,
+			DeviceId:        e.DeviceID,
+			SourcePartition: st.partition,
+			SourceOffset:    r.offset,
+			UserIndex:       u.Index,
+		}
+		if e.Source == presence.SourceTimeout {
+			c.Cause = pulsev1.Cause_CAUSE_TIMEOUT
+		}
+		if !u.Custom.IsZero() {
+			c.Custom = u.Custom.ToPB()
+		}
 		if !out.Changed {
+			// The custom status alone changed: the bitmaps, and every consumer of
+			// status transitions, are untouched (docs/design.md, "Custom status").
+			c.CustomOnly = true
+			c.ChangedAtUs = presence.Micros(out.CustomAt)
+			w.Outbox.Changes = append(w.Outbox.Changes, c)
 			continue
 		}
 		if bm := bitmap(out.Previous); bm != nil {
@@ -109,27 +134,11 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		if bm := bitmap(out.Current); bm != nil {
 			bm.Add(u.Index)
 		}
-		cause := pulsev1.Cause_CAUSE_EVENT
-		if e.Source == presence.SourceTimeout {
-			cause = pulsev1.Cause_CAUSE_TIMEOUT
-		}
-		var publicAt int64
+		c.ChangedAtUs = presence.Micros(out.At)
 		if !out.PublicAt.IsZero() && !out.PublicAt.Equal(out.At) {
-			publicAt = presence.Micros(out.PublicAt)
+			c.PublicChangedAtUs = presence.Micros(out.PublicAt)
 		}
-		w.Outbox.Changes = append(w.Outbox.Changes, &pulsev1.Change{
-			UserId:            e.UserID,
-			EventId:           e.ID,
-			Previous:          presence.StatusToPB(out.Previous),
-			Current:           presence.StatusToPB(out.Current),
-			ChangedAtUs:       presence.Micros(out.At),
-			Cause:             cause,
-			DeviceId:          e.DeviceID,
-			SourcePartition:   st.partition,
-			SourceOffset:      r.offset,
-			UserIndex:         u.Index,
-			PublicChangedAtUs: publicAt,
-		})
+		w.Outbox.Changes = append(w.Outbox.Changes, c)
 	}
 	w.Outbox.LastOffset = w.LastOffset
 	return w, stats

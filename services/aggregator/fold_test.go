@@ -216,3 +216,71 @@ func BenchmarkBitmapSerialize(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "bytes")
 }
+
+// A custom status's until clears it through the deadline machinery: the tracker arms a
+// deadline at until, its timeout event clears the custom status, and every change of
+// the custom status alone reaches the outbox as custom_only, with no bitmap touched.
+func TestFoldCustomStatusClearsAtUntil(t *testing.T) {
+	st := newShard()
+	tr := timeouts.New(time.Hour, time.Hour)
+	users := map[string]*presence.User{}
+	step := func(recs ...record) []*pulsev1.Change {
+		t.Helper()
+		w, _ := fold(st, recs, users, func(*presence.Event) bool { return false })
+		for id, u := range w.Users {
+			tr.Update(id, u)
+		}
+		st.offset, st.next, st.bitmaps = w.LastOffset, w.Next, w.Bitmaps
+		return w.Outbox.Changes
+	}
+	meeting := &presence.CustomStatus{Text: "In a meeting", Emoji: "📅", Until: base.Add(10 * time.Minute)}
+	set := rec(10, "a1", "alice", presence.KindStatus, presence.Online, "phone", 1)
+	set.event.Custom = meeting
+
+	// Set with the status that brings her online: one change carrying both.
+	changes := step(set)
+	if len(changes) != 1 || changes[0].GetCustomOnly() || presence.StatusFromPB(changes[0].GetCurrent()) != presence.Online ||
+		changes[0].GetCustom().GetText() != "In a meeting" {
+		t.Fatalf("changes = %v, want offline -> online carrying the custom status", changes)
+	}
+	// A new text while online: a change of the custom status alone.
+	lunch := rec(11, "a2", "alice", presence.KindStatus, presence.Online, "phone", 2)
+	lunch.event.Custom = &presence.CustomStatus{Text: "lunch", Until: base.Add(10 * time.Minute)}
+	changes = step(lunch)
+	online := st.bitmaps[trackedIndex(presence.Online)]
+	if len(changes) != 1 || !changes[0].GetCustomOnly() || changes[0].GetPrevious() != changes[0].GetCurrent() ||
+		changes[0].GetCustom().GetText() != "lunch" || changes[0].GetChangedAtUs() != presence.Micros(base.Add(2*time.Second)) ||
+		changes[0].GetCause() != pulsev1.Cause_CAUSE_EVENT || !online.Contains(0) || online.GetCardinality() != 1 {
+		t.Fatalf("changes = %v (online %v), want lunch alone at +2s, alice still online", changes, online)
+	}
+	// The deadline is until, decided on the set-at of the newest custom status.
+	next, ok := tr.Next()
+	if !ok || !next.Equal(base.Add(10*time.Minute)) {
+		t.Fatalf("next deadline %v %v, want until", next, ok)
+	}
+	due := tr.Due(base.Add(10 * time.Minute))
+	if len(due) != 1 || due[0].Kind != timeouts.CustomExpired || !due[0].Basis.Equal(base.Add(2*time.Second)) {
+		t.Fatalf("due = %+v, want the custom status deadline on +2s", due)
+	}
+	e := due[0].Event(base.Add(10 * time.Minute))
+	if err := e.Validate(); err != nil {
+		t.Fatalf("the timeout event: %v", err)
+	}
+	changes = step(record{offset: 12, event: e})
+	if len(changes) != 1 || !changes[0].GetCustomOnly() || changes[0].GetCustom() != nil ||
+		changes[0].GetCause() != pulsev1.Cause_CAUSE_TIMEOUT || changes[0].GetChangedAtUs() != presence.Micros(base.Add(10*time.Minute)) {
+		t.Fatalf("changes = %v, want the custom status cleared by timeout at until", changes)
+	}
+	if !users["alice"].Custom.IsZero() || users["alice"].Status != presence.Online {
+		t.Fatalf("alice = %+v, want online without a custom status", users["alice"])
+	}
+	// Decided again (a restart before the commit): stale, no change.
+	if changes := step(record{offset: 13, event: e}); len(changes) != 0 {
+		t.Fatalf("the timeout applied twice made %v", changes)
+	}
+	if _, ok := tr.Next(); ok {
+		if due := tr.Due(base.Add(10 * time.Minute)); len(due) != 0 {
+			t.Fatalf("deadlines left: %+v", due)
+		}
+	}
+}

@@ -216,6 +216,9 @@ type change struct {
 	SourcePartition int32
 	SourceOffset    int64
 	UserIndex       uint32 // dense index in the shard (guarantee 8)
+	// CustomOnly: a change of the custom status alone, not a transition; nothing
+	// else of the change is read.
+	CustomOnly bool
 }
 
 // decodeChange reads a presence.changes record.
@@ -226,6 +229,9 @@ func decodeChange(r *kgo.Record) (change, error) {
 	var p pulsev1.Change
 	if err := proto.Unmarshal(r.Value, &p); err != nil {
 		return change{}, fmt.Errorf("decoding change: %w", err)
+	}
+	if p.GetCustomOnly() {
+		return change{CustomOnly: true}, nil
 	}
 	c := change{
 		UserID:          p.GetUserId(),

@@ -334,17 +334,26 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 }
 
 // activityDevice is the pseudo-device under which the window remembers a user's newest
-// activity (status and activity events), which idle timeouts are decided against.
-const activityDevice = "\x00activity"
+// activity (status and activity events), which idle timeouts are decided against;
+// customDevice the newest status event that set or cleared the custom status, which
+// custom status timeouts are.
+const (
+	activityDevice = "\x00activity"
+	customDevice   = "\x00custom"
+)
 
 // observe records e in the window and reports whether the aggregator found it stale,
 // by the same rules (internal/domain/presence): per device for events; for a timeout, whether
 // something newer than its basis came first — a newer event of the device for an
-// offline timeout, newer activity of the user for an idle timeout.
+// offline timeout, newer activity of the user for an idle timeout, a custom status set
+// since for a custom status timeout.
 func observe(win *dedupe.Window, e *presence.Event) bool {
 	if e.Source == presence.SourceTimeout {
 		device := e.DeviceID
-		if e.DeviceID == presence.AllDevices {
+		switch {
+		case e.Kind == presence.KindCustom:
+			device = customDevice
+		case e.DeviceID == presence.AllDevices:
 			device = activityDevice
 		}
 		return win.Stale(e.UserID, device, e.LastSeen, e.ReceivedAt)
@@ -353,6 +362,9 @@ func observe(win *dedupe.Window, e *presence.Event) bool {
 	if !stale && (e.Kind == presence.KindStatus || e.Kind == presence.KindActivity) {
 		win.Stale(e.UserID, activityDevice, e.Time(), e.ReceivedAt)
 	}
+	if !stale && e.Custom != nil {
+		win.Stale(e.UserID, customDevice, e.Time(), e.ReceivedAt)
+	}
 	return stale
 }
 
@@ -360,6 +372,10 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 	c, err := decodeChange(r)
 	if err != nil {
 		w.poison(r, err)
+		return
+	}
+	if c.CustomOnly {
+		// Not a transition: the event that made it is the timeline's entry.
 		return
 	}
 	plan.addChange(&c)

@@ -167,16 +167,46 @@ func (u *User) CustomAt(now time.Time) CustomStatus {
 }
 
 // applyCustom folds the custom status side of a fresh event of time t: a custom status
-// whose until has passed by t clears, and a status event carrying one sets it (or
-// clears it, when empty) unless an event dated later already did.
-func (u *User) applyCustom(e *Event, t time.Time) {
+// whose until has passed by t clears (as of its until), and a status event carrying one
+// sets it (or clears it, when empty) unless an event dated later already did. out says
+// whether and when the custom status changed.
+func (u *User) applyCustom(out *Outcome, e *Event, t time.Time) {
 	if u.Custom.Expired(t) {
+		out.CustomChanged, out.CustomAt = true, u.customChangeAt(u.Custom.Until)
 		u.Custom = CustomStatus{}
 	}
 	if e.Kind != KindStatus || e.Custom == nil || t.Before(u.CustomSetAt) {
 		return
 	}
+	if !u.Custom.Equal(*e.Custom) {
+		out.CustomChanged, out.CustomAt = true, u.customChangeAt(t)
+	}
 	u.Custom, u.CustomSetAt = *e.Custom, t
+}
+
+// applyCustomTimeout applies the aggregator's decision that the custom status set at
+// e.LastSeen has cleared itself by e's time: only if that custom status is still the
+// user's and its until has passed, so a custom status set again since stays.
+func (u *User) applyCustomTimeout(e *Event) Outcome {
+	out := Outcome{Previous: u.Status, Current: u.Status}
+	if u.Custom.IsZero() || !u.CustomSetAt.Equal(e.LastSeen) || !u.Custom.Expired(e.Time()) {
+		out.Stale = true
+		return out
+	}
+	out.CustomChanged, out.CustomAt = true, u.customChangeAt(u.Custom.Until)
+	u.Custom = CustomStatus{}
+	return out
+}
+
+// customChangeAt is when a change of the custom status at t takes effect for readers
+// of the change feed: t, but never before the custom status was set.
+func (u *User) customChangeAt(t time.Time) time.Time {
+	return later(t, u.CustomSetAt)
+}
+
+// Equal reports whether c and o say the same.
+func (c CustomStatus) Equal(o CustomStatus) bool {
+	return c.Text == o.Text && c.Emoji == o.Emoji && c.Until.Equal(o.Until)
 }
 
 // ToPB is c's wire form; nil for nil.

@@ -131,67 +131,100 @@ func TestEventCustomValidateAndPB(t *testing.T) {
 func TestApplyCustomStatus(t *testing.T) {
 	meeting := &CustomStatus{Text: "In a meeting", Emoji: "📅", Until: at(100)}
 	lunch := &CustomStatus{Text: "lunch"}
+	expire := func(setAt, when time.Time) *Event {
+		return &Event{ID: "c", UserID: "u", Kind: KindCustom, DeviceID: AllDevices, OccurredAt: when, ReceivedAt: when,
+			Source: SourceTimeout, LastSeen: setAt}
+	}
+	// changed is when the outcome says the custom status changed; zero: it did not.
 	type check struct {
-		ev   *Event
-		want CustomStatus
+		ev      *Event
+		want    CustomStatus
+		changed time.Time
 	}
 	for _, tt := range []struct {
 		name   string
 		checks []check
 	}{
-		{"set", []check{{customEv("a", at(1), meeting), *meeting}}},
+		{"set", []check{{customEv("a", at(1), meeting), *meeting, at(1)}}},
 		{"a status event without one leaves it", []check{
-			{customEv("a", at(1), lunch), *lunch},
-			{statusEv("a", Idle, at(2)), *lunch},
-			{statusEv("a", Offline, at(3)), *lunch},
-			{heartbeatEv("a", at(4)), *lunch},
-			{activityEv("a", at(5)), *lunch},
+			{customEv("a", at(1), lunch), *lunch, at(1)},
+			{statusEv("a", Idle, at(2)), *lunch, time.Time{}},
+			{statusEv("a", Offline, at(3)), *lunch, time.Time{}},
+			{heartbeatEv("a", at(4)), *lunch, time.Time{}},
+			{activityEv("a", at(5)), *lunch, time.Time{}},
+		}},
+		{"the same again is no change", []check{
+			{customEv("a", at(1), lunch), *lunch, at(1)},
+			{customEv("a", at(2), &CustomStatus{Text: "lunch"}), *lunch, time.Time{}},
 		}},
 		{"an empty one clears it", []check{
-			{customEv("a", at(1), lunch), *lunch},
-			{customEv("a", at(2), &CustomStatus{}), CustomStatus{}},
+			{customEv("a", at(1), lunch), *lunch, at(1)},
+			{customEv("a", at(2), &CustomStatus{}), CustomStatus{}, at(2)},
+			{customEv("a", at(3), &CustomStatus{}), CustomStatus{}, time.Time{}},
 		}},
 		{"replaced", []check{
-			{customEv("a", at(1), lunch), *lunch},
-			{customEv("b", at(2), meeting), *meeting},
+			{customEv("a", at(1), lunch), *lunch, at(1)},
+			{customEv("b", at(2), meeting), *meeting, at(2)},
 		}},
 		{"a stale event of the device changes nothing", []check{
-			{customEv("a", at(5), lunch), *lunch},
-			{customEv("a", at(4), meeting), *lunch},
-			{customEv("a", at(3), &CustomStatus{}), *lunch},
+			{customEv("a", at(5), lunch), *lunch, at(5)},
+			{customEv("a", at(4), meeting), *lunch, time.Time{}},
+			{customEv("a", at(3), &CustomStatus{}), *lunch, time.Time{}},
 		}},
 		{"an older event of another device changes it no more", []check{
-			{customEv("a", at(5), lunch), *lunch},
-			{customEv("b", at(4), meeting), *lunch},
-			{customEv("b", at(4), &CustomStatus{}), *lunch},
-			{customEv("b", at(5), meeting), *meeting},
+			{customEv("a", at(5), lunch), *lunch, at(5)},
+			{customEv("b", at(4), meeting), *lunch, time.Time{}},
+			{customEv("b", at(4), &CustomStatus{}), *lunch, time.Time{}},
+			{customEv("b", at(5), meeting), *meeting, at(5)},
 		}},
 		{"a clear holds against an older set", []check{
-			{customEv("a", at(5), &CustomStatus{}), CustomStatus{}},
-			{customEv("b", at(4), lunch), CustomStatus{}},
+			{customEv("a", at(5), &CustomStatus{}), CustomStatus{}, time.Time{}},
+			{customEv("b", at(4), lunch), CustomStatus{}, time.Time{}},
 		}},
-		{"the fold drops it once until has passed", []check{
-			{customEv("a", at(1), meeting), *meeting},
-			{heartbeatEv("a", at(99)), *meeting},
-			{heartbeatEv("a", at(100)), CustomStatus{}},
+		{"the fold drops it once until has passed, as of until", []check{
+			{customEv("a", at(1), meeting), *meeting, at(1)},
+			{heartbeatEv("a", at(99)), *meeting, time.Time{}},
+			{heartbeatEv("a", at(130)), CustomStatus{}, at(100)},
 		}},
 		{"a timeout after until drops it", []check{
-			{customEv("a", at(1), meeting), *meeting},
+			{customEv("a", at(1), meeting), *meeting, at(1)},
 			{&Event{ID: "t", UserID: "u", Kind: KindStatus, Status: Offline, DeviceID: "a", OccurredAt: at(200), ReceivedAt: at(200),
-				Source: SourceTimeout, LastSeen: at(1)}, CustomStatus{}},
+				Source: SourceTimeout, LastSeen: at(1)}, CustomStatus{}, at(100)},
 		}},
 		{"set with an until already past by the event's time is dropped at once", []check{
-			{customEv("a", at(1), meeting), *meeting},
-			{customEv("a", at(150), &CustomStatus{Text: "x", Until: at(120)}), CustomStatus{Text: "x", Until: at(120)}},
-			{heartbeatEv("a", at(151)), CustomStatus{}},
+			{customEv("a", at(1), meeting), *meeting, at(1)},
+			{customEv("a", at(150), &CustomStatus{Text: "x", Until: at(120)}), CustomStatus{Text: "x", Until: at(120)}, at(150)},
+			{heartbeatEv("a", at(151)), CustomStatus{}, at(150)},
+		}},
+		{"its until clears it through the aggregator's timeout", []check{
+			{customEv("a", at(1), meeting), *meeting, at(1)},
+			{expire(at(1), at(100)), CustomStatus{}, at(100)},
+			{expire(at(1), at(100)), CustomStatus{}, time.Time{}}, // decided twice: stale
+		}},
+		{"a timeout of a custom status set again since changes nothing", []check{
+			{customEv("a", at(1), meeting), *meeting, at(1)},
+			{customEv("a", at(50), &CustomStatus{Text: "later", Until: at(300)}), CustomStatus{Text: "later", Until: at(300)}, at(50)},
+			{expire(at(1), at(100)), CustomStatus{Text: "later", Until: at(300)}, time.Time{}},
+			{expire(at(50), at(300)), CustomStatus{}, at(300)},
+		}},
+		{"a timeout before until changes nothing", []check{
+			{customEv("a", at(1), meeting), *meeting, at(1)},
+			{expire(at(1), at(99)), *meeting, time.Time{}},
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := NewUser(0)
 			for i, c := range tt.checks {
-				u.Apply(c.ev)
+				status := u.Status
+				out := u.Apply(c.ev)
 				if u.Custom != c.want {
 					t.Fatalf("after event %d: custom = %+v, want %+v", i, u.Custom, c.want)
+				}
+				if out.CustomChanged != !c.changed.IsZero() || !out.CustomAt.Equal(c.changed) {
+					t.Fatalf("after event %d: outcome custom changed %v at %v, want at %v", i, out.CustomChanged, out.CustomAt, c.changed)
+				}
+				if c.ev.Kind == KindCustom && (out.Changed || u.Status != status) {
+					t.Fatalf("after event %d: a custom status timeout changed the status: %+v", i, out)
 				}
 				// Every state survives the stored form with its custom status.
 				back := UserFromPB(u.ToPB())
@@ -200,6 +233,41 @@ func TestApplyCustomStatus(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestCustomKindIsTheAggregators(t *testing.T) {
+	e := Event{ID: "c", UserID: "u", Kind: KindCustom, DeviceID: AllDevices, OccurredAt: at(100), ReceivedAt: at(100),
+		Source: SourceTimeout, LastSeen: at(1)}
+	if err := e.Validate(); err != nil {
+		t.Fatalf("the aggregator's custom status timeout: %v", err)
+	}
+	if back, err := EventFromPB(e.ToPB()); err != nil || !reflect.DeepEqual(back, e) {
+		t.Fatalf("EventFromPB(ToPB(e)) = %+v, %v", back, err)
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(*Event)
+		want string
+	}{
+		{"from a client", func(e *Event) { e.Source = SourceAPI }, "kind: only the aggregator's timeouts clear a custom status by itself"},
+		{"with a status", func(e *Event) { e.Status = Offline }, "status: only status events carry a status"},
+		{"of one device", func(e *Event) { e.DeviceID = "web" }, `device id: a custom status clears for every device ("*")`},
+		{"without its basis", func(e *Event) { e.LastSeen = time.Time{} }, "last seen: a custom status timeout needs the set-at it was decided on"},
+		{"carrying one", func(e *Event) { e.Custom = &CustomStatus{Text: "x"} }, "custom: only status events carry a custom status"},
+	} {
+		bad := e
+		tt.edit(&bad)
+		if err := bad.Validate(); err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+	// Clients name the kinds they may send; "custom" is not one.
+	if _, err := ParseKind("custom"); err == nil {
+		t.Errorf(`ParseKind("custom") accepted`)
+	}
+	if k, err := ParseKind("activity"); err != nil || k != KindActivity {
+		t.Errorf(`ParseKind("activity") = %v, %v`, k, err)
 	}
 }
 

@@ -65,9 +65,12 @@ const (
 	KindHeartbeat
 	// KindActivity says the user did something on a device: the device is online.
 	KindActivity
+	// KindCustom clears a custom status whose until has passed. Only the aggregator
+	// makes it, as a timeout (docs/design.md, "Custom status"); clients cannot send it.
+	KindCustom
 )
 
-var kindNames = [...]string{"", "status", "heartbeat", "activity"}
+var kindNames = [...]string{"", "status", "heartbeat", "activity", "custom"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -76,9 +79,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// ParseKind reads "status", "heartbeat" or "activity".
+// ParseKind reads "status", "heartbeat" or "activity": the kinds clients send.
 func ParseKind(s string) (Kind, error) {
-	for i, n := range kindNames {
+	for i, n := range kindNames[:KindCustom] {
 		if i > 0 && n == s {
 			return Kind(i), nil
 		}
@@ -194,7 +197,9 @@ type Event struct {
 	OccurredAt time.Time
 	ReceivedAt time.Time
 	Source     Source
-	// LastSeen is, for timeout events, the device's last-seen the timeout was decided on.
+	// LastSeen is, for timeout events, the basis the timeout was decided on: the
+	// device's last-seen (offline), the user's last-active (idle), or when the custom
+	// status was set (KindCustom).
 	LastSeen time.Time
 	// Custom is, on a status event only, the user's custom status: nil leaves it as it
 	// is, the zero CustomStatus clears it.
@@ -229,6 +234,17 @@ func (e *Event) Validate() error {
 	case KindHeartbeat, KindActivity:
 		if e.Status != StatusUnknown {
 			return fmt.Errorf("status: only status events carry a status")
+		}
+	case KindCustom:
+		switch {
+		case e.Source != SourceTimeout:
+			return fmt.Errorf("kind: only the aggregator's timeouts clear a custom status by itself")
+		case e.Status != StatusUnknown:
+			return fmt.Errorf("status: only status events carry a status")
+		case e.DeviceID != AllDevices:
+			return fmt.Errorf("device id: a custom status clears for every device (%q)", AllDevices)
+		case e.LastSeen.IsZero():
+			return fmt.Errorf("last seen: a custom status timeout needs the set-at it was decided on")
 		}
 	default:
 		return fmt.Errorf("kind: unknown kind %d", e.Kind)

@@ -105,6 +105,10 @@ type Outcome struct {
 	// DevicesDropped counts live devices dropped because the user had more than
 	// MaxLiveDevices.
 	DevicesDropped int
+	// CustomChanged: the user's custom status changed (set, replaced, cleared, or
+	// cleared itself), at CustomAt.
+	CustomChanged bool
+	CustomAt      time.Time
 }
 
 // Heard is when the device was last heard from, what its offline timeout counts from:
@@ -131,10 +135,13 @@ func (u *User) device(id string) (int, bool) {
 // event once.
 func (u *User) Apply(e *Event) Outcome {
 	if e.Source == SourceTimeout {
+		if e.Kind == KindCustom {
+			return u.applyCustomTimeout(e)
+		}
 		out := u.applyTimeout(e)
 		if !out.Stale {
 			u.publish(&out, e.DeviceID, e.Time(), false, false, Offline, false)
-			u.applyCustom(e, e.Time())
+			u.applyCustom(&out, e, e.Time())
 		}
 		return out
 	}
@@ -147,8 +154,10 @@ func (u *User) Apply(e *Event) Outcome {
 		u.Devices = slices.Insert(u.Devices, i, Device{ID: e.DeviceID, Status: Offline})
 	}
 	before := u.Devices[i].Status
-	u.applyCustom(e, t)
+	var custom Outcome
+	u.applyCustom(&custom, e, t)
 	out := u.apply(e, i, t)
+	out.CustomChanged, out.CustomAt = custom.CustomChanged, custom.CustomAt
 	u.publish(&out, e.DeviceID, t, true, e.Kind != KindHeartbeat, before, !found)
 	return out
 }

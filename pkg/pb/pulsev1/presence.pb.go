@@ -112,6 +112,10 @@ const (
 	Kind_KIND_HEARTBEAT Kind = 2
 	// User activity: keeps the device alive and resets the idle deadline.
 	Kind_KIND_ACTIVITY Kind = 3
+	// A custom status clears itself: its until came. Made by the aggregator only,
+	// with source SOURCE_TIMEOUT, device "*", and last_seen_us the time the custom
+	// status was set (so a custom status set again since stays).
+	Kind_KIND_CUSTOM Kind = 4
 )
 
 // Enum value maps for Kind.
@@ -121,12 +125,14 @@ var (
 		1: "KIND_STATUS",
 		2: "KIND_HEARTBEAT",
 		3: "KIND_ACTIVITY",
+		4: "KIND_CUSTOM",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"KIND_STATUS":      1,
 		"KIND_HEARTBEAT":   2,
 		"KIND_ACTIVITY":    3,
+		"KIND_CUSTOM":      4,
 	}
 )
 
@@ -464,7 +470,8 @@ func (x *CustomStatus) GetUntilUs() int64 {
 }
 
 // Change is one record on topic presence.changes, keyed by user_id: one
-// effective transition of a user's status, as the aggregator applied it.
+// effective transition of a user's status, or of their custom status alone
+// (custom_only), as the aggregator applied it.
 type Change struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	UserId string                 `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
@@ -490,8 +497,14 @@ type Change struct {
 	// the last change such readers saw, whose own change times kept growing meanwhile
 	// (docs/design.md, "Invisible looks offline"). 0: changed_at_us.
 	PublicChangedAtUs int64 `protobuf:"varint,11,opt,name=public_changed_at_us,json=publicChangedAtUs,proto3" json:"public_changed_at_us,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The user's custom status after the change; absent: none.
+	Custom *CustomStatus `protobuf:"bytes,12,opt,name=custom,proto3" json:"custom,omitempty"`
+	// The change is to the custom status alone: previous equals current, and
+	// changed_at_us is when the custom status was set or cleared. Consumers of
+	// status transitions skip these.
+	CustomOnly    bool `protobuf:"varint,13,opt,name=custom_only,json=customOnly,proto3" json:"custom_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Change) Reset() {
@@ -599,6 +612,20 @@ func (x *Change) GetPublicChangedAtUs() int64 {
 		return x.PublicChangedAtUs
 	}
 	return 0
+}
+
+func (x *Change) GetCustom() *CustomStatus {
+	if x != nil {
+		return x.Custom
+	}
+	return nil
+}
+
+func (x *Change) GetCustomOnly() bool {
+	if x != nil {
+		return x.CustomOnly
+	}
+	return false
 }
 
 // DeviceState is one device of a user as the aggregator last folded it.
@@ -886,7 +913,7 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\fCustomStatus\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05emoji\x18\x02 \x01(\tR\x05emoji\x12\x19\n" +
-	"\buntil_us\x18\x03 \x01(\x03R\auntilUs\"\x9e\x03\n" +
+	"\buntil_us\x18\x03 \x01(\x03R\auntilUs\"\xef\x03\n" +
 	"\x06Change\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12,\n" +
@@ -900,7 +927,10 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\n" +
 	"user_index\x18\n" +
 	" \x01(\rR\tuserIndex\x12/\n" +
-	"\x14public_changed_at_us\x18\v \x01(\x03R\x11publicChangedAtUs\"v\n" +
+	"\x14public_changed_at_us\x18\v \x01(\x03R\x11publicChangedAtUs\x12.\n" +
+	"\x06custom\x18\f \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\x12\x1f\n" +
+	"\vcustom_only\x18\r \x01(\bR\n" +
+	"customOnly\"v\n" +
 	"\vDeviceState\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12 \n" +
@@ -930,12 +960,13 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\rSTATUS_ONLINE\x10\x01\x12\x0f\n" +
 	"\vSTATUS_IDLE\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_OFFLINE\x10\x03\x12\x14\n" +
-	"\x10STATUS_INVISIBLE\x10\x04*T\n" +
+	"\x10STATUS_INVISIBLE\x10\x04*e\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_STATUS\x10\x01\x12\x12\n" +
 	"\x0eKIND_HEARTBEAT\x10\x02\x12\x11\n" +
-	"\rKIND_ACTIVITY\x10\x03*W\n" +
+	"\rKIND_ACTIVITY\x10\x03\x12\x0f\n" +
+	"\vKIND_CUSTOM\x10\x04*W\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -981,16 +1012,17 @@ var file_pulse_v1_presence_proto_depIdxs = []int32{
 	0,  // 4: pulse.v1.Change.previous:type_name -> pulse.v1.Status
 	0,  // 5: pulse.v1.Change.current:type_name -> pulse.v1.Status
 	3,  // 6: pulse.v1.Change.cause:type_name -> pulse.v1.Cause
-	0,  // 7: pulse.v1.DeviceState.status:type_name -> pulse.v1.Status
-	0,  // 8: pulse.v1.UserState.status:type_name -> pulse.v1.Status
-	7,  // 9: pulse.v1.UserState.devices:type_name -> pulse.v1.DeviceState
-	5,  // 10: pulse.v1.UserState.custom:type_name -> pulse.v1.CustomStatus
-	6,  // 11: pulse.v1.ChangeBatch.changes:type_name -> pulse.v1.Change
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	5,  // 7: pulse.v1.Change.custom:type_name -> pulse.v1.CustomStatus
+	0,  // 8: pulse.v1.DeviceState.status:type_name -> pulse.v1.Status
+	0,  // 9: pulse.v1.UserState.status:type_name -> pulse.v1.Status
+	7,  // 10: pulse.v1.UserState.devices:type_name -> pulse.v1.DeviceState
+	5,  // 11: pulse.v1.UserState.custom:type_name -> pulse.v1.CustomStatus
+	6,  // 12: pulse.v1.ChangeBatch.changes:type_name -> pulse.v1.Change
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_pulse_v1_presence_proto_init() }

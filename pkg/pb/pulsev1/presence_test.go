@@ -43,6 +43,10 @@ func timeoutChange() *pulsev1.Change {
 		UserIndex:       300,
 		// The user was invisible since the last change readers saw.
 		PublicChangedAtUs: 1_700_000_060_000_456,
+		// Set here only so every field is on the wire; the aggregator marks a change
+		// custom_only when previous equals current.
+		Custom:     &pulsev1.CustomStatus{Text: "lunch"},
+		CustomOnly: true,
 	}
 }
 
@@ -125,7 +129,10 @@ func TestWireGolden(t *testing.T) {
 				"4007" + // 8 source_partition
 				"48" + "959aef3a" + // 9 source_offset
 				"50" + "ac02" + // 10 user_index
-				"58" + "c891c7ddc1c48203", // 11 public_changed_at_us
+				"58" + "c891c7ddc1c48203" + // 11 public_changed_at_us
+				"6207" + // 12 custom, 7 bytes:
+				"0a05" + "6c756e6368" + //    1 text
+				"6801", // 13 custom_only
 		},
 	}
 	for _, tt := range tests {
@@ -164,7 +171,7 @@ func TestEnumNumbers(t *testing.T) {
 			"STATUS_UNSPECIFIED": 0, "STATUS_ONLINE": 1, "STATUS_IDLE": 2, "STATUS_OFFLINE": 3, "STATUS_INVISIBLE": 4,
 		}},
 		{"Kind", pulsev1.Kind_value, map[string]int32{
-			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3,
+			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3, "KIND_CUSTOM": 4,
 		}},
 		{"Source", pulsev1.Source_value, map[string]int32{
 			"SOURCE_UNSPECIFIED": 0, "SOURCE_API": 1, "SOURCE_TIMEOUT": 2, "SOURCE_SYSTEM": 3,

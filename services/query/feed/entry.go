@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/records"
 	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
@@ -28,6 +29,10 @@ type entry struct {
 	// see it take effect (the same but after a period the user spent invisible).
 	at, publicAt time.Time
 	timeout      bool
+	// custom is the user's custom status after the change (zero: none); customOnly
+	// says the change is to it alone, previous and current being equal.
+	custom     presence.CustomStatus
+	customOnly bool
 	// sourcePartition and sourceOffset are the causing event's position in
 	// presence.events: the key duplicates are recognised by.
 	sourcePartition int32
@@ -41,9 +46,20 @@ type entry struct {
 }
 
 // publicNoop reports whether readers other than operators see no change at all:
-// invisible and offline both read as offline.
+// invisible and offline both read as offline, and a user who reads as offline shows
+// no custom status (presence.User.PublicCustomAt).
 func (e *entry) publicNoop() bool {
+	if e.customOnly {
+		return !publicCustom(e.current)
+	}
 	return e.previous.Public() == e.current.Public()
+}
+
+// publicCustom reports whether readers other than operators see the custom status of
+// a user whose status is st.
+func publicCustom(st presence.Status) bool {
+	st = st.Public()
+	return st == presence.Online || st == presence.Idle
 }
 
 // decodeChange reads a presence.changes record; a record without Pulse's schema
@@ -73,9 +89,16 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 		timeout:         c.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
 		sourcePartition: c.GetSourcePartition(),
 		sourceOffset:    c.GetSourceOffset(),
+		customOnly:      c.GetCustomOnly(),
 	}
-	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || e.previous == e.current {
-		return nil, fmt.Errorf("transition %v -> %v is not a change", c.GetPrevious(), c.GetCurrent())
+	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || (e.previous == e.current) != e.customOnly {
+		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v)", c.GetPrevious(), c.GetCurrent(), e.customOnly)
+	}
+	if cs := presence.CustomFromPB(c.GetCustom()); cs != nil {
+		if err := cs.Validate(); err != nil {
+			return nil, fmt.Errorf("custom: %w", err)
+		}
+		e.custom = *cs
 	}
 	if e.at.IsZero() {
 		return nil, errors.New("no changed_at")
@@ -94,21 +117,37 @@ type changeMessage struct {
 	Previous string    `json:"previous"`
 	At       time.Time `json:"at"`
 	Cause    string    `json:"cause"`
-	Cursor   string    `json:"cursor"`
+	// Data is the user's custom status after the change as the reader may see it
+	// (null: none). A change whose status equals previous changed only this.
+	Data   *customjson.Out `json:"data"`
+	Cursor string          `json:"cursor"`
 }
 
-// render is e's message for a view with the given cursor.
-func (e *entry) render(operator bool, cursor string) []byte {
+// render is e's message for a view with the given cursor. A custom status whose until
+// has passed when the message is first rendered shows as none, as every status read
+// does; its clearing follows as a change of its own.
+func (e *entry) render(operator bool, cursor string, now time.Time) []byte {
 	m := changeMessage{Type: TypeChange, UserID: e.userID, At: e.at, Cause: "event", Cursor: cursor}
 	if e.timeout {
 		m.Cause = "timeout"
 	}
+	custom := e.custom
+	if custom.Expired(now) {
+		custom = presence.CustomStatus{}
+	}
 	if operator {
 		m.Status, m.Previous = e.current.String(), e.previous.String()
 	} else {
-		m.Status, m.Previous, m.At = e.current.Public().String(), e.previous.Public().String(), e.publicAt
+		m.Status, m.Previous = e.current.Public().String(), e.previous.Public().String()
+		if !e.customOnly {
+			m.At = e.publicAt
+		}
+		if !publicCustom(e.current) {
+			custom = presence.CustomStatus{}
+		}
 	}
-	b, _ := json.Marshal(m) // cannot fail: strings and a time
+	m.Data = customjson.View(custom)
+	b, _ := json.Marshal(m) // cannot fail: strings, a time and a custom status
 	return b
 }
 
@@ -121,7 +160,7 @@ func (e *entry) payload(operator bool) []byte {
 	if p := e.rendered[v].Load(); p != nil {
 		return *p
 	}
-	b := e.render(operator, e.cursor)
+	b := e.render(operator, e.cursor, time.Now())
 	e.rendered[v].Store(&b)
 	return b
 }

@@ -224,11 +224,16 @@ type wire struct {
 	Cursor   string    `json:"cursor"`
 	Code     string    `json:"code"`
 	Statuses []Status  `json:"statuses"`
+	// Data is the custom status as sent: "null" for none.
+	Data json.RawMessage `json:"data"`
 }
 
 func (w wire) short() string {
 	switch w.Type {
 	case TypeChange:
+		if w.Data != nil && string(w.Data) != "null" {
+			return w.UserID + ":" + w.Previous + ">" + w.Status + " " + string(w.Data)
+		}
 		return w.UserID + ":" + w.Previous + ">" + w.Status
 	case TypeError:
 		return "error:" + w.Code

@@ -578,3 +578,50 @@ func TestAttachWhileChangesFlow(t *testing.T) {
 		a.s.Close()
 	}
 }
+
+// Changes carry the user's custom status; a change of it alone has status equal to
+// previous. Readers other than operators see none while the user reads offline to
+// them, and no change of it alone then.
+func TestCustomStatusInChanges(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	h.start()
+	pub := h.open(Options{UserIDs: []string{"u"}})
+	op := h.open(Options{UserIDs: []string{"u"}, Operator: true})
+	read(t, pub, 1)
+	read(t, op, 1)
+	lunch := &pulsev1.CustomStatus{Text: "lunch", Emoji: "🥪"}
+	gone := &pulsev1.CustomStatus{Text: "gone", UntilUs: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()}
+	with := func(c *pulsev1.Change, cs *pulsev1.CustomStatus) *pulsev1.Change {
+		c.Custom = cs
+		return c
+	}
+	alone := func(cs *pulsev1.CustomStatus, cause pulsev1.Cause) *pulsev1.Change {
+		c := h.change("u", h.status["u"])
+		c.Previous, c.CustomOnly, c.Custom, c.Cause = c.Current, true, cs, cause
+		return c
+	}
+	h.produce(with(h.change("u", on), lunch))
+	h.produce(alone(nil, pulsev1.Cause_CAUSE_TIMEOUT))
+	h.produce(alone(lunch, pulsev1.Cause_CAUSE_EVENT))
+	h.produce(with(h.change("u", inv), lunch))
+	h.produce(alone(&pulsev1.CustomStatus{Text: "secret"}, pulsev1.Cause_CAUSE_EVENT))
+	h.produce(with(h.change("u", idl), &pulsev1.CustomStatus{Text: "secret"}))
+	h.produce(alone(gone, pulsev1.Cause_CAUSE_EVENT)) // until already past when rendered
+
+	lunchJSON := `{"text":"lunch","emoji":"🥪"}`
+	want := []string{"u:offline>online " + lunchJSON, "u:online>online", "u:online>online " + lunchJSON,
+		"u:online>offline", `u:offline>idle {"text":"secret"}`, "u:idle>idle"}
+	got := read(t, pub, len(want))
+	if s := shorts(got); !slices.Equal(s, want) {
+		t.Errorf("public view %v, want %v", s, want)
+	}
+	if got[1].Cause != "timeout" || got[2].Cause != "event" {
+		t.Errorf("causes %q %q, want timeout, event", got[1].Cause, got[2].Cause)
+	}
+	quiet(t, pub, 50*time.Millisecond)
+	wantOp := []string{"u:offline>online " + lunchJSON, "u:online>online", "u:online>online " + lunchJSON,
+		"u:online>invisible " + lunchJSON, `u:invisible>invisible {"text":"secret"}`, `u:invisible>idle {"text":"secret"}`, "u:idle>idle"}
+	if s := shorts(read(t, op, len(wantOp))); !slices.Equal(s, wantOp) {
+		t.Errorf("operator view %v, want %v", s, wantOp)
+	}
+}

@@ -438,7 +438,7 @@ func (s *Session) emit(o outgoing) (Message, bool) {
 	}
 	m := Message{Type: TypeChange, at: e.at, live: o.live}
 	if o.cursor != "" {
-		m.Cursor, m.Data = o.cursor, e.render(s.operator, o.cursor)
+		m.Cursor, m.Data = o.cursor, e.render(s.operator, o.cursor, time.Now())
 	} else {
 		m.Cursor, m.Data = e.cursor, e.payload(s.operator)
 	}

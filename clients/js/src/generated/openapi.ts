@@ -918,7 +918,7 @@ export interface components {
             cursor: string;
         };
         /**
-         * @description One effective transition of a watched user.
+         * @description One effective change of a watched user: a transition of their status, or of their custom status alone (then `status` equals `previous`).
          * @example {
          *       "type": "change",
          *       "userId": "alice",
@@ -926,6 +926,11 @@ export interface components {
          *       "previous": "online",
          *       "at": "2026-11-22T07:25:01Z",
          *       "cause": "timeout",
+         *       "data": {
+         *         "text": "In a meeting",
+         *         "emoji": "📅",
+         *         "until": "2026-11-22T08:00:00Z"
+         *       },
          *       "cursor": "AaTn0wUIAQAAAAAAAAB3kX1b"
          *     }
          */
@@ -937,11 +942,13 @@ export interface components {
             previous: components["schemas"]["Status"];
             /**
              * Format: date-time
-             * @description When the change took effect (the user's new lastUpdated).
+             * @description When the change took effect (the user's new lastUpdated; for a change of the custom status alone, when it was set or cleared).
              */
             at: string;
             /** @enum {string} */
             cause: "event" | "timeout";
+            /** @description The user's custom status after the change; `null` when there is none or its `until` has passed. Readers who are not operators get `null` while the user reads offline to them (an invisible user included). When its `until` comes, the custom status clears with a change of its own (`cause` `timeout`). */
+            data: components["schemas"]["CustomStatus"] | null;
             cursor: string;
         };
         /**

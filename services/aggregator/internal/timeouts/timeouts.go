@@ -28,17 +28,20 @@ const (
 	DeviceOffline Kind = iota + 1
 	// UserIdle: an online user did nothing for IdleAfter.
 	UserIdle
+	// CustomExpired: the until of a user's custom status came.
+	CustomExpired
 )
 
 // Deadline is one pending decision.
 type Deadline struct {
 	At     time.Time
 	UserID string
-	// DeviceID is the device for DeviceOffline, presence.AllDevices for UserIdle.
+	// DeviceID is the device for DeviceOffline, presence.AllDevices otherwise.
 	DeviceID string
 	Kind     Kind
-	// Basis is the device's last-seen (DeviceOffline) or the user's last-active
-	// (UserIdle) the deadline was computed from.
+	// Basis is the device's last-seen (DeviceOffline), the user's last-active
+	// (UserIdle) or when the custom status was set (CustomExpired) the deadline was
+	// computed from.
 	Basis time.Time
 }
 
@@ -71,6 +74,11 @@ func (t *Tracker) Update(userID string, u *presence.User) {
 		}
 		basis := d.Heard()
 		t.set(k, basis, basis.Add(t.offlineAfter))
+	}
+	if k := (key{userID, presence.AllDevices, CustomExpired}); u.Custom.Until.IsZero() {
+		delete(t.live, k)
+	} else {
+		t.set(k, u.CustomSetAt, u.Custom.Until)
 	}
 	k := key{userID, presence.AllDevices, UserIdle}
 	if u.Status != presence.Online {
@@ -145,16 +153,19 @@ func (t *Tracker) Len() int { return len(t.live) }
 // deadline alone, so a deadline decided twice (an aggregator that crashed after
 // producing it decides again on restart) is one event after deduplication.
 func (d Deadline) Event(receivedAt time.Time) presence.Event {
-	status := presence.Offline
-	if d.Kind == UserIdle {
+	kind, status := presence.KindStatus, presence.Offline
+	switch d.Kind {
+	case UserIdle:
 		status = presence.Idle
+	case CustomExpired:
+		kind, status = presence.KindCustom, presence.StatusUnknown
 	}
 	sum := sha256.Sum256([]byte(d.UserID + "\x00" + d.DeviceID + "\x00" + strconv.Itoa(int(d.Kind)) + "\x00" +
 		strconv.FormatInt(d.Basis.UnixMicro(), 10)))
 	return presence.Event{
 		ID:         "timeout-" + hex.EncodeToString(sum[:16]),
 		UserID:     d.UserID,
-		Kind:       presence.KindStatus,
+		Kind:       kind,
 		Status:     status,
 		DeviceID:   d.DeviceID,
 		OccurredAt: d.At,
