@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/tests/harness"
 )
@@ -22,10 +25,11 @@ type customView struct {
 }
 
 // TestCustomStatusThroughThePipeline posts custom statuses through ingest and reads
-// them back from query: as they were sent for a visible user, null to a reader and as
-// sent to an operator for an invisible one, null once a short until has passed (at
-// read time, while Redis still holds it, and dropped from the state by the next fold),
-// cleared by {}, and set through a present socket's status command.
+// them back from query and its change feed: as they were sent for a visible user,
+// null to a reader and as sent to an operator for an invisible one, a change of its
+// own when only it changes, cleared at a short until by the aggregator's timeout (a
+// change at until, the state and the log agree), cleared by {}, and set through a
+// present socket's status command.
 func TestCustomStatusThroughThePipeline(t *testing.T) {
 	p := harness.NewPipeline(t, 2, nil)
 	ingest, q := p.Svc["ingest"].URL, p.Svc["query"].URL
@@ -67,6 +71,44 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 
 	const meeting = `{"text":"In a meeting","emoji":"📅"}`
 	daveUntil := time.Now().Add(6 * time.Second).UTC().Truncate(time.Millisecond)
+
+	// A reader watches alice and dave: changes carry the custom status.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var w *liveSocket
+	harness.Eventually(t, 30*time.Second, func() string {
+		s, res, err := openSocket(t, ctx, q, harness.TestKeys.Reader, url.Values{"userIds": {alice + "," + dave}})
+		if err != nil {
+			return fmt.Sprintf("the watch: %v (%v)", err, res)
+		}
+		w = s
+		return ""
+	})
+	if m := w.next(10 * time.Second); m.Type != "snapshot" {
+		t.Fatalf("first message %+v, want a snapshot", m.watchMsg)
+	}
+	// change reads the next change of user, which must be previous → status for cause
+	// with data as given, and returns it.
+	pending := map[string][]presentMsg{} // changes read while waiting for another user's
+	change := func(user, previous, status, cause, data string) presentMsg {
+		t.Helper()
+		for {
+			var m presentMsg
+			if q := pending[user]; len(q) > 0 {
+				m, pending[user] = q[0], q[1:]
+			} else if m = w.next(20 * time.Second); m.Type != "change" {
+				continue
+			} else if m.UserID != user {
+				pending[m.UserID] = append(pending[m.UserID], m)
+				continue
+			}
+			if m.Previous != previous || m.Status != status || m.Cause != cause || string(m.Data) != data {
+				t.Fatalf("%s's change %+v data %s, want %s → %s (%s) with %s", user, m.watchMsg, m.Data, previous, status, cause, data)
+			}
+			return m
+		}
+	}
+
 	post(
 		map[string]any{"userId": alice, "status": "online", "deviceId": "laptop",
 			"data": map[string]any{"text": "In a meeting", "emoji": "📅"}},
@@ -75,6 +117,7 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 	)
 	await(alice, false, "online", meeting)
 	await(alice, true, "online", meeting)
+	change(alice, "offline", "online", "event", meeting)
 	// The seed shapes stay as they were.
 	if code, body := harness.Get(t, q+"/status/"+alice); code != http.StatusOK || strings.Contains(body, "data") {
 		t.Fatalf("GET /status/%s = %d %s, want the seed shape", alice, code, body)
@@ -82,6 +125,11 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 	// A status event without data leaves it; a heartbeat cannot carry it.
 	post(map[string]any{"userId": alice, "status": "idle", "deviceId": "laptop"})
 	await(alice, false, "idle", meeting)
+	change(alice, "online", "idle", "event", meeting)
+	// A new one while idle is a change of the custom status alone.
+	post(map[string]any{"userId": alice, "status": "idle", "deviceId": "laptop", "data": map[string]any{"text": "Lunch"}})
+	change(alice, "idle", "idle", "event", `{"text":"Lunch"}`)
+	await(alice, false, "idle", `{"text":"Lunch"}`)
 	code, body := harness.PostJSON(t, ingest+"/v1/heartbeat", map[string]any{"userId": alice, "data": map[string]any{"text": "x"}})
 	if code != http.StatusBadRequest || !strings.Contains(string(body), `"field":"data"`) {
 		t.Fatalf("POST /v1/heartbeat with data = %d %s, want a 400 naming data", code, body)
@@ -98,37 +146,53 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 	await(carol, true, "invisible", `{"text":"Heads down","emoji":"🎧"}`)
 	await(carol, false, "offline", "null")
 
-	// dave's clears itself at until: readers see null at once, though Redis holds it
-	// until the aggregator folds dave again.
-	await(dave, false, "idle", fmt.Sprintf(`{"emoji":"🥪","until":%q}`, daveUntil.Format(time.RFC3339Nano)))
-	time.Sleep(time.Until(daveUntil))
-	if v := read(dave, "", false); string(v.Data) != "null" {
-		t.Fatalf("dave after until: %s, want null", v.Data)
+	// dave's clears itself at until through the aggregator's timeout: a change of the
+	// custom status alone at until, with nothing posted, and Redis holds it no more.
+	daveData := fmt.Sprintf(`{"emoji":"🥪","until":%q}`, daveUntil.Format(time.RFC3339Nano))
+	await(dave, false, "idle", daveData)
+	change(dave, "offline", "idle", "event", daveData)
+	cleared := change(dave, "idle", "idle", "timeout", "null")
+	if !cleared.At.Equal(daveUntil) {
+		t.Errorf("dave's custom status cleared at %v, want its until %v", cleared.At, daveUntil)
 	}
+	t.Logf("dave's custom status cleared %v after its until", cleared.got.Sub(daveUntil).Round(time.Millisecond))
 	if v := read(dave, harness.TestKeys.Operator, true); string(v.Data) != "null" {
 		t.Fatalf("dave after until, operator view: %s, want null", v.Data)
 	}
 	store := statestore.New(stateRDB(t, harness.RedisAddr()), p.Env["PULSE_REDIS_PREFIX"])
-	u, err := store.Get(context.Background(), dave)
-	if err != nil || u == nil || u.Custom.IsZero() {
-		t.Fatalf("dave's state before another fold: %+v, %v; want it to hold the expired custom status", u, err)
-	}
-	post(map[string]any{"userId": dave, "kind": "heartbeat"})
 	harness.Eventually(t, 30*time.Second, func() string {
 		u, err := store.Get(context.Background(), dave)
-		if err != nil || u == nil || !u.Custom.IsZero() {
-			return fmt.Sprintf("dave's state after a heartbeat past until: %+v, %v; want no custom status", u, err)
+		if err != nil || u == nil || !u.Custom.IsZero() || u.Status != presence.Idle {
+			return fmt.Sprintf("dave's state after until: %+v, %v; want idle without a custom status", u, err)
 		}
 		return ""
 	})
+	// The log holds the aggregator's decision, like any timeout.
+	var timeouts []string
+	for _, recs := range harness.ReadTopic(t, p.Events) {
+		for _, r := range recs {
+			if string(r.Key) != dave {
+				continue
+			}
+			e, err := records.DecodeEvent(r)
+			if err != nil {
+				t.Fatalf("record of dave: %v", err)
+			}
+			if e.Source == presence.SourceTimeout {
+				timeouts = append(timeouts, fmt.Sprintf("%s %s %s", e.Kind, e.DeviceID, e.Time().Format(time.RFC3339Nano)))
+			}
+		}
+	}
+	if want := []string{"custom * " + daveUntil.Format(time.RFC3339Nano)}; !slices.Equal(timeouts, want) {
+		t.Errorf("dave's timeouts in the log: %v, want %v", timeouts, want)
+	}
 
-	// {} clears.
+	// {} clears, with the status it comes with.
 	post(map[string]any{"userId": alice, "status": "online", "deviceId": "phone", "data": map[string]any{}})
 	await(alice, true, "online", "null")
+	change(alice, "idle", "online", "event", "null")
 
 	// A present socket's status command sets it, and is refused naming the member.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	tok, err := auth.MintUserToken(harness.TestKeys.Hs256, auth.UserToken{User: erin, TTL: time.Hour, Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)

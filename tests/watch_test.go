@@ -30,6 +30,8 @@ type watchMsg struct {
 	Cause    string    `json:"cause"`
 	Cursor   string    `json:"cursor"`
 	Code     string    `json:"code"`
+	// Data is a change's custom status as sent ("null": none).
+	Data     json.RawMessage `json:"data"`
 	Statuses []struct {
 		UserID      string     `json:"userId"`
 		Status      string     `json:"status"`

@@ -8,8 +8,8 @@ const params = new URLSearchParams(location.search);
 // Idle after this long without input, or this long in the background (milliseconds).
 const idleAfterMs = Number(params.get("idleAfterMs") ?? 5 * 60_000);
 const hiddenIdleAfterMs = Number(params.get("hiddenIdleAfterMs") ?? 60_000);
-// Custom statuses and last-seen times are read again this often: the feed's changes
-// carry status transitions only.
+// Last-seen times are read again this often: the feed's changes carry the status and
+// the custom status, not last-seen.
 const refreshMs = Number(params.get("refreshMs") ?? 5_000);
 
 /** The token's pulse_watch claim: the user's friends. */
@@ -47,7 +47,7 @@ function renderFriend(id, status, full) {
   }
   li.dataset.status = status.status;
   li.querySelector(".state").textContent = status.status;
-  const data = full?.data;
+  const data = status.data;
   li.querySelector(".custom").textContent = data ? [data.emoji, data.text].filter(Boolean).join(" ") : "";
   li.querySelector(".seen").textContent = status.status === "offline" ? since(full?.lastSeen ?? status.lastSeen) : "";
 }
@@ -61,7 +61,7 @@ async function start(token) {
   $("login").hidden = true;
   $("chat").hidden = false;
 
-  // Full statuses (last seen, custom status) for the friends, refreshed after changes.
+  // Full statuses (for last seen) of the friends, refreshed after changes.
   let full = new Map();
   let refreshing;
   const refresh = () => {
@@ -87,7 +87,10 @@ async function start(token) {
   feed.on("change", (c) => {
     const li = document.createElement("li");
     Object.assign(li.dataset, { user: c.userId, status: c.status, previous: c.previous, at: c.at, cause: c.cause });
-    li.textContent = `${new Date(c.at).toLocaleTimeString()} ${c.userId}: ${c.previous} → ${c.status} (${c.cause})`;
+    const what = c.status === c.previous
+      ? `custom status ${c.data ? [c.data.emoji, c.data.text].filter(Boolean).join(" ") : "cleared"}`
+      : `${c.previous} → ${c.status}`;
+    li.textContent = `${new Date(c.at).toLocaleTimeString()} ${c.userId}: ${what} (${c.cause})`;
     $("log").prepend(li);
     refresh();
   });

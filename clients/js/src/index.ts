@@ -9,6 +9,7 @@ export {
   type Ack,
   type Change,
   type ConnectOptions,
+  type CustomStatus,
   type FeedError,
   type Snapshot,
   type Status,

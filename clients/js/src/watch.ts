@@ -8,7 +8,10 @@ import { micros } from "./time.js";
 export type Status = components["schemas"]["Status"];
 /** `{"type":"snapshot","statuses":[…],"cursor"}`: watched users' current statuses. */
 export type Snapshot = components["schemas"]["WatchSnapshot"];
-/** `{"type":"change",…}`: one effective transition of a watched user. */
+/**
+ * `{"type":"change",…}`: one effective change of a watched user: a transition of the
+ * status, or of the custom status alone (`status` equals `previous`).
+ */
 export type Change = components["schemas"]["WatchChange"];
 /**
  * `{"type":"error","code","message"}`: something the connection survives, such as a
@@ -31,7 +34,17 @@ export interface UserStatus {
    */
   lastActive: string | null;
   lastSeen: string | null;
+  /** The user's custom status; null for none (or none the connection may see). */
+  data: CustomStatus | null;
+  /**
+   * The newest time the custom status is known as of: a snapshot's lastActive (a
+   * custom status is set by a status event, which moves it), then each change's `at`.
+   */
+  dataAt: string | null;
 }
+
+/** A custom status: a text, an emoji and when it clears itself. */
+export type CustomStatus = components["schemas"]["CustomStatus"];
 
 /** The events of a Watch, by name, with their payloads. */
 export interface WatchEvents {
@@ -312,6 +325,8 @@ export class Watch extends Emitter<WatchEvents> {
               lastUpdated: s.lastUpdated ?? null,
               lastActive: s.lastActive ?? null,
               lastSeen: s.lastSeen ?? null,
+              data: s.data ?? null,
+              dataAt: s.lastActive ?? null,
             });
           }
         }
@@ -327,9 +342,19 @@ export class Watch extends Emitter<WatchEvents> {
         if (!this.#wanted.has(ch.userId)) return;
         const held = this.#statuses.get(ch.userId);
         // A change the held state already reflects (re-sent after a resume from a
-        // snapshot's cursor) is not news.
-        if (held?.lastUpdated != null && !(micros(ch.at) > micros(held.lastUpdated))) return;
-        this.#statuses.set(ch.userId, { status: ch.status, lastUpdated: ch.at, lastActive: held?.lastActive ?? null, lastSeen: held?.lastSeen ?? null });
+        // snapshot's cursor) is not news. A change whose status equals previous
+        // changed the custom status alone, which the held state knows as of dataAt.
+        const dataOnly = ch.status === ch.previous;
+        const asOf = dataOnly ? held?.dataAt : held?.lastUpdated;
+        if (asOf != null && !(micros(ch.at) > micros(asOf))) return;
+        this.#statuses.set(ch.userId, {
+          status: ch.status,
+          lastUpdated: dataOnly ? (held?.lastUpdated ?? null) : ch.at,
+          lastActive: held?.lastActive ?? null,
+          lastSeen: held?.lastSeen ?? null,
+          data: ch.data ?? null,
+          dataAt: held?.dataAt != null && micros(held.dataAt) > micros(ch.at) ? held.dataAt : ch.at,
+        });
         this.emit("change", ch);
         this.emit("status", this.#statuses);
         return;

@@ -70,10 +70,43 @@ test("snapshot and changes keep the statuses map; a change not later than lastUp
     [["bob", "idle", "c3"], ["carol", "online", "c4"]],
   );
   assert.deepEqual(Object.fromEntries(w.statuses), {
-    bob: { status: "idle", lastUpdated: "2026-11-22T07:20:01.123457Z", lastActive: "2026-11-22T07:20:01.1Z", lastSeen: "2026-11-22T07:20:30Z" },
-    carol: { status: "online", lastUpdated: "2026-11-22T07:21:00Z", lastActive: null, lastSeen: null },
+    bob: { status: "idle", lastUpdated: "2026-11-22T07:20:01.123457Z", lastActive: "2026-11-22T07:20:01.1Z", lastSeen: "2026-11-22T07:20:30Z", data: null, dataAt: "2026-11-22T07:20:01.123457Z" },
+    carol: { status: "online", lastUpdated: "2026-11-22T07:21:00Z", lastActive: null, lastSeen: null, data: null, dataAt: "2026-11-22T07:21:00Z" },
   });
   assert.equal(w.cursor, "c4", "a dropped change still moves the cursor");
+  w.close();
+});
+
+test("custom status: snapshots and changes carry it; a change of it alone leaves lastUpdated", async () => {
+  const { c } = setup();
+  const w = c.watch(["bob"]);
+  const seen = record(w);
+  await until(() => FakeWebSocket.instances.length === 1, "the socket");
+  const ws = FakeWebSocket.last();
+  ws.open();
+  const lunch = { text: "lunch", emoji: "🥪" };
+  ws.message({
+    type: "snapshot",
+    statuses: [{ userId: "bob", status: "online", lastUpdated: "2026-11-22T07:20:00Z", lastActive: "2026-11-22T07:20:05Z", lastSeen: "2026-11-22T07:20:30Z", data: lunch }],
+    cursor: "c0",
+  });
+  const data = (status, at, d, cursor, cause = "event") => ({ ...change("bob", status, status, at, cursor), cause, data: d });
+  // Set by the status event the snapshot's lastActive already reflects: not news.
+  ws.message(data("online", "2026-11-22T07:20:05Z", lunch, "c1"));
+  // A new one, then its until: changes of the custom status alone.
+  const meeting = { text: "In a meeting", emoji: "📅", until: "2026-11-22T08:00:00Z" };
+  ws.message(data("online", "2026-11-22T07:30:00Z", meeting, "c2"));
+  ws.message(data("online", "2026-11-22T08:00:00Z", null, "c3", "timeout"));
+  // A status change carries the custom status as it is then.
+  ws.message({ ...change("bob", "idle", "online", "2026-11-22T08:05:00Z", "c4"), data: null });
+  assert.deepEqual(
+    seen.filter(([t]) => t === "change").map(([, p]) => [p.cursor, p.status, p.data]),
+    [["c2", "online", meeting], ["c3", "online", null], ["c4", "idle", null]],
+  );
+  assert.deepEqual(w.statuses.get("bob"), {
+    status: "idle", lastUpdated: "2026-11-22T08:05:00Z", lastActive: "2026-11-22T07:20:05Z", lastSeen: "2026-11-22T07:20:30Z",
+    data: null, dataAt: "2026-11-22T08:05:00Z",
+  });
   w.close();
 });
 
@@ -102,7 +135,7 @@ test("a dropped socket reconnects with a new ticket and the last cursor; nothing
     seen.map(([t, p]) => (t === "change" ? `${t}:${p.status}` : t === "open" ? `open:${p.resumed}` : t)),
     ["open:false", "snapshot", "change:online", "reconnecting", "open:true", "change:idle", "change:offline"],
   );
-  assert.deepEqual(w.statuses.get("bob"), { status: "offline", lastUpdated: "2026-11-22T07:20:04Z", lastActive: null, lastSeen: null });
+  assert.deepEqual(w.statuses.get("bob"), { status: "offline", lastUpdated: "2026-11-22T07:20:04Z", lastActive: null, lastSeen: null, data: null, dataAt: "2026-11-22T07:20:04Z" });
   w.close();
   assert.deepEqual(ws.closed, { code: 1000, reason: "client closed" });
 });
@@ -124,7 +157,7 @@ test("users subscribed while the socket was down are subscribed after the resume
   ws.open();
   assert.deepEqual(ws.sent, [{ op: "subscribe", userIds: ["carol"] }]);
   ws.message({ type: "snapshot", statuses: [{ userId: "carol", status: "idle", lastUpdated: "2026-11-22T07:19:00Z" }], cursor: "c1" });
-  assert.deepEqual(w.statuses.get("carol"), { status: "idle", lastUpdated: "2026-11-22T07:19:00Z", lastActive: null, lastSeen: null });
+  assert.deepEqual(w.statuses.get("carol"), { status: "idle", lastUpdated: "2026-11-22T07:19:00Z", lastActive: null, lastSeen: null, data: null, dataAt: null });
   w.unsubscribe(["bob"]);
   assert.deepEqual(ws.sent.at(-1), { op: "unsubscribe", userIds: ["bob"] });
   assert.equal(w.statuses.has("bob"), false);
@@ -158,7 +191,7 @@ test("cursor_expired: the fresh snapshot replaces what is held", async () => {
   ws.open();
   ws.message({ type: "error", code: "cursor_expired", message: "the cursor is older than the log; a fresh snapshot follows" });
   ws.message({ type: "snapshot", statuses: [{ userId: "bob", status: "idle", lastUpdated: "2026-11-22T08:00:00Z" }], cursor: "fresh" });
-  assert.deepEqual(w.statuses.get("bob"), { status: "idle", lastUpdated: "2026-11-22T08:00:00Z", lastActive: null, lastSeen: null });
+  assert.deepEqual(w.statuses.get("bob"), { status: "idle", lastUpdated: "2026-11-22T08:00:00Z", lastActive: null, lastSeen: null, data: null, dataAt: null });
   assert.equal(w.cursor, "fresh");
   assert.deepEqual(seen.map(([t]) => t), ["open", "error", "snapshot"]);
   assert.equal(ws.sent.length, 0, "the snapshot was the connection's, not an answer to a subscribe");

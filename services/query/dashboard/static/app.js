@@ -67,6 +67,13 @@
   const addDays = (d, n) => new Date(dayStart(d).getTime() + n * 86400e3).toISOString().slice(0, 10);
   const hhmm = (t) => pad(t.getUTCHours()) + ':' + pad(t.getUTCMinutes());
   const hhmmss = (t) => hhmm(t) + ':' + pad(t.getUTCSeconds());
+  // custom is a custom status as the API gives it: emoji and text, and until when.
+  function custom(d) {
+    if (!d) return '\u2014';
+    const s = [d.emoji, d.text].filter(Boolean).join(' ');
+    return d.until ? s + ' (until ' + when(d.until) + ')' : s;
+  }
+
   function when(s) {
     if (!s) return '—';
     const t = new Date(s);
@@ -329,7 +336,12 @@
       const s = document.createElement('span');
       s.className = 'status ' + m.status;
       s.textContent = m.status;
-      li.append(t, u, ' ' + m.previous + ' \u2192 ', s, m.cause === 'timeout' ? ' (timeout)' : '');
+      if (m.status === m.previous) {
+        // A change of the custom status alone.
+        li.append(t, u, ' custom status ', m.data ? custom(m.data) : 'cleared', m.cause === 'timeout' ? ' (timeout)' : '');
+      } else {
+        li.append(t, u, ' ' + m.previous + ' \u2192 ', s, m.cause === 'timeout' ? ' (timeout)' : '');
+      }
       const list = $('changes');
       list.prepend(li);
       while (list.children.length > 100) list.lastChild.remove();
@@ -362,6 +374,7 @@
       $('user-day').value = day;
       for (const k of ['user-status', 'pit-status']) { $(k).textContent = '—'; $(k).className = 'status'; }
       for (const k of ['user-devices', 'user-sessions', 'user-timeline', 'user-bar']) $(k).textContent = '';
+      $('user-custom').textContent = '\u2014';
       for (const k of ['user-state', 'pit-state', 'user-history-state']) setState($(k), '');
       $('user-feed-state').textContent = 'not connected';
       $('user-feed-state').className = 'badge';
@@ -371,8 +384,13 @@
       this.day = day;
       this.status();
       keep(new Feed(Object.assign({ userIds: id }, isOperator() ? { view: 'operator' } : {}), $('user-feed-state'), {
-        snapshot: (m) => { const s = m.statuses && m.statuses[0]; if (s) this.showStatus(s.status); },
-        change: (m) => { this.showStatus(m.status); clearTimeout(this.soon); this.soon = setTimeout(() => this.status(), 300); },
+        snapshot: (m) => { const s = m.statuses && m.statuses[0]; if (s) { this.showStatus(s.status); this.showCustom(s.data); } },
+        change: (m) => {
+          this.showStatus(m.status);
+          this.showCustom(m.data);
+          clearTimeout(this.soon);
+          this.soon = setTimeout(() => this.status(), 300);
+        },
       }));
       this.history();
       this.slider(params.get('at'));
@@ -381,10 +399,14 @@
       $('user-status').textContent = s;
       $('user-status').className = 'status ' + s;
     },
+    showCustom(d) {
+      $('user-custom').textContent = custom(d);
+    },
     async status() {
       try {
         const u = await api(`/v1/users/${enc(this.id)}/status` + opView('?'));
         this.showStatus(u.status);
+        this.showCustom(u.data);
         $('user-lastseen').textContent = when(u.lastSeen);
         $('user-lastactive').textContent = when(u.lastActive);
         $('user-lastupdated').textContent = when(u.lastUpdated);
