@@ -248,6 +248,25 @@ func TestDashboard(t *testing.T) {
 		own.wait(t, `document.getElementById('user-history-state').textContent.includes('operator scope')`, 5*time.Second)
 	})
 
+	t.Run("the user view shows the custom status live", func(t *testing.T) {
+		user := p.Run + "-custom"
+		post := func(data string) {
+			t.Helper()
+			if err := onlinePost(ingest, []harness.WireEvent{{UserID: user, Kind: "status", Status: "online", DeviceID: "web", Data: json.RawMessage(data)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		custom := `document.getElementById('user-custom').textContent`
+		post(`{"text":"In a meeting","emoji":"📅"}`)
+		now.eval(t, fmt.Sprintf(`location.hash = %q`, "#user/"+user))
+		now.wait(t, custom+` === '📅 In a meeting' && document.getElementById('user-feed-state').textContent === 'live'`, 15*time.Second)
+		// Changed and cleared while the page is open: the feed's changes carry it.
+		post(`{"text":"Lunch"}`)
+		now.wait(t, custom+` === 'Lunch'`, 10*time.Second)
+		post(`{}`)
+		now.wait(t, custom+` === '\u2014'`, 10*time.Second)
+	})
+
 	t.Run("history view: the day's peak and CSV", func(t *testing.T) {
 		now.eval(t, `location.hash = '#history?day=`+day+`'`)
 		now.wait(t, `document.getElementById('conc-peak').textContent !== '' && !document.getElementById('conc-csv').hidden`, 20*time.Second)

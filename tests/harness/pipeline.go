@@ -152,6 +152,8 @@ type WireEvent struct {
 	Status     string     `json:"status,omitempty"`
 	DeviceID   string     `json:"deviceId,omitempty"`
 	OccurredAt *time.Time `json:"occurredAt,omitempty"`
+	// Data is a status event's custom status as JSON; empty: none.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // PostJSON posts body and returns the status code and response body.

@@ -115,11 +115,11 @@ test("bob goes online: alice's watch gets the snapshot, then the change with its
     assert.match(eventId, /^[0-9a-f-]{36}$/);
     const ch = await next(w, "change", (c) => c.userId === bobId, "bob's change");
     const { at, cursor, ...rest } = ch;
-    assert.deepEqual(rest, { type: "change", userId: bobId, status: "online", previous: "offline", cause: "event" });
+    assert.deepEqual(rest, { type: "change", userId: bobId, status: "online", previous: "offline", cause: "event", data: null });
     assert.ok(Math.abs(micros(at) / 1000 - before) < 10_000, `at ${at} is not near the request's time`);
     assert.notEqual(cursor, snap.cursor);
     assert.equal(w.cursor, cursor);
-    assert.deepEqual(w.statuses.get(bobId), { status: "online", lastUpdated: at, lastActive: null, lastSeen: null });
+    assert.deepEqual(w.statuses.get(bobId), { status: "online", lastUpdated: at, lastActive: null, lastSeen: null, data: null, dataAt: at });
   } finally {
     w.close();
   }
@@ -227,7 +227,7 @@ test("present mode: bob's socket is his device: open, status, activity, close", 
 
   const w = narrate(alice.watch([bobId]), "alice");
   const changes = [];
-  w.on("change", (c) => changes.push([c.previous, c.status, c.cause]));
+  w.on("change", (c) => changes.push([c.previous, c.status, c.cause, c.data?.text ?? null]));
   const tab = new PulseClient({
     ingestUrl: env.PULSE_INGEST_URL,
     queryUrl: env.PULSE_QUERY_URL,
@@ -251,25 +251,27 @@ test("present mode: bob's socket is his device: open, status, activity, close", 
     assert.notEqual(activeId, idleId);
     await eventually(() => changes.length === 3, "bob active again");
 
-    // A custom status keeps the device's status (online) and reads back as data.
+    // A custom status keeps the device's status (online): alice's watch gets a change
+    // of it alone and keeps it, and it reads back as data.
     const customId = await present.setCustomStatus({ text: "In a meeting", emoji: "📅" });
     assert.match(customId, /^[0-9a-f-]{36}$/);
-    await eventually(async () => (await alice.lastSeen([bobId]))[0]?.data?.text === "In a meeting", "bob's custom status");
+    await eventually(() => changes.length === 4, "bob's custom status");
+    assert.deepEqual(w.statuses.get(bobId)?.data, { text: "In a meeting", emoji: "📅" });
     assert.deepEqual((await alice.lastSeen([bobId]))[0].data, { text: "In a meeting", emoji: "📅" });
     // A bad one is refused by name, and nothing is posted.
     await assert.rejects(present.setCustomStatus({ emoji: "📅📅" }),
       (err) => err instanceof PulseError && err.code === "invalid_command" && /data\.emoji/.test(err.message));
-    assert.equal(changes.length, 3, "a custom status is no status change");
 
     // A close the client starts posts the device offline at once.
     present.close();
-    await eventually(() => changes.length === 4, "bob offline");
+    await eventually(() => changes.length === 5, "bob offline");
     await new Promise((r) => setTimeout(r, 1000));
     assert.deepEqual(changes, [
-      ["offline", "online", "event"],
-      ["online", "idle", "event"],
-      ["idle", "online", "event"],
-      ["online", "offline", "event"],
+      ["offline", "online", "event", null],
+      ["online", "idle", "event", null],
+      ["idle", "online", "event", null],
+      ["online", "online", "event", "In a meeting"],
+      ["online", "offline", "event", null],
     ]);
     assert.equal(w.statuses.get(bobId)?.status, "offline");
   } finally {
