@@ -240,6 +240,10 @@ var wantColumns = map[string]column{
 	"user_activity.stale":           {"regular", -1, "none", "boolean"},
 	"user_activity.log_partition":   {"regular", -1, "none", "int"},
 	"user_activity.log_offset":      {"regular", -1, "none", "bigint"},
+	"user_activity.custom":          {"regular", -1, "none", "boolean"},
+	"user_activity.custom_text":     {"regular", -1, "none", "text"},
+	"user_activity.custom_emoji":    {"regular", -1, "none", "text"},
+	"user_activity.custom_until":    {"regular", -1, "none", "timestamp"},
 }
 
 func assertColumns(t *testing.T, got map[string]column) {
@@ -259,7 +263,7 @@ func assertColumns(t *testing.T, got map[string]column) {
 }
 
 // repoVersions are the versions of the repository's migrations/, in order.
-var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
+var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 func TestMigrateCreatesSchema(t *testing.T) {
 	session := migCassandra(t)

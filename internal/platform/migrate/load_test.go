@@ -238,6 +238,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{7, "0007_point_in_time.cql", 4},
 		{8, "0008_shard_progress.cql", 1},
 		{9, "0009_uniques_shown.cql", 1},
+		{10, "0010_user_activity_custom.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
@@ -279,6 +280,7 @@ func TestAppliedMigrationsKeepTheirBytes(t *testing.T) {
 		"0007_point_in_time.cql":              "9575f798456f2fe6",
 		"0008_shard_progress.cql":             "ece9f9fb6b9dae02",
 		"0009_uniques_shown.cql":              "725d1a0e3436f2b1",
+		"0010_user_activity_custom.cql":       "fed44f71c867bd74",
 	}
 	for _, m := range ms {
 		want, ok := released[m.File]
