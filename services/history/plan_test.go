@@ -164,8 +164,12 @@ func describe(w historystore.Write) string {
 	}
 	switch w.Statement() {
 	case historystore.InsertEvent:
-		return fmt.Sprintf("event user=%v bucket=%v at=%v id=%v kind=%v status=%v device=%v source=%v received=%v stale=%v pos=%v/%v ts=%v",
-			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), a[6], a[7], val(a[8]), a[9], a[10], a[11], a[12])
+		s := fmt.Sprintf("event user=%v bucket=%v at=%v id=%v kind=%v status=%v device=%v source=%v received=%v stale=%v pos=%v/%v ts=%v",
+			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), a[6], a[7], val(a[8]), a[9], a[10], a[11], a[16])
+		if a[12] != gocql.UnsetValue {
+			s += fmt.Sprintf(" custom=%v text=%v emoji=%v until=%v", a[12], val(a[13]), val(a[14]), val(a[15]))
+		}
+		return s
 	case historystore.InsertChange:
 		return fmt.Sprintf("change user=%v bucket=%v at=%v id=%v status=%v previous=%v cause=%v device=%v pos=%v/%v ts=%v",
 			a[0], val(a[1])[:10], val(a[2]), a[3], a[4], val(a[5]), val(a[6]), val(a[7]), a[8], a[9], a[10])
@@ -244,6 +248,50 @@ func TestPlanWithoutHeartbeats(t *testing.T) {
 	}
 	if got := describeKeys(p.keys()); !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A status event's row keeps what it did to the user's custom status: custom=true with
+// the status it set, custom=true alone for a clear (stale or not: the row is the event
+// as received) and for the aggregator's timeout at until, and no custom column at all
+// for an event that carried none.
+func TestPlanKeepsCustomStatus(t *testing.T) {
+	var p batchPlan
+	add := func(id string, at time.Time, c *presence.CustomStatus, stale bool) {
+		e := event(id, "u1", "phone", presence.KindStatus, at, at)
+		e.Custom = c
+		p.addEvent(&e, stale, 3, 0)
+	}
+	until := time.Date(2026, 3, 2, 15, 0, 0, 250_000_000, time.UTC)
+	add("s1", ms(100), &presence.CustomStatus{Text: "In a meeting", Emoji: "📅", Until: until}, false)
+	add("s2", ms(200), &presence.CustomStatus{Emoji: "🌴"}, true)
+	add("s3", ms(300), &presence.CustomStatus{}, false)
+	add("s4", ms(400), nil, false)
+	// The aggregator's timeout at until: a clear, though it carries no custom status.
+	expired := presence.Event{ID: "t1", UserID: "u1", Kind: presence.KindCustom, DeviceID: presence.AllDevices,
+		ReceivedAt: ms(500), Source: presence.SourceTimeout, LastSeen: ms(100)}
+	p.addEvent(&expired, false, 3, 0)
+
+	ev := func(id string, n int, stale bool) string {
+		return fmt.Sprintf("user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=%s id=e:%s kind=status status=online device=phone source=api received=%s stale=%v pos=3/0 ts=%d",
+			ms(n).Format("2006-01-02T15:04:05.000"), id, ms(n).Format("2006-01-02T15:04:05.000"), stale, presence.Micros(ms(n)))
+	}
+	want := []string{
+		ev("s1", 100, false) + " custom=true text=In a meeting emoji=📅 until=2026-03-02T15:00:00.250",
+		ev("s2", 200, true) + " custom=true text=unset emoji=🌴 until=unset",
+		ev("s3", 300, false) + " custom=true text=unset emoji=unset until=unset",
+		ev("s4", 400, false),
+		"user_activity|u1|2026-03-01: event user=u1 bucket=2026-03-01 at=2026-03-01T23:59:59.500 id=e:t1 kind=custom status=unset device=* source=timeout received=2026-03-01T23:59:59.500 stale=false pos=3/0 ts=" +
+			fmt.Sprint(presence.Micros(ms(500))) + " custom=true text=unset emoji=unset until=unset",
+	}
+	var got []string
+	for _, line := range describeKeys(p.keys()) {
+		if strings.HasPrefix(line, "user_activity|") {
+			got = append(got, line)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("user_activity rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package historystore is Pulse's history in Cassandra: every statement against the
-// history tables (migrations/0002 to 0008) lives here, typed in and out, as
+// history tables (migrations/0002 to 0010) lives here, typed in and out, as
 // internal/stores/statestore is for the state in Redis.
 //
 // It owns:

@@ -83,10 +83,12 @@ func (w Write) cql() string { return statements[w.stmt].cql }
 // Cassandra's last-write-wins orders cells by the log, not by when a write arrived: a
 // replay rewrites identical cells, and an old event never overwrites a newer one.
 const (
-	// An event as received; micros of received-at as its write time (rewritten alike).
+	// An event as received, with what it did to the user's custom status (0010);
+	// micros of received-at as its write time (rewritten alike).
 	insertEventCQL = `INSERT INTO user_activity (user_id, bucket, occurred_at, entry_id, entry_type,
- kind, status, device_id, source, received_at, stale, log_partition, log_offset)
- VALUES (?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
+ kind, status, device_id, source, received_at, stale, log_partition, log_offset,
+ custom, custom_text, custom_emoji, custom_until)
+ VALUES (?, ?, ?, ?, 'event', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?`
 	// An effective change; micros of changed-at as its write time.
 	insertChangeCQL = `INSERT INTO user_activity (user_id, bucket, occurred_at, entry_id, entry_type,
  status, previous_status, cause, device_id, log_partition, log_offset)
@@ -101,7 +103,9 @@ const (
 
 // EventRow is the user_activity row of event e, found at partition/offset of
 // presence.events: in the bucket (UTC day) of the event's time, with entry id
-// "e:<event id>", written at its received-at.
+// "e:<event id>", written at its received-at. An event that set or cleared the user's
+// custom status writes custom = true and the status it set; any other writes none of
+// those columns.
 func EventRow(e *presence.Event, stale bool, partition int32, offset int64) Write {
 	t := e.Time()
 	bucket := dayOf(t)
@@ -109,11 +113,29 @@ func EventRow(e *presence.Event, stale bool, partition int32, offset int64) Writ
 	if e.Kind == presence.KindStatus {
 		status = e.Status.String()
 	}
+	var custom, text, emoji, until any = gocql.UnsetValue, gocql.UnsetValue, gocql.UnsetValue, gocql.UnsetValue
+	if c := customOf(e); c != nil {
+		custom, text, emoji = true, orUnset(c.Text), orUnset(c.Emoji)
+		if !c.Until.IsZero() {
+			until = c.Until
+		}
+	}
 	return Write{InsertEvent, activityKey(e.UserID, bucket), []any{
 		e.UserID, bucket, t, "e:" + e.ID,
 		e.Kind.String(), orUnset(status), e.DeviceID, e.Source.String(), e.ReceivedAt, stale, partition, offset,
+		custom, text, emoji, until,
 		presence.Micros(e.ReceivedAt),
 	}}
+}
+
+// customOf is what event e did to its user's custom status: nil for nothing, the zero
+// CustomStatus for a clear. The aggregator's timeout at a custom status's until
+// (KindCustom) carries none of its own: the event itself is the clear.
+func customOf(e *presence.Event) *presence.CustomStatus {
+	if e.Custom == nil && e.Kind == presence.KindCustom {
+		return &presence.CustomStatus{}
+	}
+	return e.Custom
 }
 
 // Change is an effective change as user_activity records it.
