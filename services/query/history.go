@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/api/historyapi"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
@@ -197,12 +198,15 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 	return httpserver.JSON(c, http.StatusOK, page)
 }
 
-// timelineEntryOf is a user_activity row as the timeline answers it.
+// timelineEntryOf is a user_activity row as the timeline answers it. The route is
+// the operator's alone (operatorOnly), so an event's custom status is shown as sent
+// even while the user was invisible, as the operator view of a status read shows it.
 func timelineEntryOf(a *historystore.Activity) timelineEntry {
 	return timelineEntry{
 		OccurredAt: a.OccurredAt.UTC(), EntryID: a.EntryID, EntryType: a.EntryType, Kind: a.Kind, Status: a.Status,
 		PreviousStatus: a.PreviousStatus, DeviceID: a.DeviceID, Source: a.Source, Cause: a.Cause,
 		ReceivedAt: timePtr(a.ReceivedAt.UTC()), Stale: a.Stale, LogPartition: a.LogPartition, LogOffset: a.LogOffset,
+		Data: customjson.EventView(a.Custom),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/rollup"
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
@@ -114,6 +115,42 @@ func TestTimelineCursorRoundTrip(t *testing.T) {
 
 // Two shards peak at different seconds: the global peak is the largest per-second
 // sum, not the sum of the shards' peaks.
+// An event's custom status reaches the timeline as data: left out when the event left
+// it as it was, and on changes; {} for a clear; else as the status reads answer it.
+func TestTimelineEntryData(t *testing.T) {
+	at := time.Date(2026, 11, 26, 14, 0, 0, 0, time.UTC)
+	event := func(c *presence.CustomStatus) *historystore.Activity {
+		return &historystore.Activity{OccurredAt: at, EntryID: "e:e1", EntryType: "event", Kind: "status", Status: "online",
+			DeviceID: "phone", Source: "api", ReceivedAt: at, LogPartition: 3, LogOffset: 7, Custom: c}
+	}
+	const head = `{"occurredAt":"2026-11-26T14:00:00Z","entryId":"e:e1","entryType":"event","kind":"status","status":"online",` +
+		`"deviceId":"phone","source":"api","receivedAt":"2026-11-26T14:00:00Z","stale":false,"logPartition":3,"logOffset":7`
+	tests := []struct {
+		name string
+		row  *historystore.Activity
+		want string
+	}{
+		{"none", event(nil), head + `}`},
+		{"clear", event(&presence.CustomStatus{}), head + `,"data":{}}`},
+		{"set", event(&presence.CustomStatus{Text: "In a meeting", Emoji: "📅", Until: at.Add(time.Hour)}),
+			head + `,"data":{"text":"In a meeting","emoji":"📅","until":"2026-11-26T15:00:00Z"}}`},
+		{"emoji", event(&presence.CustomStatus{Emoji: "🌴"}), head + `,"data":{"emoji":"🌴"}}`},
+		{"change", &historystore.Activity{OccurredAt: at, EntryID: "c:e1", EntryType: "change", Status: "online", PreviousStatus: "offline",
+			Cause: "event", DeviceID: "phone", LogPartition: 3, LogOffset: 7},
+			`{"occurredAt":"2026-11-26T14:00:00Z","entryId":"c:e1","entryType":"change","status":"online","previousStatus":"offline",` +
+				`"deviceId":"phone","cause":"event","stale":false,"logPartition":3,"logOffset":7}`},
+	}
+	for _, tt := range tests {
+		var b bytes.Buffer
+		if err := json.NewEncoder(&b).Encode(timelineEntryOf(tt.row)); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSuffix(b.String(), "\n"); got != tt.want {
+			t.Errorf("%s: entry =\n%s\nwant\n%s", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestConcurrencyFoldSumsShardsPerSecond(t *testing.T) {
 	m0 := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
 	series := func(base int, peakAt, peak int) []int {

@@ -44,6 +44,19 @@ func View(c presence.CustomStatus) *Out {
 	return o
 }
 
+// EventView is what an event did to the user's custom status, as history's timeline
+// answers it: nil (left out) when the event left it as it was, the empty object {}
+// when it cleared it, as clients send a clear, else as View.
+func EventView(c *presence.CustomStatus) *Out {
+	switch {
+	case c == nil:
+		return nil
+	case c.IsZero():
+		return &Out{}
+	}
+	return View(*c)
+}
+
 // Decode reads and checks raw, a custom status a client sent at now (the server's
 // clock). path names the member that holds it, as in "events[0].data": every error is a
 // 400 naming the field at fault beneath it. The empty object is a clear, the zero

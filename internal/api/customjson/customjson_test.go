@@ -50,3 +50,19 @@ func TestView(t *testing.T) {
 		t.Fatalf("View = %s, %v", b, err)
 	}
 }
+
+func TestEventView(t *testing.T) {
+	for _, tt := range []struct {
+		c    *presence.CustomStatus
+		want string
+	}{
+		{nil, `null`},
+		{&presence.CustomStatus{}, `{}`},
+		{&presence.CustomStatus{Text: "In a meeting", Until: now}, `{"text":"In a meeting","until":"2026-11-26T14:00:00Z"}`},
+	} {
+		b, err := json.Marshal(EventView(tt.c))
+		if err != nil || string(b) != tt.want {
+			t.Errorf("EventView(%+v) = %s, %v; want %s", tt.c, b, err, tt.want)
+		}
+	}
+}

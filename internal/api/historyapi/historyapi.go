@@ -3,7 +3,11 @@
 // the two cannot drift apart. What each number means is defined by internal/domain/rollup.
 package historyapi
 
-import "time"
+import (
+	"time"
+
+	"github.com/pulse-presence/pulse/internal/api/customjson"
+)
 
 // TimelineEntry is one event or effective change of a user (GET /v1/users/{id}/timeline).
 type TimelineEntry struct {
@@ -20,6 +24,9 @@ type TimelineEntry struct {
 	Stale          bool       `json:"stale"`
 	LogPartition   int        `json:"logPartition"`
 	LogOffset      int64      `json:"logOffset"`
+	// Data is what an event did to the user's custom status: left out when nothing
+	// (and on changes), {} when it cleared it, else the custom status it set.
+	Data *customjson.Out `json:"data,omitempty"`
 }
 
 // TimelinePage is one page of a user's timeline, newest first.

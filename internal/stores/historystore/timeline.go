@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/pulse-presence/pulse/internal/domain/presence"
 )
 
 // Activity is one user_activity row: an event or an effective change of a user (Q1).
@@ -22,10 +24,14 @@ type Activity struct {
 	// in presence.events.
 	LogPartition int
 	LogOffset    int64
+	// Custom is what an event did to the user's custom status: nil when it left it as
+	// it was (and for changes), the zero CustomStatus when it cleared it, else the
+	// custom status it set, its until to the millisecond.
+	Custom *presence.CustomStatus
 }
 
 const timelineCQL = `SELECT occurred_at, entry_id, entry_type, kind, status, previous_status, device_id, source, cause,
-			received_at, stale, log_partition, log_offset FROM user_activity
+			received_at, stale, log_partition, log_offset, custom, custom_text, custom_emoji, custom_until FROM user_activity
 			WHERE user_id = ? AND bucket = ? AND occurred_at >= ? AND occurred_at < ?`
 
 // Timeline yields the rows of userID's day partition (a UTC midnight) that occurred
@@ -33,13 +39,22 @@ const timelineCQL = `SELECT occurred_at, entry_id, entry_type, kind, status, pre
 // one page fetches: a reader that wants n rows asks for as many.
 func (s *Store) Timeline(ctx context.Context, userID string, day, from, to time.Time, pageSize int, yield func(Activity) bool) error {
 	it := s.session.Query(timelineCQL, userID, day, from, to).PageSize(pageSize).IterContext(ctx)
-	var a Activity
+	var (
+		a      Activity
+		custom bool // null, as in every row of an event that carried none, scans as false
+		c      presence.CustomStatus
+	)
 	for it.Scan(&a.OccurredAt, &a.EntryID, &a.EntryType, &a.Kind, &a.Status, &a.PreviousStatus, &a.DeviceID,
-		&a.Source, &a.Cause, &a.ReceivedAt, &a.Stale, &a.LogPartition, &a.LogOffset) {
+		&a.Source, &a.Cause, &a.ReceivedAt, &a.Stale, &a.LogPartition, &a.LogOffset,
+		&custom, &c.Text, &c.Emoji, &c.Until) {
+		if custom {
+			set := c // a's own copy: c is scanned into again
+			a.Custom = &set
+		}
 		if !yield(a) {
 			break
 		}
-		a = Activity{}
+		a, custom, c = Activity{}, false, presence.CustomStatus{}
 	}
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("timeline of %s on %s: %w", userID, day.Format(time.DateOnly), err)
