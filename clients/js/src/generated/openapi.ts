@@ -1001,6 +1001,8 @@ export interface components {
             logPartition: number;
             /** Format: int64 */
             logOffset: number;
+            /** @description Event entries only: what the event did to the user's custom status, as the event carried it — the custom status it set (`until` to the millisecond, as the table keeps times), or `{}` when it cleared it (the aggregator's timeout of kind `custom` at its `until` included). Left out when the event left the custom status as it was, and on changes. It is what the event said, whether or not it took effect (a stale event, or one dated before the event that last set it). A custom status set while the user was invisible shows as it is: the route answers only in the operator view. */
+            data?: components["schemas"]["CustomStatus"];
         };
         /**
          * @example {
@@ -1030,7 +1032,12 @@ export interface components {
          *           "receivedAt": "2026-11-22T20:00:00.131Z",
          *           "stale": false,
          *           "logPartition": 3,
-         *           "logOffset": 2210
+         *           "logOffset": 2210,
+         *           "data": {
+         *             "text": "In a meeting",
+         *             "emoji": "📅",
+         *             "until": "2026-11-22T21:00:00Z"
+         *           }
          *         }
          *       ],
          *       "nextCursor": "AQAAAZNVSbN7YzowMUpEWDNRNlow5VCbVw"
@@ -2675,7 +2682,12 @@ export interface operations {
                      *           "receivedAt": "2026-11-22T20:00:00.131Z",
                      *           "stale": false,
                      *           "logPartition": 3,
-                     *           "logOffset": 2210
+                     *           "logOffset": 2210,
+                     *           "data": {
+                     *             "text": "In a meeting",
+                     *             "emoji": "📅",
+                     *             "until": "2026-11-22T21:00:00Z"
+                     *           }
                      *         }
                      *       ],
                      *       "nextCursor": "AQAAAZNVSbN7YzowMUpEWDNRNlow5VCbVw"
