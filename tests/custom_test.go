@@ -222,3 +222,128 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 	}
 	await(erin, false, "online", `{"text":"On the road","emoji":"🚗"}`)
 }
+
+// TestCustomStatusInTheTimeline posts status events with and without data through
+// ingest and reads them back from query's timeline: each event entry answers as data
+// the custom status the event set ({} for a clear, nothing for an event that carried
+// none), a stale one and one sent while invisible included; the aggregator's timeout
+// at a short until is an entry of its own with {}; no change entry has data, and a
+// reader gets a 403. The keyspace is the test's own, migrated from this tree.
+func TestCustomStatusInTheTimeline(t *testing.T) {
+	p := harness.NewTopics(t, 2)
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	if _, err := m.Apply(migCtx(t)); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
+		p.Start(t, name)
+	}
+	ingest, q := p.Svc["ingest"].URL, p.Svc["query"].URL
+	user := p.Run + "-tl"
+
+	// One device's events a few seconds apart in the recent past; s6 is dated before
+	// s5, so it is stale. s7's custom status clears itself a few seconds from now.
+	start := time.Now().Add(-2 * time.Minute).UTC().Truncate(time.Millisecond)
+	until := start.Add(time.Hour)
+	soon := time.Now().Add(6 * time.Second).UTC().Truncate(time.Millisecond)
+	at := func(s int) string { return start.Add(time.Duration(s) * time.Second).Format(time.RFC3339Nano) }
+	ev := func(id, status string, s int, data map[string]any) map[string]any {
+		e := map[string]any{"eventId": p.Run + "-" + id, "userId": user, "status": status, "deviceId": "phone", "occurredAt": at(s)}
+		if data != nil {
+			e["data"] = data
+		}
+		return e
+	}
+	for _, e := range []map[string]any{
+		ev("s1", "online", 0, map[string]any{"text": "In a meeting", "emoji": "📅", "until": until.Format(time.RFC3339Nano)}),
+		ev("s2", "idle", 5, nil),
+		ev("s3", "online", 10, map[string]any{"emoji": "🌴"}),
+		ev("s4", "invisible", 15, map[string]any{"text": "Heads down"}),
+		ev("s5", "online", 25, map[string]any{}),
+		ev("s6", "idle", 20, map[string]any{"text": "Late"}),
+		ev("s7", "online", 30, map[string]any{"emoji": "⏳", "until": soon.Format(time.RFC3339Nano)}),
+	} {
+		if code, body := harness.PostJSON(t, ingest+"/v1/events", map[string]any{"events": []map[string]any{e}}); code != http.StatusAccepted {
+			t.Fatalf("POST /v1/events = %d %s", code, body)
+		}
+	}
+
+	// Newest first: the timeout at soon, s7, s5, s6 (stale), s4, s3, s2, s1. The
+	// timeout's id derives from its deadline; it shows as e:timeout-….
+	entry := func(id, kind, status string, when string, stale bool, data string) string {
+		return fmt.Sprintf("%s kind=%s status=%s at=%s stale=%v data=%s", id, kind, status, when, stale, data)
+	}
+	sent := func(id, status string, s int, stale bool, data string) string {
+		return entry("e:"+p.Run+"-"+id, "status", status, at(s), stale, data)
+	}
+	want := []string{
+		entry("e:timeout-…", "custom", "", soon.Format(time.RFC3339Nano), false, `{}`),
+		sent("s7", "online", 30, false, fmt.Sprintf(`{"emoji":"⏳","until":%q}`, soon.Format(time.RFC3339Nano))),
+		sent("s5", "online", 25, false, `{}`),
+		sent("s6", "idle", 20, true, `{"text":"Late"}`),
+		sent("s4", "invisible", 15, false, `{"text":"Heads down"}`),
+		sent("s3", "online", 10, false, `{"emoji":"🌴"}`),
+		sent("s2", "idle", 5, false, ``),
+		sent("s1", "online", 0, false, fmt.Sprintf(`{"text":"In a meeting","emoji":"📅","until":%q}`, until.Format(time.RFC3339Nano))),
+	}
+	// Every change of the status, none with data. s6, stale, changed nothing; s7 and
+	// the timeout changed the custom status alone, which history keeps no change of.
+	var wantChanges []string
+	for _, c := range []struct {
+		id, status string
+		s          int
+	}{{"s5", "online", 25}, {"s4", "invisible", 15}, {"s3", "online", 10}, {"s2", "idle", 5}, {"s1", "online", 0}} {
+		wantChanges = append(wantChanges, entry("c:"+p.Run+"-"+c.id, "", c.status, at(c.s), false, ""))
+	}
+	target := q + "/v1/users/" + user + "/timeline?from=" + url.QueryEscape(start.Add(-time.Minute).Format(time.RFC3339)) +
+		"&to=" + url.QueryEscape(start.Add(5*time.Minute).Format(time.RFC3339)) + "&view=operator"
+	harness.Eventually(t, 30*time.Second, func() string {
+		var page struct {
+			Entries []struct {
+				OccurredAt time.Time       `json:"occurredAt"`
+				EntryID    string          `json:"entryId"`
+				EntryType  string          `json:"entryType"`
+				Kind       string          `json:"kind"`
+				Status     string          `json:"status"`
+				Stale      bool            `json:"stale"`
+				Data       json.RawMessage `json:"data"`
+			} `json:"entries"`
+		}
+		// Query connects to Cassandra in the background: a 503 first is no failure.
+		code, body := hapiGetRaw(t, target)
+		if code != http.StatusOK {
+			return fmt.Sprintf("GET %s = %d %s", target, code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			t.Fatalf("GET %s: %v in %s", target, err, body)
+		}
+		var got, changes []string
+		for _, e := range page.Entries {
+			id := e.EntryID
+			if strings.HasPrefix(id, "e:timeout-") {
+				id = "e:timeout-…"
+			}
+			line := entry(id, e.Kind, e.Status, e.OccurredAt.Format(time.RFC3339Nano), e.Stale, string(e.Data))
+			if e.EntryType == "change" {
+				changes = append(changes, line)
+				continue
+			}
+			got = append(got, line)
+		}
+		if !slices.Equal(got, want) || !slices.Equal(changes, wantChanges) {
+			return fmt.Sprintf("timeline events:\n%s\nwant:\n%s\nchanges:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"),
+				strings.Join(changes, "\n"), strings.Join(wantChanges, "\n"))
+		}
+		return ""
+	})
+
+	// The timeline is the operator's alone: a reader gets a 403, not the custom status
+	// set while invisible.
+	code, body := harness.OnlineDo(t, http.MethodGet, strings.TrimSuffix(target, "&view=operator"), harness.TestKeys.Reader, nil)
+	if code != http.StatusForbidden || strings.Contains(string(body), "Heads down") {
+		t.Fatalf("a reader's GET of the timeline = %d %s, want 403", code, body)
+	}
+}
