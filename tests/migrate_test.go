@@ -218,12 +218,16 @@ func rowVersions(rows []migRow) []int {
 
 // wantColumns is the schema contract of the history tables (docs/design.md, History).
 var wantColumns = map[string]column{
-	"user_status.user_id":       {"partition_key", 0, "none", "text"},
-	"user_status.status":        {"regular", -1, "none", "text"},
-	"user_status.last_updated":  {"regular", -1, "none", "timestamp"},
-	"user_status.last_active":   {"regular", -1, "none", "timestamp"},
-	"user_status.last_seen":     {"regular", -1, "none", "timestamp"},
-	"user_status.last_event_id": {"regular", -1, "none", "text"},
+	"user_status.user_id":          {"partition_key", 0, "none", "text"},
+	"user_status.status":           {"regular", -1, "none", "text"},
+	"user_status.last_updated":     {"regular", -1, "none", "timestamp"},
+	"user_status.last_active":      {"regular", -1, "none", "timestamp"},
+	"user_status.last_seen":        {"regular", -1, "none", "timestamp"},
+	"user_status.last_event_id":    {"regular", -1, "none", "text"},
+	"user_status.custom_text":      {"regular", -1, "none", "text"},
+	"user_status.custom_emoji":     {"regular", -1, "none", "text"},
+	"user_status.custom_until_us":  {"regular", -1, "none", "bigint"},
+	"user_status.custom_set_at_us": {"regular", -1, "none", "bigint"},
 
 	"user_activity.user_id":         {"partition_key", 0, "none", "text"},
 	"user_activity.bucket":          {"partition_key", 1, "none", "date"},
@@ -263,7 +267,7 @@ func assertColumns(t *testing.T, got map[string]column) {
 }
 
 // repoVersions are the versions of the repository's migrations/, in order.
-var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
 
 func TestMigrateCreatesSchema(t *testing.T) {
 	session := migCassandra(t)

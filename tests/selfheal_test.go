@@ -208,9 +208,10 @@ func TestRedisFlushHealsItself(t *testing.T) {
 // docs/design.md guarantee 10, where the log no longer reaches back: retention has
 // deleted the first records of presence.events (DeleteRecords moves the log's start,
 // as retention does), and Redis then loses everything. Users whose every event was
-// deleted come back from history's tables — status, last-seen time — and the others
-// from the log; the counts and every status equal the model, and no read answers 200
-// with a wrong state meanwhile.
+// deleted come back from history's tables — status, last-seen time, custom status —
+// and the others from the log, with the custom status they set before its start from
+// history; the counts, every status and every custom status equal the model, and no
+// read answers 200 with a wrong state meanwhile.
 func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	addr, _ := startRedis(t, harness.FreePort(t))
 	p := harness.NewTopics(t, 2)
@@ -236,8 +237,10 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	statuses := []presence.Status{presence.Online, presence.Idle, presence.Offline, presence.Invisible}
 	want := map[string]presence.Status{}
 	seen := map[string]time.Time{}
+	wantCustom := map[string]presence.CustomStatus{}
 	// produce sends each user one event of round; round 0 sets everyone online, the
-	// others a mix of the four statuses.
+	// others a mix of the four statuses. In round 1 every third user sets a custom
+	// status, half of them with an until (to the microsecond).
 	produce := func(users []string, round int) {
 		t.Helper()
 		var recs []*kgo.Record
@@ -249,6 +252,13 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 			}
 			e := presence.Event{ID: fmt.Sprintf("%s-%d", user, round), UserID: user, DeviceID: "phone", Source: presence.SourceAPI,
 				Kind: presence.KindStatus, Status: st, OccurredAt: at, ReceivedAt: at}
+			if round == 1 && i%3 == 0 {
+				c := presence.CustomStatus{Text: fmt.Sprintf("note %d", i), Emoji: "📅"}
+				if i%2 == 0 {
+					c.Until = at.Add(24*time.Hour + 7*time.Microsecond)
+				}
+				e.Custom, wantCustom[user] = &c, c
+			}
 			b, err := proto.Marshal(e.ToPB())
 			if err != nil {
 				t.Fatal(err)
@@ -351,6 +361,38 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	if unavailable == 0 {
 		t.Errorf("no read answered 503 between the flush and the repair (healed after %v)", healed)
 	}
+	// Every old user's custom status is history's: those restored in full, and those
+	// the log holds later events of, set before the log's start.
+	customs := 0
+	for _, id := range old {
+		code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/users/"+id+"/status?view=operator", harness.TestKeys.Operator, nil)
+		var v struct {
+			Data *struct {
+				Text, Emoji string
+				Until       *time.Time
+			} `json:"data"`
+		}
+		if code != http.StatusOK || json.Unmarshal(body, &v) != nil {
+			t.Fatalf("status of %s: %d %s", id, code, body)
+		}
+		var got presence.CustomStatus
+		if v.Data != nil {
+			got = presence.CustomStatus{Text: v.Data.Text, Emoji: v.Data.Emoji}
+			if v.Data.Until != nil {
+				got.Until = *v.Data.Until
+			}
+		}
+		if w := wantCustom[id]; !got.Equal(w) {
+			t.Fatalf("%s's custom status after the flush: %+v, want %+v", id, got, w)
+		}
+		if !got.IsZero() {
+			customs++
+		}
+	}
+	if customs != len(wantCustom) || customs == 0 {
+		t.Fatalf("%d custom statuses back after the flush, the model has %d", customs, len(wantCustom))
+	}
+
 	// The restored users' times are history's: last-seen of their one event.
 	for _, id := range old[40:] {
 		// The operator view: an invisible user's times are hidden from readers.
@@ -375,8 +417,8 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	if line := fmt.Sprintf("pulse_aggregator_rebuild_restored_users_total %d", onlyHistory); !strings.Contains(body, line+"\n") {
 		t.Fatalf("the aggregator's metrics lack %q", line)
 	}
-	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log; correct again after %v, %d reads answered 503 meanwhile",
-		onlyHistory, len(want)-onlyHistory, healed.Round(time.Millisecond), unavailable)
+	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log, %d custom statuses from history; correct again after %v, %d reads answered 503 meanwhile",
+		onlyHistory, len(want)-onlyHistory, customs, healed.Round(time.Millisecond), unavailable)
 }
 
 // publicStatusesDiffer reads every user of want through POST /statuses at query q and

@@ -128,9 +128,12 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 	if err != nil {
 		return 0, err
 	}
+	// Every user of the shard is read: users the log holds records of are folded from
+	// the log, but a custom status set before start is only in history, and comes
+	// back from it (seedWindow).
 	var states map[string]historystore.LastKnown
 	err = w.retry(ctx, "reading the shard's users from history", func(ctx context.Context) (err error) {
-		states, err = w.history.Shard(ctx, w.st.partition, func(id string) bool { _, ok := inLog[id]; return ok })
+		states, err = w.history.Shard(ctx, w.st.partition, func(string) bool { return false })
 		if errors.Is(err, historystore.ErrNoHistory) {
 			// Nothing to restore is a fact, not a failure: the shard had nobody
 			// history saw (or history never ran), and the log is all there is.
@@ -142,7 +145,13 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 		return 0, err
 	}
 	ids := make([]string, 0, len(states))
-	for id := range states {
+	restored := 0
+	for id, st := range states {
+		if _, ok := inLog[id]; !ok {
+			restored++
+		} else if st.CustomSetAt.IsZero() {
+			continue // the log tells all there is to know
+		}
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -152,7 +161,7 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 	windows := (len(ids) + size - 1) / size
 	for k := range windows {
 		part := ids[k*size : min((k+1)*size, len(ids))]
-		win := seedWindow(&w.st, start-int64(windows-k), part, states)
+		win := seedWindow(&w.st, start-int64(windows-k), part, states, inLog)
 		win.Written, win.Rebuilding = w.st.written, true
 		if err := w.retry(ctx, "writing restored users", func(ctx context.Context) error {
 			_, err := w.store.WriteWindow(ctx, win)
@@ -163,13 +172,14 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 		w.st.written, w.st.offset = win.LastOffset+1, win.LastOffset
 		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
 	}
-	return len(ids), nil
+	return restored, nil
 }
 
 // seedWindow is the window that registers ids, users new to the shard, with their
-// last known states, at offset last. It has no changes: restoring a user changes
-// nothing anyone saw.
-func seedWindow(st *shardState, last int64, ids []string, states map[string]historystore.LastKnown) *statestore.Window {
+// last known states, at offset last: in full for users the log holds no record of,
+// and only their custom status for those in inLog, which the log's records then
+// fold on. It has no changes: restoring a user changes nothing anyone saw.
+func seedWindow(st *shardState, last int64, ids []string, states map[string]historystore.LastKnown, inLog map[string]struct{}) *statestore.Window {
 	w := &statestore.Window{
 		Shard:      int(st.partition),
 		LastOffset: last,
@@ -184,7 +194,15 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]hist
 		u := presence.NewUser(w.Next)
 		w.NewIDs = append(w.NewIDs, statestore.NewID{UserID: id, Index: w.Next})
 		w.Next++
-		u.Status, u.Invisible, u.Offset = s.Status, s.Status == presence.Invisible, last
+		u.Offset = last
+		// A custom status past its until is restored too: readers never see it, and
+		// the user's next event drops it (docs/design.md, "Custom status").
+		u.Custom, u.CustomSetAt = s.Custom, s.CustomSetAt
+		if _, ok := inLog[id]; ok {
+			w.Users[id] = u
+			continue
+		}
+		u.Status, u.Invisible = s.Status, s.Status == presence.Invisible
 		u.LastUpdated, u.LastActive, u.LastSeen = s.LastUpdated, s.LastActive, s.LastSeen
 		if s.Status != presence.Offline {
 			d := presence.Device{ID: HistoryDevice, Status: presence.Online, LastSeen: s.LastSeen}

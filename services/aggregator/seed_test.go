@@ -23,7 +23,7 @@ func TestSeedWindow(t *testing.T) {
 		"cat": {Status: presence.Offline, LastSeen: seen},
 		"dan": {Status: presence.Invisible, LastSeen: seen},
 	}
-	w := seedWindow(st, 41, []string{"ann", "bea", "cat", "dan"}, states)
+	w := seedWindow(st, 41, []string{"ann", "bea", "cat", "dan"}, states, nil)
 	if w.LastOffset != 41 || w.Next != 11 || w.Outbox != nil {
 		t.Fatalf("window at %d, next %d, outbox %v; want 41, 11, none", w.LastOffset, w.Next, w.Outbox)
 	}
@@ -66,5 +66,32 @@ func TestSeedWindow(t *testing.T) {
 		if u.Public != public {
 			t.Fatalf("%s public times %+v, want %+v", id, u.Public, public)
 		}
+	}
+}
+
+// A custom status comes back from history with the user: in full for a user the log
+// holds no record of, and alone (a user otherwise new) for one the log will fold.
+func TestSeedWindowRestoresCustomStatus(t *testing.T) {
+	st := newShard()
+	seen := base.Add(-time.Hour)
+	setAt := seen.Add(-time.Minute + 3*time.Microsecond)
+	meeting := presence.CustomStatus{Text: "In a meeting", Emoji: "📅", Until: base.Add(time.Hour + 7*time.Microsecond)}
+	states := map[string]historystore.LastKnown{
+		"ann": {Status: presence.Online, LastSeen: seen, Custom: meeting, CustomSetAt: setAt},
+		"bea": {Status: presence.Idle, LastSeen: seen, Custom: meeting, CustomSetAt: setAt},
+	}
+	w := seedWindow(st, 41, []string{"ann", "bea"}, states, map[string]struct{}{"bea": {}})
+	ann, bea := w.Users["ann"], w.Users["bea"]
+	if ann.Status != presence.Online || ann.Custom != meeting || !ann.CustomSetAt.Equal(setAt) {
+		t.Fatalf("ann restored as %+v, want online with the custom status set at %v", ann, setAt)
+	}
+	want := presence.NewUser(1)
+	want.Offset, want.Custom, want.CustomSetAt = 41, meeting, setAt
+	if bea.Status != presence.Offline || len(bea.Devices) != 0 || !bea.LastSeen.IsZero() || bea.Index != 1 ||
+		bea.Custom != meeting || !bea.CustomSetAt.Equal(setAt) || bea.Offset != 41 {
+		t.Fatalf("bea, in the log, restored as %+v; want %+v: her custom status alone", bea, want)
+	}
+	if got := w.Bitmaps[trackedIndex(presence.Idle)].GetCardinality(); got != 0 {
+		t.Fatalf("the idle bitmap holds %d users; bea's status is the log's to fold", got)
 	}
 }

@@ -79,6 +79,9 @@ func (s *statusPlan) keys() []*historystore.Partition {
 		if r.status.set {
 			ws = append(ws, historystore.StatusUpdate(user, r.status.tie, r.status.at))
 		}
+		if r.custom.set {
+			ws = append(ws, historystore.CustomUpdate(user, r.customValue, r.custom.at))
+		}
 		if len(ws) > 0 {
 			out = append(out, &historystore.Partition{Key: ws[0].Key(), Writes: ws})
 		}
@@ -111,6 +114,10 @@ type statusRow struct {
 	seen   cellWrite // last_seen, last_event_id: newest fresh event of any kind
 	active cellWrite // last_seen, last_active, last_event_id: newest status or activity event
 	status cellWrite // status, last_updated: newest change
+	// custom is the newest fresh status event carrying a custom status (tie: its id),
+	// and customValue what it set.
+	custom      cellWrite
+	customValue presence.CustomStatus
 }
 
 // add plans w after the writes of its partition key planned before.
@@ -181,7 +188,8 @@ func (b *batchPlan) addEvent(e *presence.Event, stale bool, partition int32, off
 }
 
 // offerEvent plans what fresh event e writes to its user's user_status row: last_seen
-// and last_event_id, and for status and activity events last_active. A timeout is not
+// and last_event_id, for status and activity events last_active, and for a status
+// event carrying a custom status that custom status. A timeout is not
 // a sign of life: its change reaches user_status through presence.changes.
 func (s *statusPlan) offerEvent(e *presence.Event) {
 	if e.Source == presence.SourceTimeout {
@@ -192,6 +200,12 @@ func (s *statusPlan) offerEvent(e *presence.Event) {
 	r.seen.offer(t, e.ID)
 	if e.Kind == presence.KindStatus || e.Kind == presence.KindActivity {
 		r.active.offer(t, e.ID)
+	}
+	if e.Custom != nil {
+		prev := r.custom
+		if r.custom.offer(t, e.ID); r.custom != prev {
+			r.customValue = *e.Custom
+		}
 	}
 }
 

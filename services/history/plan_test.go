@@ -367,3 +367,42 @@ func FuzzDecodeChange(f *testing.F) {
 		}
 	})
 }
+
+// user_status keeps the custom status of the newest fresh status event carrying one,
+// its times in microseconds, so a rebuild of Redis from history restores it; events
+// without one, stale ones and older ones plan no custom write.
+func TestPlanCustomStatusInUserStatus(t *testing.T) {
+	p := batchPlan{}
+	set := func(id string, at time.Time, c *presence.CustomStatus, stale bool) {
+		e := event(id, "u1", "phone", presence.KindStatus, at, at)
+		e.Custom = c
+		p.addEvent(&e, stale, 3, 10)
+	}
+	until := ms(90_000).Add(7 * time.Microsecond)
+	set("e1", ms(1000), &presence.CustomStatus{Text: "lunch"}, false)
+	set("e2", ms(3000).Add(5*time.Microsecond), &presence.CustomStatus{Text: "In a meeting", Emoji: "📅", Until: until}, false)
+	set("e3", ms(2000), &presence.CustomStatus{}, false)             // older than e2
+	set("e4", ms(4000), &presence.CustomStatus{Text: "stale"}, true) // stale
+	set("e5", ms(5000), nil, false)                                  // carries none
+	var got [][]any
+	for _, k := range p.keys() {
+		for _, w := range k.Writes {
+			if w.Statement() == historystore.UpdateCustom {
+				got = append(got, w.Values())
+			}
+		}
+	}
+	setAt := presence.Micros(ms(3000).Add(5 * time.Microsecond))
+	want := [][]any{{setAt, "In a meeting", "📅", presence.Micros(until), setAt, "u1"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("custom writes %v, want %v", got, want)
+	}
+	// A clear is written as such: empty text and emoji, no until.
+	p = batchPlan{}
+	set("e6", ms(6000), &presence.CustomStatus{}, false)
+	w := p.keys()[len(p.keys())-1].Writes
+	last := w[len(w)-1]
+	if v := last.Values(); last.Statement() != historystore.UpdateCustom || !reflect.DeepEqual(v, []any{presence.Micros(ms(6000)), "", "", int64(0), presence.Micros(ms(6000)), "u1"}) {
+		t.Fatalf("a clear planned %v %v", last.Statement(), v)
+	}
+}

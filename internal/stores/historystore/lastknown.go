@@ -24,6 +24,10 @@ type LastKnown struct {
 	// LastUpdated is when Status last changed; LastActive the newest status or
 	// activity event; LastSeen the newest event of any kind. Zero when unknown.
 	LastUpdated, LastActive, LastSeen time.Time
+	// Custom is the custom status the newest status event carrying one set (the zero
+	// value for none or a clear), at CustomSetAt; zero when none ever did.
+	Custom      presence.CustomStatus
+	CustomSetAt time.Time
 }
 
 // ErrNoHistory is returned by LastKnownOfShard when history's tables hold nobody of
@@ -39,7 +43,8 @@ const (
 
 const (
 	shardUsersCQL = `SELECT user_id FROM shard_users WHERE shard = ? AND block = ?`
-	userStatusCQL = `SELECT user_id, status, last_updated, last_active, last_seen FROM user_status WHERE user_id IN ?`
+	userStatusCQL = `SELECT user_id, status, last_updated, last_active, last_seen,
+ custom_text, custom_emoji, custom_until_us, custom_set_at_us FROM user_status WHERE user_id IN ?`
 )
 
 // ShardUsers is every user history ever indexed in shard: shard_users holds dense
@@ -75,10 +80,11 @@ func (s *Store) LastKnownStates(ctx context.Context, ids []string) (map[string]L
 		g.Go(func() error {
 			it := s.session.Query(userStatusCQL, part).IterContext(ctx)
 			var (
-				id, status            string
-				updated, active, seen time.Time
+				id, status, text, emoji string
+				updated, active, seen   time.Time
+				untilUs, setAtUs        int64
 			)
-			for it.Scan(&id, &status, &updated, &active, &seen) {
+			for it.Scan(&id, &status, &updated, &active, &seen, &text, &emoji, &untilUs, &setAtUs) {
 				if status == "" {
 					continue
 				}
@@ -87,8 +93,13 @@ func (s *Store) LastKnownStates(ctx context.Context, ids []string) (map[string]L
 					_ = it.Close()
 					return fmt.Errorf("user_status of %q: %w", id, err)
 				}
+				lk := LastKnown{Status: st, LastUpdated: utc(updated), LastActive: utc(active), LastSeen: utc(seen)}
+				if setAtUs != 0 {
+					lk.Custom = presence.CustomStatus{Text: text, Emoji: emoji, Until: presence.FromMicros(untilUs)}
+					lk.CustomSetAt = presence.FromMicros(setAtUs)
+				}
 				mu.Lock()
-				out[id] = LastKnown{Status: st, LastUpdated: utc(updated), LastActive: utc(active), LastSeen: utc(seen)}
+				out[id] = lk
 				mu.Unlock()
 			}
 			if err := it.Close(); err != nil {

@@ -32,6 +32,7 @@ const (
 	UpsertProgress
 	InsertCheckpointChunk
 	InsertCheckpointHeader
+	UpdateCustom
 )
 
 // statements are the table and the CQL of each Statement: a constant table, never
@@ -54,6 +55,7 @@ var statements = [...]struct{ table, cql string }{
 	UpsertProgress:         {TableProgress, upsertProgressCQL},
 	InsertCheckpointChunk:  {TableCheckpoints, insertCheckpointChunkCQL},
 	InsertCheckpointHeader: {TableCheckpoints, insertCheckpointHeaderCQL},
+	UpdateCustom:           {TableStatus, updateCustomCQL},
 }
 
 // Write is one statement with its bound values, and the partition key it writes.
@@ -207,4 +209,19 @@ func orUnset(s string) any {
 		return gocql.UnsetValue
 	}
 	return s
+}
+
+// A status event's custom status as the user's, or its clear (empty text and emoji, no
+// until); micros of the event's time as write time, so the newest set wins as in the
+// fold (presence.User.CustomSetAt). Kept so a rebuild of Redis from history restores
+// it for users the log no longer reaches back to.
+const updateCustomCQL = `UPDATE user_status USING TIMESTAMP ?
+ SET custom_text = ?, custom_emoji = ?, custom_until_us = ?, custom_set_at_us = ? WHERE user_id = ?`
+
+// CustomUpdate sets the user's custom status to c, set at at, written at that time.
+// Its times are microseconds, as the fold keeps them: a timestamp column would cut
+// them to milliseconds.
+func CustomUpdate(userID string, c presence.CustomStatus, at time.Time) Write {
+	us := presence.Micros(at)
+	return Write{UpdateCustom, statusKey(userID), []any{us, c.Text, c.Emoji, presence.Micros(c.Until), us, userID}}
 }
