@@ -265,6 +265,31 @@ func TestDashboard(t *testing.T) {
 		now.wait(t, custom+` === 'Lunch'`, 10*time.Second)
 		post(`{}`)
 		now.wait(t, custom+` === '\u2014'`, 10*time.Second)
+
+		// The day's timeline shows what each event did to it, once history wrote them.
+		today := time.Now().UTC().Format(time.DateOnly)
+		harness.Eventually(t, 30*time.Second, func() string {
+			var tl struct {
+				Entries []struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"entries"`
+			}
+			if code := op(fmt.Sprintf("%s/v1/users/%s/timeline?from=%s&to=%s&view=operator", query, user, today, time.Now().UTC().AddDate(0, 0, 1).Format(time.DateOnly)), &tl); code != http.StatusOK {
+				return fmt.Sprintf("timeline: %d", code)
+			}
+			n := 0
+			for _, e := range tl.Entries {
+				if e.Data != nil {
+					n++
+				}
+			}
+			if n != 3 {
+				return fmt.Sprintf("the timeline holds %d entries with data, want 3", n)
+			}
+			return ""
+		})
+		now.eval(t, fmt.Sprintf(`location.hash = %q`, "#user/"+user+"?day="+today))
+		now.wait(t, `[...document.querySelectorAll('#user-timeline tr')].map(r => r.cells[6].textContent).filter(Boolean).join('|') === 'cleared|Lunch|📅 In a meeting'`, 15*time.Second)
 	})
 
 	t.Run("history view: the day's peak and CSV", func(t *testing.T) {

@@ -454,7 +454,9 @@
         tt.textContent = '';
         for (const e of tl.entries) {
           const tr = tt.insertRow();
-          for (const v of [when(e.occurredAt), e.entryType, e.kind || '', e.status ? (e.previousStatus ? e.previousStatus + ' \u2192 ' : '') + e.status : '', e.deviceId || '', e.source || e.cause || '']) {
+          // data: absent when the event left the custom status as it was, {} for a clear.
+          const data = !e.data ? '' : (e.data.text || e.data.emoji) ? custom(e.data) : 'cleared';
+          for (const v of [when(e.occurredAt), e.entryType, e.kind || '', e.status ? (e.previousStatus ? e.previousStatus + ' \u2192 ' : '') + e.status : '', e.deviceId || '', e.source || e.cause || '', data]) {
             tr.insertCell().textContent = v;
           }
         }
