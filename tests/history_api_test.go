@@ -421,9 +421,9 @@ func TestHistoryAPIAnswersFromTheTables(t *testing.T) {
 		assertEqualJSON(t, "timeline 12:00 to day 2", page.Entries, newestFirst(entries[2:5]))
 
 		var csv strings.Builder
-		csv.WriteString("OCCURRED_AT,TYPE,KIND,STATUS,PREVIOUS,DEVICE,SOURCE,CAUSE,STALE,RECEIVED_AT,ENTRY_ID\n")
-		for _, e := range newestFirst(entries) {
-			fmt.Fprintf(&csv, "%s,%s,%s,%s,%s,%s,%s,%s,%t,%s,%s\n", csvTime(&e.OccurredAt), e.EntryType, e.Kind, e.Status, e.PreviousStatus,
+		csv.WriteString("OCCURRED_AT,TYPE,KIND,STATUS,PREVIOUS,DEVICE,SOURCE,CAUSE,STALE,RECEIVED_AT,ENTRY_ID,CUSTOM\n")
+		for _, e := range newestFirst(entries) { // none of them carries a custom status
+			fmt.Fprintf(&csv, "%s,%s,%s,%s,%s,%s,%s,%s,%t,%s,%s,\n", csvTime(&e.OccurredAt), e.EntryType, e.Kind, e.Status, e.PreviousStatus,
 				e.DeviceID, e.Source, e.Cause, e.Stale, csvTime(e.ReceivedAt), e.EntryID)
 		}
 		if out := hapiCLI(t, q.URL, "history", "user", user, "-from", date(d0), "-to", date(d0.AddDate(0, 0, 3)), "-limit", "3", "-csv"); out != csv.String() {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/trust"
+	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/api/historyapi"
 	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
@@ -172,12 +173,22 @@ func (t *table) print(w io.Writer, asCSV bool) error {
 		_ = cw.WriteAll(t.rows) // flushes
 		return cw.Error()
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
 	for _, r := range t.rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Empty cells at the end of a row are padded into trailing blanks: drop them.
+	for line := range strings.Lines(b.String()) {
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Cell formats: tables are for people, CSV for tools.
@@ -305,7 +316,7 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 	limit := fs.Int("limit", 1000, "entries per request (1-1000)")
 	return runAnalytics(ctx, fs, f, args[1:], 1, "history user ID [-from TIME] [-to TIME] [-csv]", stdout,
 		func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
-			t := &table{header: []string{"OCCURRED_AT", "TYPE", "KIND", "STATUS", "PREVIOUS", "DEVICE", "SOURCE", "CAUSE", "STALE", "RECEIVED_AT", "ENTRY_ID"}}
+			t := &table{header: []string{"OCCURRED_AT", "TYPE", "KIND", "STATUS", "PREVIOUS", "DEVICE", "SOURCE", "CAUSE", "STALE", "RECEIVED_AT", "ENTRY_ID", "CUSTOM"}}
 			q := rangeQuery(f)
 			q.Set("limit", strconv.Itoa(*limit))
 			for {
@@ -315,7 +326,7 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 				}
 				for _, e := range page.Entries {
 					t.add(fmtTime(&e.OccurredAt, f.csv), e.EntryType, e.Kind, e.Status, e.PreviousStatus, e.DeviceID,
-						e.Source, e.Cause, strconv.FormatBool(e.Stale), fmtTime(e.ReceivedAt, f.csv), e.EntryID)
+						e.Source, e.Cause, strconv.FormatBool(e.Stale), fmtTime(e.ReceivedAt, f.csv), e.EntryID, fmtCustom(e.Data, f.csv))
 				}
 				if page.NextCursor == nil {
 					return t, nil
@@ -463,4 +474,20 @@ func statsDaily(ctx context.Context, c *queryClient, f *readFlags) (*table, erro
 		}
 	}
 	return t, nil
+}
+
+// fmtCustom is what a timeline event did to the custom status: "" when it left it as
+// it was, "(cleared)" for a clear, else its emoji and text and when it was to clear.
+func fmtCustom(d *customjson.Out, asCSV bool) string {
+	switch {
+	case d == nil:
+		return ""
+	case d.Text == "" && d.Emoji == "":
+		return "(cleared)"
+	}
+	s := strings.TrimSpace(d.Emoji + " " + d.Text)
+	if d.Until != nil {
+		s += " until " + fmtTime(d.Until, asCSV)
+	}
+	return s
 }

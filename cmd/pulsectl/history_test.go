@@ -44,10 +44,11 @@ func TestHistoryUserFollowsCursors(t *testing.T) {
 	srv, asked := fakeQuery(t, map[string]string{
 		"/v1/users/al%20ice/timeline?from=2026-11-22&limit=2&to=2026-11-23": `{"entries":[
 			{"occurredAt":"2026-11-22T20:00:01.5Z","entryId":"c:2","entryType":"change","status":"idle","previousStatus":"online","cause":"timeout","stale":false,"logPartition":1,"logOffset":9},
-			{"occurredAt":"2026-11-22T20:00:00Z","entryId":"e:1","entryType":"event","kind":"status","status":"online","deviceId":"phone","source":"api","receivedAt":"2026-11-22T20:00:00.25Z","stale":true,"logPartition":1,"logOffset":8}],
+			{"occurredAt":"2026-11-22T20:00:00Z","entryId":"e:1","entryType":"event","kind":"status","status":"online","deviceId":"phone","source":"api","receivedAt":"2026-11-22T20:00:00.25Z","stale":true,"logPartition":1,"logOffset":8,"data":{"text":"lunch","emoji":"🥪","until":"2026-11-22T21:00:00Z"}}],
 			"nextCursor":"CUR"}`,
 		"/v1/users/al%20ice/timeline?cursor=CUR&from=2026-11-22&limit=2&to=2026-11-23": `{"entries":[
-			{"occurredAt":"2026-11-22T08:00:00Z","entryId":"e:0","entryType":"event","kind":"heartbeat","deviceId":"laptop","source":"api","stale":false,"logPartition":1,"logOffset":2}],
+			{"occurredAt":"2026-11-22T08:00:00Z","entryId":"e:0","entryType":"event","kind":"heartbeat","deviceId":"laptop","source":"api","stale":false,"logPartition":1,"logOffset":2},
+			{"occurredAt":"2026-11-22T07:00:00Z","entryId":"e:t","entryType":"event","kind":"custom","deviceId":"*","source":"timeout","stale":false,"logPartition":1,"logOffset":1,"data":{}}],
 			"nextCursor":null}`,
 	})
 	var out bytes.Buffer
@@ -57,10 +58,11 @@ func TestHistoryUserFollowsCursors(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.Join([]string{
-		"OCCURRED_AT              TYPE    KIND       STATUS  PREVIOUS  DEVICE  SOURCE  CAUSE    STALE  RECEIVED_AT              ENTRY_ID",
-		"2026-11-22 20:00:01.500  change             idle    online                    timeout  false                           c:2",
-		"2026-11-22 20:00:00.000  event   status     online            phone   api              true   2026-11-22 20:00:00.250  e:1",
-		"2026-11-22 08:00:00.000  event   heartbeat                    laptop  api              false                           e:0",
+		"OCCURRED_AT              TYPE    KIND       STATUS  PREVIOUS  DEVICE  SOURCE   CAUSE    STALE  RECEIVED_AT              ENTRY_ID  CUSTOM",
+		"2026-11-22 20:00:01.500  change             idle    online                     timeout  false                           c:2",
+		"2026-11-22 20:00:00.000  event   status     online            phone   api               true   2026-11-22 20:00:00.250  e:1       🥪 lunch until 2026-11-22 21:00:00.000",
+		"2026-11-22 08:00:00.000  event   heartbeat                    laptop  api               false                           e:0",
+		"2026-11-22 07:00:00.000  event   custom                       *       timeout           false                           e:t       (cleared)",
 		"",
 	}, "\n")
 	if out.String() != want {
@@ -74,10 +76,11 @@ func TestHistoryUserFollowsCursors(t *testing.T) {
 	if err := runHistoryEnv(context.Background(), []string{"user", "-csv", "-limit", "2", "-from", "2026-11-22", "-to", "2026-11-23", "al ice"}, &out, envWith(srv.URL)); err != nil {
 		t.Fatal(err)
 	}
-	wantCSV := "OCCURRED_AT,TYPE,KIND,STATUS,PREVIOUS,DEVICE,SOURCE,CAUSE,STALE,RECEIVED_AT,ENTRY_ID\n" +
-		"2026-11-22T20:00:01.5Z,change,,idle,online,,,timeout,false,,c:2\n" +
-		"2026-11-22T20:00:00Z,event,status,online,,phone,api,,true,2026-11-22T20:00:00.25Z,e:1\n" +
-		"2026-11-22T08:00:00Z,event,heartbeat,,,laptop,api,,false,,e:0\n"
+	wantCSV := "OCCURRED_AT,TYPE,KIND,STATUS,PREVIOUS,DEVICE,SOURCE,CAUSE,STALE,RECEIVED_AT,ENTRY_ID,CUSTOM\n" +
+		"2026-11-22T20:00:01.5Z,change,,idle,online,,,timeout,false,,c:2,\n" +
+		"2026-11-22T20:00:00Z,event,status,online,,phone,api,,true,2026-11-22T20:00:00.25Z,e:1,🥪 lunch until 2026-11-22T21:00:00Z\n" +
+		"2026-11-22T08:00:00Z,event,heartbeat,,,laptop,api,,false,,e:0,\n" +
+		"2026-11-22T07:00:00Z,event,custom,,,*,timeout,,false,,e:t,(cleared)\n"
 	if out.String() != wantCSV {
 		t.Errorf("csv =\n%s\nwant\n%s", out.String(), wantCSV)
 	}
