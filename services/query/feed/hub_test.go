@@ -625,3 +625,23 @@ func TestCustomStatusInChanges(t *testing.T) {
 		t.Errorf("operator view %v, want %v", s, wantOp)
 	}
 }
+
+// Error messages written are counted by code: a command rate's refusals are visible.
+func TestErrorMessagesCountedByCode(t *testing.T) {
+	h := newHarness(t, 1, nil)
+	h.start()
+	s := h.open(Options{UserIDs: []string{"u"}})
+	read(t, s, 1)
+	for _, code := range []string{CodeRateLimited, CodeRateLimited, CodeInvalidCommand} {
+		s.Sent(ErrorMessage(code, "refused"))
+	}
+	s.Sent(Message{Type: TypeSnapshot})
+	for code, want := range map[string]float64{CodeRateLimited: 2, CodeInvalidCommand: 1, CodeForbidden: 0} {
+		if got := testutilCounter(t, h, "pulse_feed_error_messages_total", code); got != want {
+			t.Errorf("pulse_feed_error_messages_total{code=%q} = %v, want %v", code, got, want)
+		}
+	}
+	if got := testutilCounter(t, h, "pulse_feed_error_messages_total", ""); got != 3 {
+		t.Errorf("error messages counted %v, want 3", got)
+	}
+}

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	subscribers *prometheus.GaugeVec
 	delivered   *prometheus.CounterVec
+	errors      *prometheus.CounterVec
 	slow        prometheus.Counter
 	delay       prometheus.Histogram
 	records     *prometheus.CounterVec
@@ -22,6 +23,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pulse_feed_messages_delivered_total",
 			Help: "Messages written to change feed connections, by type (snapshot, change, error).",
 		}, []string{"type"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pulse_feed_error_messages_total",
+			Help: "Error messages written to change feed connections, by code (rate_limited: commands beyond the connection's rate; invalid_command, too_many_users, forbidden: refused commands; cursor_expired, unavailable, ...).",
+		}, []string{"code"}),
 		slow: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_feed_slow_consumer_disconnects_total",
 			Help: "Connections closed because their queue was full or a write timed out.",
@@ -51,6 +56,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, t := range []string{TypeSnapshot, TypeChange, TypeError} {
 		m.delivered.WithLabelValues(t)
 	}
+	for _, c := range []string{CodeInvalidCommand, CodeTooManyUsers, CodeForbidden, CodeRateLimited} {
+		m.errors.WithLabelValues(c)
+	}
 	for _, r := range []string{"change", "duplicate", "undecodable"} {
 		m.records.WithLabelValues(r)
 	}
@@ -58,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.resumes.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.subscribers, m.delivered, m.slow, m.delay, m.records, m.resumes, m.ready)
+		reg.MustRegister(m.subscribers, m.delivered, m.errors, m.slow, m.delay, m.records, m.resumes, m.ready)
 	}
 	return m
 }

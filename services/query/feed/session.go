@@ -49,6 +49,7 @@ type Message struct {
 
 	at   time.Time // a change's changed_at
 	live bool      // from the hub's fan-out, not a replay
+	code string    // an error's code
 }
 
 // Options are what a connection asks for.
@@ -277,6 +278,9 @@ func (s *Session) command(c command) error {
 // Sent records that m was written to the client.
 func (s *Session) Sent(m Message) {
 	s.h.m.delivered.WithLabelValues(m.Type).Inc()
+	if m.Type == TypeError {
+		s.h.m.errors.WithLabelValues(m.code).Inc()
+	}
 	if m.live && m.Type == TypeChange {
 		s.h.m.delay.Observe(time.Since(m.at).Seconds())
 	}
@@ -575,7 +579,7 @@ type errorBody struct {
 // them; transports use it for the reason they end a connection with.
 func ErrorMessage(code, message string) Message {
 	b, _ := json.Marshal(errorBody{Type: TypeError, Code: code, Message: message})
-	return Message{Type: TypeError, Data: b}
+	return Message{Type: TypeError, Data: b, code: code}
 }
 
 func errorMessage(code, message string) *Message {
