@@ -1,13 +1,15 @@
 // Package timeouts keeps the presence deadlines of the users of one partition: when
-// each live device goes offline for want of events, and when each online user goes
-// idle for want of activity (docs/design.md guarantee 5). It is a min-heap with lazy
-// deletion: an update pushes the new deadline and makes the old one obsolete, so
-// neither updates nor expiry ever scan all users.
+// each live device goes offline for want of events, when each online user goes idle
+// for want of activity (docs/design.md guarantee 5), and when a custom status clears
+// itself at its until. It is a min-heap with lazy deletion: an update pushes the new
+// deadline and makes the old one obsolete, so neither updates nor expiry ever scan
+// all users.
 //
 // The tracker decides nothing by itself: Due hands back the deadlines that passed,
 // the aggregator writes each to the log as a timeout event carrying the basis (the
-// last-seen or last-active it was computed from), and the fold applies it only if
-// that basis is still the newest — so a heartbeat racing a timeout always wins.
+// last-seen, last-active or custom status set-at it was computed from), and the fold
+// applies it only if that basis is still the newest — so a heartbeat racing a timeout
+// always wins, and a custom status set again outlives the old one's until.
 package timeouts
 
 import (
