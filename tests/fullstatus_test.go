@@ -37,10 +37,13 @@ func TestFullStatusesOfAContactList(t *testing.T) {
 	p.Send(t, bob, "status", "invisible", "phone")
 	p.Send(t, bob, "heartbeat", "", "phone") // moves bob's own last-seen, not the public one
 	q := p.Svc["query"].URL
+	// alice and bob may be in different partitions: wait for both to be folded.
 	harness.Eventually(t, 20*time.Second, func() string {
-		code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/users/"+bob+"/status?view=operator", harness.TestKeys.Operator, nil)
-		if code != http.StatusOK || !strings.Contains(string(body), `"invisible"`) {
-			return fmt.Sprintf("bob: %d %s", code, body)
+		for user, want := range map[string]string{bob: `"invisible"`, alice: `"online"`} {
+			code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/users/"+user+"/status?view=operator", harness.TestKeys.Operator, nil)
+			if code != http.StatusOK || !strings.Contains(string(body), want) {
+				return fmt.Sprintf("%s: %d %s, want %s", user, code, body, want)
+			}
 		}
 		return ""
 	})
