@@ -24,6 +24,10 @@ type shardState struct {
 	written int64
 	next    uint32
 	bitmaps [len(statestore.Tracked)]*roaring.Bitmap
+	groups  shardGroups
+	// staged is the last fold's group changes, which the caller commits once the
+	// window is written.
+	staged *groupFold
 }
 
 // foldStats counts what a window did, for metrics.
@@ -31,6 +35,8 @@ type foldStats struct {
 	applied, stale, duplicates int
 	// devicesDropped counts live devices dropped past presence.MaxLiveDevices.
 	devicesDropped int
+	// groupJoinsRefused counts joins past presence.MaxGroupsPerUser.
+	groupJoinsRefused int
 }
 
 // fold applies a window's records, in log order, to users (the current states of
@@ -52,6 +58,12 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 	for i := range w.Bitmaps {
 		w.Bitmaps[i] = st.bitmaps[i]
 	}
+	if st.groups.groups == nil {
+		st.groups = newShardGroups(nil, st.bitmaps)
+	}
+	groups := newGroupFold(&st.groups)
+	st.staged = groups
+	w.Groups = groups.touched
 	copied := [len(statestore.Tracked)]bool{}
 	bitmap := func(s presence.Status) *roaring.Bitmap {
 		i := trackedIndex(s)
@@ -85,11 +97,27 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 			continue
 		}
 		u, ok := users[e.UserID]
+		if !ok && e.Kind == presence.KindMember && e.Leave {
+			// Nothing to leave: the user was never a member of anything.
+			stats.applied++
+			continue
+		}
 		if !ok {
 			u = presence.NewUser(w.Next)
 			w.NewIDs = append(w.NewIDs, statestore.NewID{UserID: e.UserID, Index: w.Next})
 			w.Next++
 			users[e.UserID] = u
+		}
+		if e.Kind == presence.KindMember {
+			// Membership is not presence: the user's state changes only by being
+			// registered (a new user needs an index to be a member).
+			if !ok {
+				u.Offset = r.offset
+				w.Users[e.UserID] = u
+			}
+			groups.apply(e, u)
+			stats.applied++
+			continue
 		}
 		out := u.Apply(e)
 		if out.Stale {
@@ -134,6 +162,7 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		if bm := bitmap(out.Current); bm != nil {
 			bm.Add(u.Index)
 		}
+		groups.statusChanged(u.Index, out.Previous, out.Current)
 		c.ChangedAtUs = presence.Micros(out.At)
 		if !out.PublicAt.IsZero() && !out.PublicAt.Equal(out.At) {
 			c.PublicChangedAtUs = presence.Micros(out.PublicAt)
@@ -141,6 +170,7 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		w.Outbox.Changes = append(w.Outbox.Changes, c)
 	}
 	w.Outbox.LastOffset = w.LastOffset
+	stats.groupJoinsRefused = groups.refused
 	return w, stats
 }
 

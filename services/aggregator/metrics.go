@@ -15,6 +15,7 @@ type metrics struct {
 	rebuilds       prometheus.Counter
 	deadLetters    prometheus.Counter
 	devicesDropped prometheus.Counter
+	groupRefused   prometheus.Counter
 	rebuildSeconds prometheus.Histogram
 	// Users a rebuild restored from history because the log no longer reaches back
 	// to them, and rebuilds that could not (history off).
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		devicesDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_devices_dropped_total",
 			Help: "Live devices dropped because their user had more than the bound of live devices (the one seen longest ago goes).",
+		}),
+		groupRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_aggregator_group_joins_refused_total",
+			Help: "Group joins refused because the user was already a member of the most groups one user can be in.",
 		}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_dead_letters_total",
@@ -86,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Retried dependency operations, by operation.",
 		}, []string{"op"}),
 	}
-	reg.MustRegister(m.devicesDropped, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.restored, m.withoutHistory, m.dedupeEvicted, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
+	reg.MustRegister(m.devicesDropped, m.groupRefused, m.deadLetters, m.rebuilds, m.rebuildSeconds, m.restored, m.withoutHistory, m.dedupeEvicted, m.records, m.undecodable, m.changes, m.timeouts, m.windowSize, m.flushSeconds, m.retries)
 	return m
 }
 
@@ -96,4 +101,5 @@ func (m *metrics) observeWindow(events int, s foldStats, changes int) {
 	m.records.WithLabelValues("stale").Add(float64(s.stale))
 	m.records.WithLabelValues("duplicate").Add(float64(s.duplicates))
 	m.devicesDropped.Add(float64(s.devicesDropped))
+	m.groupRefused.Add(float64(s.groupJoinsRefused))
 }

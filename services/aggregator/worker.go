@@ -168,6 +168,7 @@ func (w *worker) start(ctx context.Context) error {
 		return err
 	}
 	w.st.offset, w.st.next, w.st.bitmaps = loaded.Offset, loaded.Next, loaded.Bitmaps
+	w.st.groups = newShardGroups(loaded.Groups, loaded.Bitmaps)
 	w.st.written = loaded.Offset + 1
 
 	committed, err := w.committed(ctx)
@@ -380,6 +381,7 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 	}
 	w.st.written = last + 1
 	w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+	w.st.staged.commit()
 	for id, u := range win.Users {
 		w.timeouts.Update(id, u)
 	}
@@ -526,6 +528,7 @@ func (w *worker) rebuildState(ctx context.Context, upTo, emitAfter int64) error 
 			return err
 		}
 		w.st.offset, w.st.next, w.st.bitmaps, w.st.written = loaded.Offset, loaded.Next, loaded.Bitmaps, loaded.Offset+1
+		w.st.groups = newShardGroups(loaded.Groups, loaded.Bitmaps)
 		w.dedupe, w.evicted = dedupe.NewWindow(w.cfg.DedupeHorizon), 0
 		w.dedupe.LimitIDs(w.cfg.DedupeMaxIDs)
 		// The fold arms deadlines as it goes; rebuildDeadlines replaces them at the end.

@@ -35,6 +35,9 @@ type Guard struct {
 	userRoutes map[string]bool
 	// ticketRoutes take a single-use ticket from ?ticket= (TicketRoutes).
 	ticketRoutes map[string]bool
+	// routeScopes are the routes, "METHOD template", that need another scope than
+	// the service's (RouteScope).
+	routeScopes map[string]Scope
 	tickets      *Tickets
 	refused      *prometheus.CounterVec
 }
@@ -43,7 +46,7 @@ type Guard struct {
 // call only userRoutes (route templates such as "/v1/users/:userId/status"); every
 // other route answers them 403. The refusals are counted on reg.
 func (a *Authenticator) Guard(reg prometheus.Registerer, scope Scope, userRoutes ...string) *Guard {
-	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{}, ticketRoutes: map[string]bool{},
+	g := &Guard{a: a, scope: scope, userRoutes: map[string]bool{}, ticketRoutes: map[string]bool{}, routeScopes: map[string]Scope{},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_auth_refused_total",
 			Help: "Requests refused by authentication (401) or authorization (403), by status code.",
@@ -83,6 +86,15 @@ func (g *Guard) TicketRoutes(t *Tickets, routes ...string) *Guard {
 	g.tickets = t
 	for _, r := range routes {
 		g.ticketRoutes[r] = true
+	}
+	return g
+}
+
+// RouteScope makes routes ("METHOD template", such as "PUT /v1/groups/:groupId/members")
+// need scope instead of the service's: a read service's few writes.
+func (g *Guard) RouteScope(scope Scope, routes ...string) *Guard {
+	for _, r := range routes {
+		g.routeScopes[r] = scope
 	}
 	return g
 }
@@ -166,7 +178,11 @@ func (g *Guard) authorize(c echo.Context, p Principal) error {
 		}
 		return nil
 	}
-	if !p.Has(g.scope) {
+	if need, ok := g.routeScopes[c.Request().Method+" "+c.Path()]; ok {
+		if !p.Has(need) {
+			return Forbidden(fmt.Sprintf("key %s has scopes %q; %s %s needs %s", p.Name, p.Scopes, c.Request().Method, c.Path(), need))
+		}
+	} else if !p.Has(g.scope) {
 		return Forbidden(fmt.Sprintf("key %s has scopes %q; this service needs %s", p.Name, p.Scopes, g.scope))
 	}
 	if p.UserID == "" {

@@ -68,9 +68,12 @@ const (
 	// KindCustom clears a custom status whose until has passed. Only the aggregator
 	// makes it, as a timeout (docs/design.md, "Custom status"); clients cannot send it.
 	KindCustom
+	// KindMember makes the user join or leave a group (docs/design.md, "Groups"). It
+	// is membership, not presence: the user's status and times stay as they are.
+	KindMember
 )
 
-var kindNames = [...]string{"", "status", "heartbeat", "activity", "custom"}
+var kindNames = [...]string{"", "status", "heartbeat", "activity", "custom", "member"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -204,6 +207,10 @@ type Event struct {
 	// Custom is, on a status event only, the user's custom status: nil leaves it as it
 	// is, the zero CustomStatus clears it.
 	Custom *CustomStatus
+	// GroupID and Leave are a member event's (KindMember): the group the user joins,
+	// or leaves when Leave is set.
+	GroupID string
+	Leave   bool
 }
 
 // Time is when the event happened as far as Pulse can tell: the client's occurred-at,
@@ -246,6 +253,13 @@ func (e *Event) Validate() error {
 		case e.LastSeen.IsZero():
 			return fmt.Errorf("last seen: a custom status timeout needs the set-at it was decided on")
 		}
+	case KindMember:
+		if err := ValidateGroupID(e.GroupID); err != nil {
+			return fmt.Errorf("group id: %w", err)
+		}
+		if e.Status != StatusUnknown {
+			return fmt.Errorf("status: only status events carry a status")
+		}
 	default:
 		return fmt.Errorf("kind: unknown kind %d", e.Kind)
 	}
@@ -256,6 +270,9 @@ func (e *Event) Validate() error {
 		if err := e.Custom.Validate(); err != nil {
 			return fmt.Errorf("custom: %w", err)
 		}
+	}
+	if e.Kind != KindMember && (e.GroupID != "" || e.Leave) {
+		return fmt.Errorf("group id: only member events name a group")
 	}
 	if e.ReceivedAt.IsZero() {
 		return fmt.Errorf("received at: missing")
@@ -295,6 +312,8 @@ func (e *Event) ToPB() *pulsev1.Event {
 		Source:       pulsev1.Source(e.Source),
 		LastSeenUs:   Micros(e.LastSeen),
 		Custom:       e.Custom.ToPB(),
+		GroupId:      e.GroupID,
+		Leave:        e.Leave,
 	}
 }
 
@@ -312,6 +331,8 @@ func EventFromPB(p *pulsev1.Event) (Event, error) {
 		Source:     Source(p.GetSource()),
 		LastSeen:   FromMicros(p.GetLastSeenUs()),
 		Custom:     CustomFromPB(p.GetCustom()),
+		GroupID:    p.GetGroupId(),
+		Leave:      p.GetLeave(),
 	}
 	return e, e.Validate()
 }

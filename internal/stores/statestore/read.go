@@ -46,6 +46,14 @@ func TrackedPos(st presence.Status) int {
 // by a single MGET, atomic because they share the shard's hash slot, so a user whose
 // status changes meanwhile is in exactly one of them, never in two or in none.
 func (s *Store) LoadBitmaps(ctx context.Context, shards []int, statuses []presence.Status) ([]ShardBitmaps, error) {
+	return s.LoadBitmapsIn(ctx, shards, statuses, "")
+}
+
+// LoadBitmapsIn is LoadBitmaps limited to the members of group (docs/design.md,
+// "Groups"): each status bitmap ANDed with the group's, read by the same MGET, so
+// that a user joining or changing status meanwhile is seen before or after, never
+// half. An empty group is every user.
+func (s *Store) LoadBitmapsIn(ctx context.Context, shards []int, statuses []presence.Status, group string) ([]ShardBitmaps, error) {
 	pos := make([]int, len(statuses))
 	for i, st := range statuses {
 		if pos[i] = TrackedPos(st); pos[i] < 0 {
@@ -59,9 +67,12 @@ func (s *Store) LoadBitmaps(ctx context.Context, shards []int, statuses []presen
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(shards))
 	for k, sh := range shards {
-		keys := make([]string, len(statuses))
+		keys := make([]string, len(statuses), len(statuses)+1)
 		for i, st := range statuses {
 			keys[i] = s.keys.Bitmap(sh, st)
+		}
+		if group != "" {
+			keys = append(keys, s.keys.GroupBitmap(sh, group))
 		}
 		cmds[k] = pipe.MGet(ctx, keys...)
 	}
@@ -69,12 +80,25 @@ func (s *Store) LoadBitmaps(ctx context.Context, shards []int, statuses []presen
 		return nil, fmt.Errorf("loading bitmaps of %d shards: %w", len(shards), err)
 	}
 	for k, cmd := range cmds {
-		for i, v := range cmd.Val() {
+		vals := cmd.Val()
+		var members *roaring.Bitmap
+		if group != "" {
+			members = roaring.New()
+			if str, ok := vals[len(statuses)].(string); ok {
+				if err := members.UnmarshalBinary([]byte(str)); err != nil {
+					return nil, fmt.Errorf("shard %d group %q bitmap: %w", shards[k], group, err)
+				}
+			}
+		}
+		for i, v := range vals[:len(statuses)] {
 			bm := roaring.New()
 			if str, ok := v.(string); ok {
 				if err := bm.UnmarshalBinary([]byte(str)); err != nil {
 					return nil, fmt.Errorf("shard %d bitmap %s: %w", shards[k], statuses[i], err)
 				}
+			}
+			if members != nil {
+				bm.And(members)
 			}
 			out[k][pos[i]] = bm
 		}

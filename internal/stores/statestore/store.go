@@ -223,6 +223,9 @@ type ShardState struct {
 	Bitmaps [len(Tracked)]*roaring.Bitmap
 	// Outbox is the last window's changes, nil if none was ever written.
 	Outbox *pulsev1.ChangeBatch
+	// Groups are the shard's groups by id, their counts not loaded: the owner derives
+	// them from the bitmaps.
+	Groups map[string]*GroupShard
 }
 
 // LoadShard reads shard sh's bookkeeping, bitmaps and outbox in one round trip.
@@ -267,6 +270,11 @@ func (s *Store) LoadShard(ctx context.Context, sh int) (*ShardState, error) {
 			return nil, fmt.Errorf("shard %d outbox: %w", sh, err)
 		}
 	}
+	groups, err := s.loadGroups(ctx, sh)
+	if err != nil {
+		return nil, err
+	}
+	st.Groups = groups
 	return st, nil
 }
 
@@ -400,6 +408,9 @@ type Window struct {
 	Written int64
 	// Rebuilding marks the shard as being rebuilt from the log (FinishRebuild clears it).
 	Rebuilding bool
+	// Groups are the groups whose counts or members the window changed; a group
+	// with no member left is deleted.
+	Groups map[string]*GroupShard
 }
 
 // WriteWindow writes w in one round trip, atomically. It reports false, and writes
@@ -661,6 +672,25 @@ func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
 		keys = append(keys, b.key)
 		args = append(args, len(b.args)/2)
 		args = append(args, b.args...)
+	}
+	keys = append(keys, s.keys.GroupIndex(sh))
+	args = append(args, len(w.Groups))
+	for g, gs := range w.Groups {
+		keys = append(keys, s.keys.GroupBitmap(sh, g))
+		if gs.Members.IsEmpty() {
+			args = append(args, g, "", "")
+			continue
+		}
+		var members any = ""
+		if gs.MembersDirty {
+			gs.Members.RunOptimize()
+			b, err := gs.Members.ToBytes()
+			if err != nil {
+				return nil, nil, fmt.Errorf("encoding the bitmap of group %q: %w", g, err)
+			}
+			members = b
+		}
+		args = append(args, g, members, encodeGroupCounts(gs))
 	}
 	return keys, args, nil
 }

@@ -8,7 +8,10 @@
 -- ARGV[12] the offset the writer last wrote (-1: none), ARGV[13] '1' while the writer
 -- rebuilds the shard from the log, then for each bucket in KEYS order: its number of
 -- entries c, then c field, value pairs (state buckets: user id, state; rev buckets:
--- index & 127, user id).
+-- index & 127, user id). Then the groups the window changed: KEYS[k] the shard's
+-- group index and KEYS[k+1..k+g] the groups' bitmaps, k the key after the buckets;
+-- ARGV the number of groups g, then per group its id, its bitmap (empty: unchanged)
+-- and its counts (empty: the group has no member left in the shard, delete it).
 --
 -- Returns 1 when written, 0 when the shard already holds this offset or a later
 -- one: a replay after a crash between this write and the offset commit then changes
@@ -36,6 +39,21 @@ for _ = 1, tonumber(ARGV[10]) + tonumber(ARGV[11]) do
     c = c - m
   end
   k = k + 1
+end
+
+local groups = KEYS[k]
+for j = 1, tonumber(ARGV[a]) do
+  local id, members, counts = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  if counts == '' then
+    redis.call('DEL', KEYS[k + j])
+    redis.call('HDEL', groups, id)
+  else
+    if members ~= '' then
+      redis.call('SET', KEYS[k + j], members)
+    end
+    redis.call('HSET', groups, id, counts)
+  end
+  a = a + 3
 end
 
 local statuses = {'online', 'idle', 'invisible'}

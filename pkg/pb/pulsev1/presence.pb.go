@@ -116,6 +116,9 @@ const (
 	// with source SOURCE_TIMEOUT, device "*", and last_seen_us the time the custom
 	// status was set (so a custom status set again since stays).
 	Kind_KIND_CUSTOM Kind = 4
+	// A user joins or leaves a group (docs/design.md, "Groups"): group_id names it,
+	// leave says which. Not presence: the user's status and times stay as they are.
+	Kind_KIND_MEMBER Kind = 5
 )
 
 // Enum value maps for Kind.
@@ -126,6 +129,7 @@ var (
 		2: "KIND_HEARTBEAT",
 		3: "KIND_ACTIVITY",
 		4: "KIND_CUSTOM",
+		5: "KIND_MEMBER",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -133,6 +137,7 @@ var (
 		"KIND_HEARTBEAT":   2,
 		"KIND_ACTIVITY":    3,
 		"KIND_CUSTOM":      4,
+		"KIND_MEMBER":      5,
 	}
 )
 
@@ -299,7 +304,11 @@ type Event struct {
 	// The user's custom status, set only on status events (KIND_STATUS). Absent: the
 	// event leaves the user's custom status as it is; present but empty (no text and
 	// no emoji): the event clears it.
-	Custom        *CustomStatus `protobuf:"bytes,10,opt,name=custom,proto3" json:"custom,omitempty"`
+	Custom *CustomStatus `protobuf:"bytes,10,opt,name=custom,proto3" json:"custom,omitempty"`
+	// For KIND_MEMBER: the group the user joins or leaves.
+	GroupId string `protobuf:"bytes,11,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// For KIND_MEMBER: the user leaves the group (false: joins it).
+	Leave         bool `protobuf:"varint,12,opt,name=leave,proto3" json:"leave,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +411,20 @@ func (x *Event) GetCustom() *CustomStatus {
 		return x.Custom
 	}
 	return nil
+}
+
+func (x *Event) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *Event) GetLeave() bool {
+	if x != nil {
+		return x.Leave
+	}
+	return false
 }
 
 // CustomStatus is what a user says about themselves beside their status: "In a
@@ -896,7 +919,7 @@ var File_pulse_v1_presence_proto protoreflect.FileDescriptor
 
 const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\n" +
-	"\x17pulse/v1/presence.proto\x12\bpulse.v1\"\xee\x02\n" +
+	"\x17pulse/v1/presence.proto\x12\bpulse.v1\"\x9f\x03\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
@@ -909,7 +932,9 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\flast_seen_us\x18\t \x01(\x03R\n" +
 	"lastSeenUs\x12.\n" +
 	"\x06custom\x18\n" +
-	" \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\"S\n" +
+	" \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\x12\x19\n" +
+	"\bgroup_id\x18\v \x01(\tR\agroupId\x12\x14\n" +
+	"\x05leave\x18\f \x01(\bR\x05leave\"S\n" +
 	"\fCustomStatus\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05emoji\x18\x02 \x01(\tR\x05emoji\x12\x19\n" +
@@ -960,13 +985,14 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\rSTATUS_ONLINE\x10\x01\x12\x0f\n" +
 	"\vSTATUS_IDLE\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_OFFLINE\x10\x03\x12\x14\n" +
-	"\x10STATUS_INVISIBLE\x10\x04*e\n" +
+	"\x10STATUS_INVISIBLE\x10\x04*v\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_STATUS\x10\x01\x12\x12\n" +
 	"\x0eKIND_HEARTBEAT\x10\x02\x12\x11\n" +
 	"\rKIND_ACTIVITY\x10\x03\x12\x0f\n" +
-	"\vKIND_CUSTOM\x10\x04*W\n" +
+	"\vKIND_CUSTOM\x10\x04\x12\x0f\n" +
+	"\vKIND_MEMBER\x10\x05*W\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

@@ -43,6 +43,8 @@ type Query struct {
 	// Public judges ActiveSince by the users' public last-active (presence.Public), as
 	// for readers who are not operators.
 	Public bool
+	// Group, when set, lists the group's members only (docs/design.md, "Groups").
+	Group string
 }
 
 // User is a user a page lists.
@@ -97,7 +99,12 @@ func (w *walk) skipEmpty(p Position) Position {
 // page lists up to the limit's users from pos on, and where the next page starts.
 func (w *walk) page(ctx context.Context, pos Position) ([]User, Position, error) {
 	var err error
-	if w.counts, err = w.store.ShardCounts(ctx, w.n); err != nil {
+	if w.q.Group != "" {
+		w.counts, err = w.store.GroupCounts(ctx, w.n, w.q.Group)
+	} else {
+		w.counts, err = w.store.ShardCounts(ctx, w.n)
+	}
+	if err != nil {
 		return nil, pos, err
 	}
 	out := make([]User, 0, min(w.q.Limit, 128))
@@ -118,7 +125,7 @@ func (w *walk) page(ctx context.Context, pos Position) ([]User, Position, error)
 				shards, sum = append(shards, sh), sum+c
 			}
 		}
-		bms, err := w.store.LoadBitmaps(ctx, shards, w.q.Statuses)
+		bms, err := w.store.LoadBitmapsIn(ctx, shards, w.q.Statuses, w.q.Group)
 		if err != nil {
 			return nil, pos, err
 		}
