@@ -38,8 +38,8 @@ type Guard struct {
 	// routeScopes are the routes, "METHOD template", that need another scope than
 	// the service's (RouteScope).
 	routeScopes map[string]Scope
-	tickets      *Tickets
-	refused      *prometheus.CounterVec
+	tickets     *Tickets
+	refused     *prometheus.CounterVec
 }
 
 // Guard builds the middleware of a service whose routes need scope. User tokens may
