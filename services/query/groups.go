@@ -22,7 +22,8 @@ import (
 // per-group counts beside the status bitmaps; so a group's count is one small read
 // per shard whatever its size, and the log rebuilds groups as it rebuilds statuses.
 //
-// Writes need the write scope, reads the read scope; user tokens may call neither.
+// Writes need the write scope, reads the read scope. A user token may read the groups
+// its user is a member of (membership as the aggregator last folded it), and write none.
 
 const (
 	// maxGroupWriteIDs bounds the user ids of one membership write; a larger group
@@ -43,6 +44,9 @@ const (
 	groupCountPath   = "/v1/groups/:groupId/online/count"
 	groupOnlinePath  = "/v1/groups/:groupId/online"
 )
+
+// groupReadRoutes are the group routes a user token may call (readableGroup).
+var groupReadRoutes = []string{groupMembersPath, groupCountPath, groupOnlinePath}
 
 // groupWriteRoutes are the routes that post member events: "METHOD path".
 var groupWriteRoutes = []string{
@@ -74,6 +78,42 @@ func groupIDParam(c echo.Context) (string, error) {
 		return "", httpserver.BadRequest("groupId", err.Error())
 	}
 	return id, nil
+}
+
+// writableGroup is the group a membership write names; user tokens write none (the
+// guard lets them reach the members route, for GET).
+func writableGroup(c echo.Context) (string, error) {
+	if p := auth.PrincipalOf(c); p.UserID != "" {
+		return "", auth.Forbidden(fmt.Sprintf("a user token may not write a group's members; %s needs an API key with the write scope", c.Request().Method))
+	}
+	return groupIDParam(c)
+}
+
+// readableGroup is the group a read names, once the reader may read it: any group
+// for an API key, only its user's groups for a user token.
+func (h *groups) readableGroup(c echo.Context) (string, error) {
+	g, err := groupIDParam(c)
+	if err != nil {
+		return "", err
+	}
+	user := auth.PrincipalOf(c).UserID
+	if user == "" {
+		return g, nil
+	}
+	ctx, cancel := h.ctx(c)
+	defer cancel()
+	n, err := h.store.Shards(ctx)
+	if err != nil {
+		return "", h.readErr(err)
+	}
+	member, err := h.store.IsMember(ctx, n, g, user)
+	if err != nil {
+		return "", h.readErr(err)
+	}
+	if !member {
+		return "", auth.Forbidden(fmt.Sprintf("a user token reads only the groups its user is a member of; %q is not a member of %q", user, g))
+	}
+	return g, nil
 }
 
 // memberWrite is what a membership write posted: events, not yet folded.
@@ -120,7 +160,7 @@ func tooManyIDs(field string, n int) error {
 // userIds. It posts leaves for the members not listed and joins for the listed users
 // not members, as of the read it starts with.
 func (h *groups) replace(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := writableGroup(c)
 	if err != nil {
 		return err
 	}
@@ -171,7 +211,7 @@ func (h *groups) replace(c echo.Context) error {
 
 // patch is PATCH /v1/groups/{groupId}/members: add and remove users.
 func (h *groups) patch(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := writableGroup(c)
 	if err != nil {
 		return err
 	}
@@ -204,7 +244,7 @@ func (h *groups) patch(c echo.Context) error {
 
 // clear is DELETE /v1/groups/{groupId}/members: every member leaves.
 func (h *groups) clear(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := writableGroup(c)
 	if err != nil {
 		return err
 	}
@@ -315,7 +355,7 @@ type memberList struct {
 // members is GET /v1/groups/{groupId}/members: the members, whatever their status,
 // by pages behind a cursor.
 func (h *groups) members(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := h.readableGroup(c)
 	if err != nil {
 		return err
 	}
@@ -379,7 +419,7 @@ type groupCountView struct {
 // count is GET /v1/groups/{groupId}/online/count: the group's members by status,
 // read from the counts the aggregator keeps per group and shard (never cached).
 func (h *groups) count(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := h.readableGroup(c)
 	if err != nil {
 		return err
 	}
@@ -417,7 +457,7 @@ func (h *groups) count(c echo.Context) error {
 // online is GET /v1/groups/{groupId}/online: the listing of GET /v1/online limited to
 // the group's members.
 func (h *groups) online(c echo.Context) error {
-	g, err := groupIDParam(c)
+	g, err := h.readableGroup(c)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 // scope, and the operator scope for ?view=operator. installTickets adds the feed's
 // tickets to the Guard it returns.
 func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) *auth.Guard {
-	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...)
+	g := authn.Guard(reg, auth.ScopeRead, append(userRoutes, groupReadRoutes...)...).RouteScope(auth.ScopeWrite, groupWriteRoutes...)
 	g.Install(e)
 	e.Use(auth.Views)
 	return g

@@ -158,3 +158,17 @@ func (s *Store) LoadGroupBitmaps(ctx context.Context, shards []int, g string) ([
 	}
 	return out, nil
 }
+
+// IsMember reports whether userID is a member of group g, in a state of n shards: the
+// user's index, then the group's bitmap of the user's shard.
+func (s *Store) IsMember(ctx context.Context, n int, g, userID string) (bool, error) {
+	locs, err := s.Locate(ctx, n, []string{userID})
+	if err != nil || len(locs) == 0 || !locs[0].Known {
+		return false, err
+	}
+	bms, err := s.LoadGroupBitmaps(ctx, []int{locs[0].Shard}, g)
+	if err != nil {
+		return false, err
+	}
+	return bms[0].Contains(locs[0].Index), nil
+}
