@@ -45,9 +45,6 @@ const (
 	groupOnlinePath  = "/v1/groups/:groupId/online"
 )
 
-// groupReadRoutes are the group routes a user token may call (readableGroup).
-var groupReadRoutes = []string{groupMembersPath, groupCountPath, groupOnlinePath}
-
 // groupWriteRoutes are the routes that post member events: "METHOD path".
 var groupWriteRoutes = []string{
 	http.MethodPut + " " + groupMembersPath,

@@ -18,6 +18,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pulse-presence/pulse/internal/api/auth"
 	"github.com/pulse-presence/pulse/internal/api/openapi"
@@ -27,6 +28,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/internal/platform/redisx"
 	"github.com/pulse-presence/pulse/internal/platform/servertest"
+	"github.com/pulse-presence/pulse/internal/stores/eventlog"
 	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/services/query/countcache"
 	"github.com/pulse-presence/pulse/services/query/online"
@@ -72,6 +74,14 @@ func newTestServerWith(tb testing.TB, store *statestore.Store, env map[string]st
 	tb.Cleanup(func() { stop(); <-done })
 	a := &api{store: store, get: reads.Get, counts: counts, timeout: 5 * time.Second, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger}
 	a.routes(srv.Echo)
+	// Member events go to a broker that is never there: the tests of the group routes
+	// stop before producing.
+	kc, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(kc.Close)
+	a.groupRoutes(srv.Echo, eventlog.NewProducer(kc, "presence.events", time.Second, "pulse_test_produce_seconds", reg))
 	if err := openapi.Register(srv.Echo, "query"); err != nil {
 		tb.Fatal(err)
 	}

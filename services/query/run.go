@@ -28,9 +28,11 @@ import (
 // userRoutes are the routes a user token may read: its own user's status, in the
 // seed's shapes and in /v1's, and the feed and full statuses (POST /v1/statuses) of
 // its own user and of those its pulse_watch claim lists (watcher.options,
-// watcher.readCommands, api.postFullStatuses). Everything else (counts, listings,
-// history) needs an API key.
-var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/statuses", "/v1/watch", "/v1/watch/sse", TicketsPath}
+// watcher.readCommands, api.postFullStatuses), and the reads of the groups its user
+// is a member of (groups.readableGroup; the members route's writes refuse user
+// tokens). Everything else (counts, listings, history) needs an API key.
+var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/status", "/v1/statuses", "/v1/watch", "/v1/watch/sse", TicketsPath,
+	groupMembersPath, groupCountPath, groupOnlinePath}
 
 // feedRoutes take a single-use ticket from ?ticket= too, for browsers (tickets.go).
 var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
@@ -39,7 +41,7 @@ var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 // scope, and the operator scope for ?view=operator. installTickets adds the feed's
 // tickets to the Guard it returns.
 func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) *auth.Guard {
-	g := authn.Guard(reg, auth.ScopeRead, append(userRoutes, groupReadRoutes...)...).RouteScope(auth.ScopeWrite, groupWriteRoutes...)
+	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...)
 	g.Install(e)
 	e.Use(auth.Views)
 	return g

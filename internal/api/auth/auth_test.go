@@ -508,3 +508,42 @@ func TestStillValid(t *testing.T) {
 		t.Fatalf("at its end: %v, want ErrTokenExpired", err)
 	}
 }
+
+// RouteScope makes one method of a read service's route need the write scope: a
+// writer may call it and no other route, a reader every other route and not it.
+func TestGuardRouteScope(t *testing.T) {
+	a, err := New(Config{KeysFile: keysFile(t, Line("w", ScopeWrite, writeKey), Line("r", ScopeRead, readKey))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		he, _ := err.(*httpserver.Error)
+		if he == nil {
+			he = &httpserver.Error{Status: 500, Code: "internal", Message: err.Error()}
+		}
+		_ = c.JSON(he.Status, map[string]any{"error": he})
+	}
+	a.Guard(prometheus.NewRegistry(), ScopeRead).RouteScope(ScopeWrite, "PUT /groups/:id").Install(e)
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok "+PrincipalOf(c).Name) }
+	e.GET("/groups/:id", ok)
+	e.PUT("/groups/:id", ok)
+	for _, tt := range []struct {
+		method, key string
+		code        int
+		body        string
+	}{
+		{http.MethodPut, writeKey, 200, "ok w"},
+		{http.MethodPut, readKey, 403, `{"error":{"code":"forbidden","message":"key r has scopes \"read\"; PUT /groups/:id needs write"}}`},
+		{http.MethodGet, readKey, 200, "ok r"},
+		{http.MethodGet, writeKey, 403, `{"error":{"code":"forbidden","message":"key w has scopes \"write\"; this service needs read"}}`},
+	} {
+		req := httptest.NewRequest(tt.method, "/groups/team-a", nil)
+		req.Header.Set("Authorization", "Bearer "+tt.key)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.body {
+			t.Errorf("%s with key %q = %d %s, want %d %s", tt.method, tt.key[:8], rec.Code, rec.Body, tt.code, tt.body)
+		}
+	}
+}

@@ -529,6 +529,96 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/groups/{groupId}/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A group's members, whatever their status
+         * @description Lists the members in (shard, bitmap index) order behind a cursor, like `GET /v1/online`: a full walk lists every user who stays a member during it exactly once. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         *
+         *     **Cost:** 1 read per 100 of `limit`, at least 1. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         */
+        get: operations["listGroupMembers"];
+        /**
+         * Replace a group's members
+         * @description The group's members become exactly `userIds`: leaves are posted for the members not listed and joins for the listed users who are not members, as of the read of the current members the request starts with (a concurrent write may interleave). The answer comes once Kafka has acknowledged every member event (`202`); the aggregator applies them within a window (about 100 ms), in the order of each user's events. Membership is kept beside the status bitmaps in Redis and rebuilt from the log with them (a FLUSHALL heals it). A group holds at most 10,000,000 members (409 `group_full` past it) and a user is in at most 256 groups: a join past that is refused by the aggregator and counted in `pulse_aggregator_group_joins_refused_total`.
+         *
+         *     Needs an API key with the `write` scope; user tokens may not write groups (403).
+         *
+         *     **Cost:** 1 read per 100 user ids the write posts (for PUT and DELETE, also the current members it reads), at least 1; charged from the key's `PULSE_QUERY_KEY_RATE` (429 with `Retry-After` past it), which bounds the rate of membership writes.
+         */
+        put: operations["replaceGroupMembers"];
+        post?: never;
+        /**
+         * Empty a group
+         * @description Every member leaves: a leave is posted for each member as of the read the request starts with. A group with no member is no group: it reads as 0 members. The answer comes once Kafka has acknowledged every member event (`202`); the aggregator applies them within a window (about 100 ms), in the order of each user's events. Membership is kept beside the status bitmaps in Redis and rebuilt from the log with them (a FLUSHALL heals it). A group holds at most 10,000,000 members (409 `group_full` past it) and a user is in at most 256 groups: a join past that is refused by the aggregator and counted in `pulse_aggregator_group_joins_refused_total`.
+         *
+         *     Needs an API key with the `write` scope; user tokens may not write groups (403).
+         *
+         *     **Cost:** 1 read per 100 user ids the write posts (for PUT and DELETE, also the current members it reads), at least 1; charged from the key's `PULSE_QUERY_KEY_RATE` (429 with `Retry-After` past it), which bounds the rate of membership writes.
+         */
+        delete: operations["deleteGroupMembers"];
+        options?: never;
+        head?: never;
+        /**
+         * Add users to a group and remove others
+         * @description Posts a join for each user of `add` and a leave for each of `remove`. The answer comes once Kafka has acknowledged every member event (`202`); the aggregator applies them within a window (about 100 ms), in the order of each user's events. Membership is kept beside the status bitmaps in Redis and rebuilt from the log with them (a FLUSHALL heals it). A group holds at most 10,000,000 members (409 `group_full` past it) and a user is in at most 256 groups: a join past that is refused by the aggregator and counted in `pulse_aggregator_group_joins_refused_total`.
+         *
+         *     Needs an API key with the `write` scope; user tokens may not write groups (403).
+         *
+         *     **Cost:** 1 read per 100 user ids the write posts (for PUT and DELETE, also the current members it reads), at least 1; charged from the key's `PULSE_QUERY_KEY_RATE` (429 with `Retry-After` past it), which bounds the rate of membership writes.
+         */
+        patch: operations["patchGroupMembers"];
+        trace?: never;
+    };
+    "/v1/groups/{groupId}/online/count": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How many of a group's members are online, by status
+         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         *
+         *     **Cost:** 1 read. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         */
+        get: operations["getGroupOnlineCount"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{groupId}/online": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who of a group is online
+         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         *
+         *     **Cost:** 1 read per 100 of `limit`, at least 1. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         */
+        get: operations["listGroupOnline"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -573,7 +663,7 @@ export interface components {
                  * @description Stable; clients switch on it.
                  * @enum {string}
                  */
-                code: "invalid_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "too_large" | "unsupported_media_type" | "upgrade_required" | "rate_limited" | "unavailable" | "internal";
+                code: "invalid_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "too_large" | "unsupported_media_type" | "upgrade_required" | "rate_limited" | "unavailable" | "internal" | "group_full";
                 /** @description For people; may change. */
                 message: string;
                 /** @description The input field at fault (400 only): `userId`, `events[3].occurredAt`, `userIds[7]`, `limit`, `body`. */
@@ -1523,6 +1613,100 @@ export interface components {
              */
             until?: string;
         } | unknown | unknown | unknown;
+        /**
+         * @description A group: a chat channel, a team, a game server — any set of users whose presence is read together. 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@`, so that it is a URL path segment as it is.
+         * @example team-a
+         */
+        GroupId: string;
+        /**
+         * @example {
+         *       "userIds": [
+         *         "alice",
+         *         "bob"
+         *       ]
+         *     }
+         */
+        GroupMembersReplace: {
+            /** @description The group's members from now on; `[]` empties the group. At most 100,000; build a larger group with PATCH. */
+            userIds: components["schemas"]["UserId"][];
+        };
+        /**
+         * @description Users to add and to remove; at least one of the two, at most 100,000 ids in all, no id twice.
+         * @example {
+         *       "add": [
+         *         "carol"
+         *       ],
+         *       "remove": [
+         *         "bob"
+         *       ]
+         *     }
+         */
+        GroupMembersPatch: {
+            /** @description Users who join the group (a member already changes nothing). */
+            add?: components["schemas"]["UserId"][];
+            /** @description Users who leave the group (a user who is not a member changes nothing). */
+            remove?: components["schemas"]["UserId"][];
+        };
+        /**
+         * @example {
+         *       "groupId": "team-a",
+         *       "joins": 1,
+         *       "leaves": 1
+         *     }
+         */
+        GroupWrite: {
+            groupId: components["schemas"]["GroupId"];
+            /** @description Member events posted for users joining. */
+            joins: number;
+            /** @description Member events posted for users leaving. */
+            leaves: number;
+        };
+        /**
+         * @example {
+         *       "userIds": [
+         *         "alice",
+         *         "bob"
+         *       ],
+         *       "nextCursor": null
+         *     }
+         */
+        GroupMembersPage: {
+            userIds: components["schemas"]["UserId"][];
+            /** @description The `cursor` of the next page; null when the listing is complete. */
+            nextCursor: string | null;
+        };
+        /**
+         * @example {
+         *       "groupId": "team-a",
+         *       "total": 3,
+         *       "byStatus": {
+         *         "online": 2,
+         *         "idle": 1,
+         *         "offline": 5
+         *       },
+         *       "members": 8,
+         *       "asOf": "2026-11-26T10:15:04.512Z"
+         *     }
+         */
+        GroupCount: {
+            groupId: components["schemas"]["GroupId"];
+            /** @description Members online plus idle (plus invisible in the operator view). */
+            total: number;
+            byStatus: {
+                online: number;
+                idle: number;
+                /** @description Operator view only. */
+                invisible?: number;
+                offline: number;
+            };
+            /** @description The group's members, whatever their status; 0 for a group that has none (or was never written). */
+            members: number;
+            /**
+             * Format: date-time
+             * @description When the counts were read from Redis.
+             */
+            asOf: string;
+        };
     };
     responses: {
         /** @description Bad input; `field` names the field at fault and `message` says why. */
@@ -1828,6 +2012,11 @@ export interface components {
          * @example alice
          */
         WatchPresentUser: string;
+        /**
+         * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+         * @example team-a
+         */
+        GroupIdPath: components["schemas"]["GroupId"];
     };
     requestBodies: never;
     headers: {
@@ -3199,6 +3388,347 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["TooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["RedisUnavailable"];
+        };
+    };
+    listGroupMembers: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Most entries per page.
+                 * @example 100
+                 */
+                limit?: number;
+                /** @description The `nextCursor` of the previous page; absent for the first page. Opaque; a cursor from a state with another shard count is refused (400), start again then. Signed by the service (`PULSE_CURSOR_SECRET`): a cursor it did not return, one edited, or one signed with a retired secret is a 400 naming `cursor`. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of members. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "userIds": [
+                     *         "alice",
+                     *         "bob"
+                     *       ],
+                     *       "nextCursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupMembersPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["RedisUnavailable"];
+        };
+    };
+    replaceGroupMembers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "userIds": [
+                 *         "alice",
+                 *         "bob"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["GroupMembersReplace"];
+            };
+        };
+        responses: {
+            /** @description The member events were posted. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "groupId": "team-a",
+                     *       "joins": 1,
+                     *       "leaves": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupWrite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description The joins would take the group past 10,000,000 members; nothing was posted. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "group_full",
+                     *         "message": "group \"team-a\" has 10000000 members; 1 more would pass the cap of 10000000"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["KafkaUnavailable"];
+        };
+    };
+    deleteGroupMembers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member events were posted. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "groupId": "team-a",
+                     *       "joins": 1,
+                     *       "leaves": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupWrite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["KafkaUnavailable"];
+        };
+    };
+    patchGroupMembers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "add": [
+                 *         "carol"
+                 *       ],
+                 *       "remove": [
+                 *         "bob"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["GroupMembersPatch"];
+            };
+        };
+        responses: {
+            /** @description The member events were posted. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "groupId": "team-a",
+                     *       "joins": 1,
+                     *       "leaves": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupWrite"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description The joins would take the group past 10,000,000 members; nothing was posted. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "group_full",
+                     *         "message": "group \"team-a\" has 10000000 members; 1 more would pass the cap of 10000000"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["TooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["KafkaUnavailable"];
+        };
+    };
+    getGroupOnlineCount: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `public` (the default): invisible users read as offline. `operator`: invisible users read as invisible, with their devices and times; needs an API key with the operator scope (`Authorization: Bearer <key>`), else 403.
+                 * @example public
+                 */
+                view?: components["parameters"]["View"];
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The group's counts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "groupId": "team-a",
+                     *       "total": 3,
+                     *       "byStatus": {
+                     *         "online": 2,
+                     *         "idle": 1,
+                     *         "offline": 5
+                     *       },
+                     *       "members": 8,
+                     *       "asOf": "2026-11-26T10:15:04.512Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["GroupCount"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["RedisUnavailable"];
+        };
+    };
+    listGroupOnline: {
+        parameters: {
+            query?: {
+                /**
+                 * @description List only this status. Absent: online and idle users (and, in the operator view, invisible ones). `invisible` needs the operator view.
+                 * @example online
+                 */
+                status?: "online" | "idle" | "invisible";
+                /**
+                 * @description Most users per page.
+                 * @example 100
+                 */
+                limit?: number;
+                /** @description The `nextCursor` of the previous page; absent for the first page. Opaque; a cursor from a state with another shard count is refused (400), start again then. Signed by the service (`PULSE_CURSOR_SECRET`): a cursor it did not return, one edited, or one signed with a retired secret is a 400 naming `cursor`. */
+                cursor?: string;
+                /**
+                 * @description A Go duration (`90s`, `15m`, `2h`; `pattern`), above 0 and at most 24h (400 otherwise): only users whose last status or activity event is that recent. Not with `at` (400): activity is known for the present only.
+                 * @example 15m
+                 */
+                activeWithin?: string;
+                /**
+                 * @description `public` (the default): invisible users read as offline. `operator`: invisible users read as invisible, with their devices and times; needs an API key with the operator scope (`Authorization: Bearer <key>`), else 403.
+                 * @example public
+                 */
+                view?: components["parameters"]["View"];
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The group id: 1–128 bytes of ASCII letters, digits and `-` `_` `.` `:` `@` (`GroupId`); any other is a 400.
+                 * @example team-a
+                 */
+                groupId: components["parameters"]["GroupIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of members. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "users": [
+                     *         {
+                     *           "userId": "alice",
+                     *           "status": "online"
+                     *         }
+                     *       ],
+                     *       "nextCursor": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OnlinePage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["RedisUnavailable"];
         };
