@@ -228,6 +228,7 @@ var wantColumns = map[string]column{
 	"user_status.custom_emoji":     {"regular", -1, "none", "text"},
 	"user_status.custom_until_us":  {"regular", -1, "none", "bigint"},
 	"user_status.custom_set_at_us": {"regular", -1, "none", "bigint"},
+	"user_status.groups":           {"regular", -1, "none", "set<text>"},
 
 	"user_activity.user_id":         {"partition_key", 0, "none", "text"},
 	"user_activity.bucket":          {"partition_key", 1, "none", "date"},
@@ -267,7 +268,7 @@ func assertColumns(t *testing.T, got map[string]column) {
 }
 
 // repoVersions are the versions of the repository's migrations/, in order.
-var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 
 func TestMigrateCreatesSchema(t *testing.T) {
 	session := migCassandra(t)

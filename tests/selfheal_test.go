@@ -280,6 +280,65 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 		}
 		return ids
 	}
+	// members is the model of the groups; member posts users' member events.
+	members := map[string]map[string]bool{"crew": {}, "night": {}}
+	member := func(group string, leave bool, users ...string) {
+		t.Helper()
+		var recs []*kgo.Record
+		at := time.Now().UTC().Truncate(time.Millisecond)
+		for _, user := range users {
+			e := presence.Event{ID: fmt.Sprintf("%s-%s-%v-%d", user, group, leave, at.UnixNano()), UserID: user, DeviceID: presence.AllDevices,
+				Source: presence.SourceAPI, Kind: presence.KindMember, GroupID: group, Leave: leave, ReceivedAt: at}
+			b, err := proto.Marshal(e.ToPB())
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Key: []byte(user), Value: b,
+				Headers: []kgo.RecordHeader{{Key: pulsev1.SchemaHeader, Value: []byte(pulsev1.SchemaEvent)}}})
+			if leave {
+				delete(members[group], user)
+			} else {
+				members[group][user] = true
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// groupsDiffer says how a group's operator count differs from the model, "" when
+	// none does.
+	groupsDiffer := func() string {
+		for g, m := range members {
+			code, body := harness.OnlineDo(t, http.MethodGet, q+"/v1/groups/"+g+"/online/count?view=operator", harness.TestKeys.Operator, nil)
+			if code != http.StatusOK {
+				return fmt.Sprintf("count of %s: %d %s", g, code, body)
+			}
+			var c struct {
+				Members  int            `json:"members"`
+				ByStatus map[string]int `json:"byStatus"`
+			}
+			if err := json.Unmarshal(body, &c); err != nil {
+				t.Fatal(err)
+			}
+			var online, idle, invisible int
+			for u := range m {
+				switch want[u] { // a member who never posted a status is offline
+				case presence.Online:
+					online++
+				case presence.Idle:
+					idle++
+				case presence.Invisible:
+					invisible++
+				}
+			}
+			if c.Members != len(m) || c.ByStatus["online"] != online || c.ByStatus["idle"] != idle || c.ByStatus["invisible"] != invisible {
+				return fmt.Sprintf("group %s: %d members, %v; model %d members, %d online, %d idle, %d invisible", g, c.Members, c.ByStatus, len(m), online, idle, invisible)
+			}
+		}
+		return ""
+	}
 	// correct says whether the counts (operator view) and every status equal the model.
 	correct := func() string {
 		var wantCount [3]int
@@ -303,6 +362,9 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 		if got := [3]int{c.ByStatus["online"], c.ByStatus["idle"], c.ByStatus["invisible"]}; got != wantCount {
 			return fmt.Sprintf("count online, idle, invisible %v, model %v", got, wantCount)
 		}
+		if bad := groupsDiffer(); bad != "" {
+			return bad
+		}
 		return publicStatusesDiffer(t, q, want)
 	}
 
@@ -312,6 +374,14 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	produce(old, 0)
 	time.Sleep(5 * time.Millisecond) // the next round is strictly newer
 	produce(old, 1)
+	// Groups (docs/design.md, "Groups"): old users join two overlapping groups, one
+	// leaves again, and lurkers who never post a status join one.
+	lurkers := names("lurker", 10)
+	member("crew", false, old[:60]...)
+	member("crew", false, lurkers...)
+	member("night", false, old[:30]...)
+	time.Sleep(5 * time.Millisecond)
+	member("night", true, old[0])
 	harness.Eventually(t, 30*time.Second, correct)
 	adm := harness.KafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -330,11 +400,15 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 		}
 	}
 	// Then the log goes on: new users, and a third of the old ones change again.
-	produce(names("new", 60), 2)
+	newUsers := names("new", 60)
+	produce(newUsers, 2)
 	time.Sleep(5 * time.Millisecond)
 	produce(old[:40], 3)
+	// Member events in the log apply after the memberships history restores.
+	member("crew", false, newUsers[0])
+	member("crew", true, old[1])
 	harness.Eventually(t, 30*time.Second, correct)
-	onlyHistory := len(old) - 40
+	onlyHistory := len(old) - 40 + len(lurkers)
 
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -417,8 +491,8 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	if line := fmt.Sprintf("pulse_aggregator_rebuild_restored_users_total %d", onlyHistory); !strings.Contains(body, line+"\n") {
 		t.Fatalf("the aggregator's metrics lack %q", line)
 	}
-	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log, %d custom statuses from history; correct again after %v, %d reads answered 503 meanwhile",
-		onlyHistory, len(want)-onlyHistory, customs, healed.Round(time.Millisecond), unavailable)
+	t.Logf("FLUSHALL with the log trimmed: %d users restored from history, %d from the log, %d custom statuses from history, groups of %d and %d members; correct again after %v, %d reads answered 503 meanwhile",
+		onlyHistory, len(want)+len(lurkers)-onlyHistory, customs, len(members["crew"]), len(members["night"]), healed.Round(time.Millisecond), unavailable)
 }
 
 // publicStatusesDiffer reads every user of want through POST /statuses at query q and

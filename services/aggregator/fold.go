@@ -110,13 +110,31 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		}
 		if e.Kind == presence.KindMember {
 			// Membership is not presence: the user's state changes only by being
-			// registered (a new user needs an index to be a member).
-			if !ok {
+			// registered (a new user needs an index to be a member) and by its offset,
+			// which the feed's snapshots are ordered against the changes by.
+			stats.applied++
+			changed := groups.apply(e, u)
+			if !ok || changed {
 				u.Offset = r.offset
 				w.Users[e.UserID] = u
 			}
-			groups.apply(e, u)
-			stats.applied++
+			if changed {
+				w.Outbox.Changes = append(w.Outbox.Changes, &pulsev1.Change{
+					UserId:          e.UserID,
+					EventId:         e.ID,
+					Previous:        presence.StatusToPB(u.Status),
+					Current:         presence.StatusToPB(u.Status),
+					ChangedAtUs:     presence.Micros(e.Time()),
+					Cause:           pulsev1.Cause_CAUSE_EVENT,
+					DeviceId:        e.DeviceID,
+					SourcePartition: st.partition,
+					SourceOffset:    r.offset,
+					UserIndex:       u.Index,
+					GroupId:         e.GroupID,
+					Left:            e.Leave,
+					Groups:          groups.of(u.Index),
+				})
+			}
 			continue
 		}
 		out := u.Apply(e)
@@ -148,6 +166,7 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		if !u.Custom.IsZero() {
 			c.Custom = u.Custom.ToPB()
 		}
+		c.Groups = groups.of(u.Index)
 		if !out.Changed {
 			// The custom status alone changed: the bitmaps, and every consumer of
 			// status transitions, are untouched (docs/design.md, "Custom status").

@@ -85,9 +85,9 @@ func (f *groupFold) of(i uint32) []string {
 	return f.base.memberOf[i]
 }
 
-// apply folds a member event into u's groups. It reports false for a join refused
-// past presence.MaxGroupsPerUser; joining a group twice, or leaving one the user is not
-// in, changes nothing.
+// apply folds a member event into u's groups and reports whether the membership
+// changed: joining a group twice, or leaving one the user is not in, changes nothing,
+// and a join past presence.MaxGroupsPerUser is refused (counted in refused).
 func (f *groupFold) apply(e *presence.Event, u *presence.User) bool {
 	mine := f.of(u.Index)
 	at := slices.Index(mine, e.GroupID)
@@ -100,6 +100,7 @@ func (f *groupFold) apply(e *presence.Event, u *presence.User) bool {
 		if p := statestore.TrackedPos(u.Status); p >= 0 {
 			g.Counts[p]--
 		}
+		return true
 	case !e.Leave && at < 0:
 		if len(mine) >= presence.MaxGroupsPerUser {
 			f.refused++
@@ -112,8 +113,9 @@ func (f *groupFold) apply(e *presence.Event, u *presence.User) bool {
 		if p := statestore.TrackedPos(u.Status); p >= 0 {
 			g.Counts[p]++
 		}
+		return true
 	}
-	return true
+	return false
 }
 
 // statusChanged moves index i from status prev to cur in the counts of its groups.

@@ -129,8 +129,8 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 		return 0, err
 	}
 	// Every user of the shard is read: users the log holds records of are folded from
-	// the log, but a custom status set before start is only in history, and comes
-	// back from it (seedWindow).
+	// the log, but a custom status set, or a group joined, before start is only in
+	// history, and comes back from it (seedWindow).
 	var states map[string]historystore.LastKnown
 	err = w.retry(ctx, "reading the shard's users from history", func(ctx context.Context) (err error) {
 		states, err = w.history.Shard(ctx, w.st.partition, func(string) bool { return false })
@@ -149,7 +149,7 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 	for id, st := range states {
 		if _, ok := inLog[id]; !ok {
 			restored++
-		} else if st.CustomSetAt.IsZero() {
+		} else if st.CustomSetAt.IsZero() && len(st.Groups) == 0 {
 			continue // the log tells all there is to know
 		}
 		ids = append(ids, id)
@@ -171,14 +171,17 @@ func (w *worker) seedFromHistory(ctx context.Context, start, upTo int64) (int, e
 		}
 		w.st.written, w.st.offset = win.LastOffset+1, win.LastOffset
 		w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
+		w.st.staged.commit()
 	}
 	return restored, nil
 }
 
 // seedWindow is the window that registers ids, users new to the shard, with their
 // last known states, at offset last: in full for users the log holds no record of,
-// and only their custom status for those in inLog, which the log's records then
-// fold on. It has no changes: restoring a user changes nothing anyone saw.
+// and only their custom status and groups for those in inLog, which the log's records
+// then fold on (a member event still in the log applies after the membership history
+// recorded, which it may repeat). It has no changes: restoring a user changes nothing
+// anyone saw. Its group changes are staged in st.staged, like a fold's.
 func seedWindow(st *shardState, last int64, ids []string, states map[string]historystore.LastKnown, inLog map[string]struct{}) *statestore.Window {
 	w := &statestore.Window{
 		Shard:      int(st.partition),
@@ -188,6 +191,18 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]hist
 	}
 	for i := range w.Bitmaps {
 		w.Bitmaps[i] = st.bitmaps[i].Clone()
+	}
+	if st.groups.groups == nil {
+		st.groups = newShardGroups(nil, st.bitmaps)
+	}
+	groups := newGroupFold(&st.groups)
+	st.staged = groups
+	w.Groups = groups.touched
+	// join restores u's groups once u's status is set, so that they count it.
+	join := func(u *presence.User, s historystore.LastKnown) {
+		for _, g := range s.Groups {
+			groups.apply(&presence.Event{Kind: presence.KindMember, GroupID: g}, u)
+		}
 	}
 	for _, id := range ids {
 		s := states[id]
@@ -200,6 +215,7 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]hist
 		u.Custom, u.CustomSetAt = s.Custom, s.CustomSetAt
 		if _, ok := inLog[id]; ok {
 			w.Users[id] = u
+			join(u, s)
 			continue
 		}
 		u.Status, u.Invisible = s.Status, s.Status == presence.Invisible
@@ -225,6 +241,7 @@ func seedWindow(st *shardState, last int64, ids []string, states map[string]hist
 			w.Bitmaps[i].Add(u.Index)
 			w.Dirty[i] = true
 		}
+		join(u, s)
 	}
 	return w
 }

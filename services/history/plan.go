@@ -82,6 +82,9 @@ func (s *statusPlan) keys() []*historystore.Partition {
 		if r.custom.set {
 			ws = append(ws, historystore.CustomUpdate(user, r.customValue, r.custom.at))
 		}
+		for _, g := range r.groups {
+			ws = append(ws, historystore.GroupUpdate(user, g.group, g.left, g.at))
+		}
 		if len(ws) > 0 {
 			out = append(out, &historystore.Partition{Key: ws[0].Key(), Writes: ws})
 		}
@@ -118,6 +121,29 @@ type statusRow struct {
 	// and customValue what it set.
 	custom      cellWrite
 	customValue presence.CustomStatus
+	// groups are the newest membership change of each group, in first-seen order.
+	groups []groupWrite
+}
+
+// groupWrite is a membership change to write to user_status: its group's element is
+// written at the change's time, so only the newest one of a group matters.
+type groupWrite struct {
+	group string
+	left  bool
+	at    time.Time
+}
+
+// offerGroup keeps c if it is the newest change of its group in the row.
+func (r *statusRow) offerGroup(c *change) {
+	for i := range r.groups {
+		if g := &r.groups[i]; g.group == c.Group {
+			if !c.At.Before(g.at) {
+				g.left, g.at = c.Left, c.At
+			}
+			return
+		}
+	}
+	r.groups = append(r.groups, groupWrite{group: c.Group, left: c.Left, at: c.At})
 }
 
 // add plans w after the writes of its partition key planned before.
@@ -209,6 +235,16 @@ func (s *statusPlan) offerEvent(e *presence.Event) {
 	}
 }
 
+// addMembership plans the writes of membership change c: the group in the user's
+// user_status row, and the user's index, so that a rebuild from history finds a member
+// whose status never changed.
+func (b *batchPlan) addMembership(c *change) {
+	b.statusOf(c.UserID).offerGroup(c)
+	for _, w := range historystore.UserIndexRows(c.SourcePartition, c.UserIndex, c.UserID, presence.Micros(c.At)) {
+		b.add(w)
+	}
+}
+
 // addChange plans the writes of change c.
 func (b *batchPlan) addChange(c *change) {
 	b.add(historystore.ChangeRow(&historystore.Change{
@@ -233,6 +269,10 @@ type change struct {
 	// CustomOnly: a change of the custom status alone, not a transition; nothing
 	// else of the change is read.
 	CustomOnly bool
+	// Group, when set, makes the change a membership change (docs/design.md,
+	// "Groups"), not a transition: the user joined Group, or left it (Left).
+	Group string
+	Left  bool
 }
 
 // decodeChange reads a presence.changes record.
@@ -277,6 +317,12 @@ func decodeChange(r *kgo.Record) (change, error) {
 	}
 	if c.Current == presence.StatusUnknown {
 		return change{}, errors.New("invalid change: no current status")
+	}
+	if g := p.GetGroupId(); g != "" {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return change{}, fmt.Errorf("invalid change: group id: %w", err)
+		}
+		c.Group, c.Left = g, p.GetLeft()
 	}
 	if c.At.IsZero() || p.GetChangedAtUs() < 0 {
 		return change{}, errors.New("invalid change: no changed-at")

@@ -322,6 +322,11 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 		w.poison(r, err)
 		return
 	}
+	if e.Kind == presence.KindMember {
+		// Membership is not presence: no timeline entry, no sign of life. Its
+		// effective changes reach user_status through presence.changes.
+		return
+	}
 	if w.window.Duplicate(e.UserID, e.ID, e.ReceivedAt) {
 		w.h.m.skipped.WithLabelValues(skipDuplicate).Inc()
 		return
@@ -376,6 +381,11 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 	}
 	if c.CustomOnly {
 		// Not a transition: the event that made it is the timeline's entry.
+		return
+	}
+	if c.Group != "" {
+		// Not a transition either: membership, kept in user_status.
+		plan.addMembership(&c)
 		return
 	}
 	plan.addChange(&c)

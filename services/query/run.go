@@ -47,6 +47,19 @@ func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registe
 	return g
 }
 
+// feedState is the statestore as the change feed reads it.
+type feedState struct{ *statestore.Store }
+
+// GroupMembers reads a group's members for a snapshot; a group larger than a
+// connection may watch is feed.ErrGroupTooLarge.
+func (f feedState) GroupMembers(ctx context.Context, g string, max int) ([]string, error) {
+	ids, err := f.Store.GroupMembers(ctx, g, max)
+	if errors.Is(err, statestore.ErrGroupTooLarge) {
+		return nil, fmt.Errorf("%w: %w", feed.ErrGroupTooLarge, err)
+	}
+	return ids, err
+}
+
 func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	cfg, err := loadConfig(env)
 	if err != nil {
@@ -92,7 +105,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	// /readyz dependency of this service.
 	hubCfg := cfg.hub()
 	hubCfg.Cursors = cursors
-	hub, err := feed.NewHub(hubCfg, store, logger, reg)
+	hub, err := feed.NewHub(hubCfg, feedState{store}, logger, reg)
 	if err != nil {
 		return fmt.Errorf("change feed: %w", err)
 	}
@@ -108,7 +121,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		"pulse_query_present_produce_duration_seconds", reg), cfg.Present, logger, reg)
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
-		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors).presentThrough(present),
+		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors).presentThrough(present).watchingGroups(store),
 		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention,
 		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch, cursors: cursors}
 	var reads *coalescer

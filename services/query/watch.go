@@ -22,6 +22,7 @@ import (
 	"github.com/pulse-presence/pulse/internal/platform/cursor"
 	"github.com/pulse-presence/pulse/internal/platform/httpserver"
 	"github.com/pulse-presence/pulse/internal/platform/limits"
+	"github.com/pulse-presence/pulse/internal/stores/statestore"
 	"github.com/pulse-presence/pulse/services/query/feed"
 )
 
@@ -46,6 +47,15 @@ type watcher struct {
 	// present posts the events of present sockets (present.go); nil: ?present= is
 	// refused.
 	present *presenter
+	// groups reads the groups a connection watches (?group=); nil: ?group= is
+	// refused.
+	groups *statestore.Store
+}
+
+// watchingGroups lets connections watch a group's members (?group=), read from store.
+func (w *watcher) watchingGroups(store *statestore.Store) *watcher {
+	w.groups = store
+	return w
 }
 
 func newWatcher(hub *feed.Hub, cfg FeedConfig, logger *slog.Logger) *watcher {
@@ -173,6 +183,7 @@ var (
 	endInternal   = ending{websocket.StatusInternalError, "internal", "internal error"}
 	endCredential = ending{websocket.StatusPolicyViolation, "credential_ended", "the key was revoked or the token expired; reconnect with a valid credential"}
 	endReplays    = ending{websocket.StatusTryAgainLater, "replay_busy", "no log replay slot freed up in time; reconnect with the cursor in a few seconds"}
+	endGroupLarge = ending{websocket.StatusPolicyViolation, feed.CodeTooManyUsers, "the group has more members than a connection watches (PULSE_FEED_MAX_USERS)"}
 	endClient     = ending{websocket.StatusNormalClosure, "", ""}
 )
 
@@ -196,6 +207,8 @@ func endingFor(err error) ending {
 		return endCredential
 	case errors.Is(err, feed.ErrReplaysBusy):
 		return endReplays
+	case errors.Is(err, feed.ErrGroupTooLarge):
+		return endGroupLarge
 	}
 	return endInternal
 }
@@ -228,16 +241,21 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 	if err != nil {
 		return o, err
 	}
+	if o.Group, err = w.watchGroup(c, q["group"]); err != nil {
+		return o, err
+	}
 	switch {
 	case o.Firehose && len(ids) > 0:
 		return o, httpserver.BadRequest("userIds", "must be absent with firehose=true: the firehose watches every user")
+	case o.Firehose && o.Group != "":
+		return o, httpserver.BadRequest("group", "must be absent with firehose=true: the firehose watches every user")
 	case o.Firehose && auth.PrincipalOf(c).UserID != "":
 		return o, auth.Forbidden("a user token may not watch the firehose")
 	case o.Firehose && !auth.IsOperator(c):
 		return o, &httpserver.Error{Status: http.StatusForbidden, Code: "forbidden",
 			Message: "firehose=true needs a key with the operator scope: Authorization: Bearer <key>"}
-	case sse && !o.Firehose && len(ids) == 0:
-		return o, httpserver.BadRequest("userIds", "is required: a comma-separated list of user ids")
+	case sse && !o.Firehose && len(ids) == 0 && o.Group == "":
+		return o, httpserver.BadRequest("userIds", "is required: a comma-separated list of user ids (or a group)")
 	}
 	if err := mayWatch(auth.PrincipalOf(c), ids); err != nil {
 		return o, err
@@ -261,6 +279,56 @@ func (w *watcher) options(c echo.Context, sse bool) (feed.Options, error) {
 		o.Cursor = &cur
 	}
 	return o, nil
+}
+
+// watchGroup reads ?group=: one group id, which the reader may read (a user token
+// only its user's groups) and whose members a connection may watch (at most
+// PULSE_FEED_MAX_USERS). "" when absent.
+func (w *watcher) watchGroup(c echo.Context, values []string) (string, error) {
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", httpserver.BadRequest("group", "a connection watches one group")
+	case w.groups == nil:
+		return "", httpserver.BadRequest("group", "this instance serves no groups")
+	}
+	g := values[0]
+	if err := presence.ValidateGroupID(g); err != nil {
+		return "", httpserver.BadRequest("group", err.Error())
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), w.cfg.SnapshotTimeout)
+	defer cancel()
+	n, err := w.groups.Shards(ctx)
+	if err != nil {
+		return "", groupReadErr(err)
+	}
+	if user := auth.PrincipalOf(c).UserID; user != "" {
+		member, err := w.groups.IsMember(ctx, n, g, user)
+		if err != nil {
+			return "", groupReadErr(err)
+		}
+		if !member {
+			return "", auth.Forbidden(fmt.Sprintf("a user token watches only the groups its user is a member of; %q is not a member of %q", user, g))
+		}
+	}
+	counts, err := w.groups.GroupCounts(ctx, n, g)
+	if err != nil {
+		return "", groupReadErr(err)
+	}
+	var size uint64
+	for _, sc := range counts {
+		size += sc.Registered
+	}
+	if size > uint64(w.cfg.MaxUsers) {
+		return "", httpserver.BadRequest("group", fmt.Sprintf("group %q has %d members; a connection watches at most %d users (PULSE_FEED_MAX_USERS): read its counts and listings instead", g, size, w.cfg.MaxUsers))
+	}
+	return g, nil
+}
+
+// groupReadErr is the 503 of a group read that failed.
+func groupReadErr(err error) error {
+	return fmt.Errorf("%w: %w", httpserver.Unavailable("the group could not be read; retry shortly", time.Second), err)
 }
 
 // mayWatch refuses, with a 403, the first of ids p may not watch: a user token

@@ -39,6 +39,8 @@ func (s watchState) GetMany(_ context.Context, ids []string) ([]*presence.User, 
 	return out, nil
 }
 
+func (s watchState) GroupMembers(context.Context, string, int) ([]string, error) { return nil, nil }
+
 // watchServer runs the feed routes over a kfake log, with HTTP read and write
 // timeouts far below the test's length: feed connections must outlive them.
 func watchServer(t *testing.T) (url string, produce func(user string, from, to presence.Status), stop func()) {

@@ -240,6 +240,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{9, "0009_uniques_shown.cql", 1},
 		{10, "0010_user_activity_custom.cql", 1},
 		{11, "0011_user_status_custom.cql", 1},
+		{12, "0012_user_status_groups.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
@@ -283,6 +284,7 @@ func TestAppliedMigrationsKeepTheirBytes(t *testing.T) {
 		"0009_uniques_shown.cql":              "725d1a0e3436f2b1",
 		"0010_user_activity_custom.cql":       "fed44f71c867bd74",
 		"0011_user_status_custom.cql":         "125dc15d142d9641",
+		"0012_user_status_groups.cql":         "53884348552a90ff",
 	}
 	for _, m := range ms {
 		want, ok := released[m.File]

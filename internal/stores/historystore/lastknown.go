@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,8 @@ type LastKnown struct {
 	// value for none or a clear), at CustomSetAt; zero when none ever did.
 	Custom      presence.CustomStatus
 	CustomSetAt time.Time
+	// Groups are the groups the user is a member of (docs/design.md, "Groups").
+	Groups []string
 }
 
 // ErrNoHistory is returned by LastKnownOfShard when history's tables hold nobody of
@@ -44,7 +47,7 @@ const (
 const (
 	shardUsersCQL = `SELECT user_id FROM shard_users WHERE shard = ? AND block = ?`
 	userStatusCQL = `SELECT user_id, status, last_updated, last_active, last_seen,
- custom_text, custom_emoji, custom_until_us, custom_set_at_us FROM user_status WHERE user_id IN ?`
+ custom_text, custom_emoji, custom_until_us, custom_set_at_us, groups FROM user_status WHERE user_id IN ?`
 )
 
 // ShardUsers is every user history ever indexed in shard: shard_users holds dense
@@ -69,7 +72,8 @@ func (s *Store) ShardUsers(ctx context.Context, shard int32) ([]string, error) {
 }
 
 // LastKnownStates reads the last known state of each of ids; a user without a
-// user_status row, or without a status in it, is left out.
+// user_status row, or with neither a status nor a group in it, is left out. A member
+// of groups whose status never changed is offline.
 func (s *Store) LastKnownStates(ctx context.Context, ids []string) (map[string]LastKnown, error) {
 	out := make(map[string]LastKnown, len(ids))
 	var mu sync.Mutex
@@ -83,17 +87,21 @@ func (s *Store) LastKnownStates(ctx context.Context, ids []string) (map[string]L
 				id, status, text, emoji string
 				updated, active, seen   time.Time
 				untilUs, setAtUs        int64
+				groups                  []string
 			)
-			for it.Scan(&id, &status, &updated, &active, &seen, &text, &emoji, &untilUs, &setAtUs) {
-				if status == "" {
+			for it.Scan(&id, &status, &updated, &active, &seen, &text, &emoji, &untilUs, &setAtUs, &groups) {
+				if status == "" && len(groups) == 0 {
 					continue
 				}
-				st, err := presence.ParseStatus(status)
-				if err != nil {
-					_ = it.Close()
-					return fmt.Errorf("user_status of %q: %w", id, err)
+				st := presence.Offline
+				if status != "" {
+					var err error
+					if st, err = presence.ParseStatus(status); err != nil {
+						_ = it.Close()
+						return fmt.Errorf("user_status of %q: %w", id, err)
+					}
 				}
-				lk := LastKnown{Status: st, LastUpdated: utc(updated), LastActive: utc(active), LastSeen: utc(seen)}
+				lk := LastKnown{Status: st, LastUpdated: utc(updated), LastActive: utc(active), LastSeen: utc(seen), Groups: slices.Clone(groups)}
 				if setAtUs != 0 {
 					lk.Custom = presence.CustomStatus{Text: text, Emoji: emoji, Until: presence.FromMicros(untilUs)}
 					lk.CustomSetAt = presence.FromMicros(setAtUs)

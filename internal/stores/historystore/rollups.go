@@ -122,16 +122,23 @@ func RollupRows(rows *rollup.Rows, shard int32, ts int64, ttl Retention) []Write
 	}
 	for i := range rows.UserIndexes {
 		u := &rows.UserIndexes[i]
-		block := int(u.Index / ShardUsersBlock)
-		out = append(out,
-			Write{InsertShardUser, fmt.Sprintf("%s\x00%d\x00%d", TableShardUsers, u.Shard, block), []any{
-				int(u.Shard), block, int(u.Index), u.UserID, ts,
-			}},
-			Write{InsertUserIndex, TableUserIndexes + "\x00" + u.UserID, []any{
-				u.UserID, int(u.Shard), int(u.Index), ts,
-			}})
+		out = append(out, UserIndexRows(u.Shard, u.Index, u.UserID, ts)...)
 	}
 	return out
+}
+
+// UserIndexRows record that index of shard is userID, both ways (shard_users,
+// user_indexes), written at ts; rewriting them changes nothing.
+func UserIndexRows(shard int32, index uint32, userID string, ts int64) []Write {
+	block := int(index / ShardUsersBlock)
+	return []Write{
+		{InsertShardUser, fmt.Sprintf("%s\x00%d\x00%d", TableShardUsers, shard, block), []any{
+			int(shard), block, int(index), userID, ts,
+		}},
+		{InsertUserIndex, TableUserIndexes + "\x00" + userID, []any{
+			userID, int(shard), int(index), ts,
+		}},
+	}
 }
 
 // ProgressRow records that shard's point-in-time rows are final up to finalThrough,

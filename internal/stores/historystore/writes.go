@@ -33,6 +33,8 @@ const (
 	InsertCheckpointChunk
 	InsertCheckpointHeader
 	UpdateCustom
+	UpdateGroupJoin
+	UpdateGroupLeave
 )
 
 // statements are the table and the CQL of each Statement: a constant table, never
@@ -56,6 +58,8 @@ var statements = [...]struct{ table, cql string }{
 	InsertCheckpointChunk:  {TableCheckpoints, insertCheckpointChunkCQL},
 	InsertCheckpointHeader: {TableCheckpoints, insertCheckpointHeaderCQL},
 	UpdateCustom:           {TableStatus, updateCustomCQL},
+	UpdateGroupJoin:        {TableStatus, updateGroupJoinCQL},
+	UpdateGroupLeave:       {TableStatus, updateGroupLeaveCQL},
 }
 
 // Write is one statement with its bound values, and the partition key it writes.
@@ -224,4 +228,23 @@ const updateCustomCQL = `UPDATE user_status USING TIMESTAMP ?
 func CustomUpdate(userID string, c presence.CustomStatus, at time.Time) Write {
 	us := presence.Micros(at)
 	return Write{UpdateCustom, statusKey(userID), []any{us, c.Text, c.Emoji, presence.Micros(c.Until), us, userID}}
+}
+
+// The user's groups (docs/design.md, "Groups"): a join adds its group to the set and a
+// leave removes it, each written at the member event's time, so that of a join and a
+// leave of one group the newer wins, as in the fold, whatever order they are written
+// in. Kept so a rebuild of Redis from history restores memberships the log no longer
+// holds.
+const (
+	updateGroupJoinCQL  = `UPDATE user_status USING TIMESTAMP ? SET groups = groups + ? WHERE user_id = ?`
+	updateGroupLeaveCQL = `UPDATE user_status USING TIMESTAMP ? SET groups = groups - ? WHERE user_id = ?`
+)
+
+// GroupUpdate records that the user joined group (or left it, leave) at at.
+func GroupUpdate(userID, group string, leave bool, at time.Time) Write {
+	stmt := UpdateGroupJoin
+	if leave {
+		stmt = UpdateGroupLeave
+	}
+	return Write{stmt, statusKey(userID), []any{presence.Micros(at), []string{group}, userID}}
 }

@@ -172,3 +172,52 @@ func (s *Store) IsMember(ctx context.Context, n int, g, userID string) (bool, er
 	}
 	return bms[0].Contains(locs[0].Index), nil
 }
+
+// ErrGroupTooLarge: a group has more members than the reader asked for at most.
+var ErrGroupTooLarge = errors.New("the group has more members than asked for")
+
+// GroupMembers reads every member of group g, in (shard, index) order, when it has at
+// most max: the counts, then every shard's bitmap, then the ids, a round trip each.
+// A group of more members is ErrGroupTooLarge, read no further.
+func (s *Store) GroupMembers(ctx context.Context, g string, max int) ([]string, error) {
+	n, err := s.Shards(ctx)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	counts, err := s.GroupCounts(ctx, n, g)
+	if err != nil {
+		return nil, err
+	}
+	var total uint64
+	var shards []int
+	for sh, c := range counts {
+		if c.Registered > 0 {
+			total += c.Registered
+			shards = append(shards, sh)
+		}
+	}
+	if total > uint64(max) {
+		return nil, fmt.Errorf("%w: group %q has %d members, at most %d are read", ErrGroupTooLarge, g, total, max)
+	}
+	bms, err := s.LoadGroupBitmaps(ctx, shards, g)
+	if err != nil {
+		return nil, err
+	}
+	batches := make([]ShardIndexes, len(shards))
+	for k, sh := range shards {
+		batches[k] = ShardIndexes{Shard: sh, Indexes: bms[k].ToArray()}
+	}
+	ids, err := s.UserIDs(ctx, batches)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, total)
+	for _, part := range ids {
+		for _, id := range part {
+			if id != "" {
+				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
+}

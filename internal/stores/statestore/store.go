@@ -673,7 +673,11 @@ func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
 		args = append(args, len(b.args)/2)
 		args = append(args, b.args...)
 	}
-	keys = append(keys, s.keys.GroupIndex(sh))
+	// The group index is declared only when the window writes groups: a script's
+	// keys are what it touches.
+	if len(w.Groups) > 0 {
+		keys = append(keys, s.keys.GroupIndex(sh))
+	}
 	args = append(args, len(w.Groups))
 	for g, gs := range w.Groups {
 		keys = append(keys, s.keys.GroupBitmap(sh, g))

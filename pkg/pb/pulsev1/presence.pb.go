@@ -525,7 +525,16 @@ type Change struct {
 	// The change is to the custom status alone: previous equals current, and
 	// changed_at_us is when the custom status was set or cleared. Consumers of
 	// status transitions skip these.
-	CustomOnly    bool `protobuf:"varint,13,opt,name=custom_only,json=customOnly,proto3" json:"custom_only,omitempty"`
+	CustomOnly bool `protobuf:"varint,13,opt,name=custom_only,json=customOnly,proto3" json:"custom_only,omitempty"`
+	// A membership change when set (docs/design.md, "Groups"): the user joined the
+	// group group_id, or left it (left). previous and current are both the user's
+	// status, changed_at_us is the member event's time, device_id "*". Consumers of
+	// status transitions skip these.
+	GroupId string `protobuf:"bytes,14,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Left    bool   `protobuf:"varint,15,opt,name=left,proto3" json:"left,omitempty"`
+	// The groups the user is a member of after the change (any change), so that a
+	// reader can route it to the watchers of a group without knowing the members.
+	Groups        []string `protobuf:"bytes,16,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +658,27 @@ func (x *Change) GetCustomOnly() bool {
 		return x.CustomOnly
 	}
 	return false
+}
+
+func (x *Change) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *Change) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
+func (x *Change) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
 }
 
 // DeviceState is one device of a user as the aggregator last folded it.
@@ -938,7 +968,7 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\fCustomStatus\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x14\n" +
 	"\x05emoji\x18\x02 \x01(\tR\x05emoji\x12\x19\n" +
-	"\buntil_us\x18\x03 \x01(\x03R\auntilUs\"\xef\x03\n" +
+	"\buntil_us\x18\x03 \x01(\x03R\auntilUs\"\xb6\x04\n" +
 	"\x06Change\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12,\n" +
@@ -955,7 +985,10 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\x14public_changed_at_us\x18\v \x01(\x03R\x11publicChangedAtUs\x12.\n" +
 	"\x06custom\x18\f \x01(\v2\x16.pulse.v1.CustomStatusR\x06custom\x12\x1f\n" +
 	"\vcustom_only\x18\r \x01(\bR\n" +
-	"customOnly\"v\n" +
+	"customOnly\x12\x19\n" +
+	"\bgroup_id\x18\x0e \x01(\tR\agroupId\x12\x12\n" +
+	"\x04left\x18\x0f \x01(\bR\x04left\x12\x16\n" +
+	"\x06groups\x18\x10 \x03(\tR\x06groups\"v\n" +
 	"\vDeviceState\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12(\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x10.pulse.v1.StatusR\x06status\x12 \n" +

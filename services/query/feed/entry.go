@@ -33,6 +33,12 @@ type entry struct {
 	// says the change is to it alone, previous and current being equal.
 	custom     presence.CustomStatus
 	customOnly bool
+	// group, when set, makes the entry a membership change: the user joined group, or
+	// left it (left); previous and current are the user's status. groups are the
+	// user's groups after the change, any change (docs/design.md, "Groups").
+	group  string
+	left   bool
+	groups []string
 	// sourcePartition and sourceOffset are the causing event's position in
 	// presence.events: the key duplicates are recognised by.
 	sourcePartition int32
@@ -49,6 +55,9 @@ type entry struct {
 // invisible and offline both read as offline, and a user who reads as offline shows
 // no custom status (presence.User.PublicCustomAt).
 func (e *entry) publicNoop() bool {
+	if e.group != "" {
+		return false // a membership change is news whatever the status
+	}
 	if e.customOnly {
 		return !publicCustom(e.current)
 	}
@@ -91,8 +100,20 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 		sourceOffset:    c.GetSourceOffset(),
 		customOnly:      c.GetCustomOnly(),
 	}
-	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || (e.previous == e.current) != e.customOnly {
-		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v)", c.GetPrevious(), c.GetCurrent(), e.customOnly)
+	if g := c.GetGroupId(); g != "" {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return nil, fmt.Errorf("group id: %w", err)
+		}
+		e.group, e.left = g, c.GetLeft()
+	}
+	for _, g := range c.GetGroups() {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return nil, fmt.Errorf("groups: %w", err)
+		}
+	}
+	e.groups = c.GetGroups()
+	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || (e.previous == e.current) != (e.customOnly || e.group != "") {
+		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v, group: %q)", c.GetPrevious(), c.GetCurrent(), e.customOnly, e.group)
 	}
 	if cs := presence.CustomFromPB(c.GetCustom()); cs != nil {
 		if err := cs.Validate(); err != nil {
@@ -123,6 +144,15 @@ type changeMessage struct {
 	Cursor string          `json:"cursor"`
 }
 
+// message is e's message, a change's or a membership change's, for a view with the
+// given cursor.
+func (e *entry) message(operator bool, cursor string, now time.Time) []byte {
+	if e.group != "" {
+		return e.renderMember(operator, cursor)
+	}
+	return e.render(operator, cursor, now)
+}
+
 // render is e's message for a view with the given cursor. A custom status whose until
 // has passed when the message is first rendered shows as none, as every status read
 // does; its clearing follows as a change of its own.
@@ -151,6 +181,30 @@ func (e *entry) render(operator bool, cursor string, now time.Time) []byte {
 	return b
 }
 
+// memberMessage is the JSON of a membership change, for a group's watchers.
+type memberMessage struct {
+	Type    string `json:"type"`
+	GroupID string `json:"groupId"`
+	UserID  string `json:"userId"`
+	// Joined is false when the user left the group.
+	Joined bool `json:"joined"`
+	// Status is the user's status as the reader may see it.
+	Status string    `json:"status"`
+	At     time.Time `json:"at"`
+	Cursor string    `json:"cursor"`
+}
+
+// renderMember is membership change e's message for a view with the given cursor.
+func (e *entry) renderMember(operator bool, cursor string) []byte {
+	m := memberMessage{Type: TypeMember, GroupID: e.group, UserID: e.userID, Joined: !e.left,
+		Status: e.current.Public().String(), At: e.at, Cursor: cursor}
+	if operator {
+		m.Status = e.current.String()
+	}
+	b, _ := json.Marshal(m) // cannot fail: strings and a time
+	return b
+}
+
 // payload is e's message for a view with the hub's cursor, rendered once.
 func (e *entry) payload(operator bool) []byte {
 	v := 0
@@ -160,7 +214,7 @@ func (e *entry) payload(operator bool) []byte {
 	if p := e.rendered[v].Load(); p != nil {
 		return *p
 	}
-	b := e.render(operator, e.cursor, time.Now())
+	b := e.message(operator, e.cursor, time.Now())
 	e.rendered[v].Store(&b)
 	return b
 }

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -184,9 +185,22 @@ func (h *harness) open(o Options) *Session {
 }
 
 type fakeState struct {
-	mu    sync.Mutex
-	users map[string]*presence.User
-	err   error
+	mu     sync.Mutex
+	users  map[string]*presence.User
+	groups map[string][]string
+	err    error
+}
+
+func (f *fakeState) GroupMembers(_ context.Context, g string, max int) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	if len(f.groups[g]) > max {
+		return nil, ErrGroupTooLarge
+	}
+	return slices.Clone(f.groups[g]), nil
 }
 
 func (f *fakeState) GetMany(_ context.Context, ids []string) ([]*presence.User, error) {

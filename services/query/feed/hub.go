@@ -142,11 +142,16 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// StateReader reads users' current states, nil for users never seen; the statestore
-// in production, a map in tests.
+// StateReader reads users' current states, nil for users never seen, and a group's
+// members (at most max of them, else ErrGroupTooLarge); the statestore in production,
+// a map in tests.
 type StateReader interface {
 	GetMany(ctx context.Context, ids []string) ([]*presence.User, error)
+	GroupMembers(ctx context.Context, group string, max int) ([]string, error)
 }
+
+// ErrGroupTooLarge: a group has more members than a connection may watch.
+var ErrGroupTooLarge = errors.New("the group has more members than a connection watches")
 
 // Errors a Session ends with, and Open refuses with.
 var (
@@ -198,6 +203,9 @@ type Hub struct {
 	subMu    sync.RWMutex
 	byUser   map[string][]*subscriber
 	firehose []*subscriber
+	// byGroup are the subscribers watching a group (docs/design.md, "Groups"): each
+	// watches one, so a change reaches each of them once.
+	byGroup map[string][]*subscriber
 	// fanned is the position after the last change delivered: every change queued
 	// so far is before it, every one queued later after it. Stored by the tail
 	// while it holds subMu read-locked, loaded under subMu write-locked; never
@@ -221,6 +229,7 @@ func NewHub(cfg Config, state StateReader, logger *slog.Logger, reg prometheus.R
 		replays:     newReplaySlots(cfg.MaxLogReplays, cfg.MaxLogReplaysPerPrincipal),
 		ring:        ring{buf: make([]*entry, cfg.ReplayBuffer)},
 		byUser:      make(map[string][]*subscriber),
+		byGroup:     make(map[string][]*subscriber),
 		open:        make(map[*subscriber]struct{}),
 		progress:    make(chan struct{}),
 		drained:     make(chan struct{}),
@@ -420,11 +429,25 @@ func (h *Hub) apply(fs kgo.Fetches) {
 	h.logMu.Unlock()
 	var slow []*subscriber
 	for _, e := range changes {
+		if e.group != "" {
+			// A membership change goes to the group's watchers alone.
+			for _, s := range h.byGroup[e.group] {
+				slow = offer(slow, s, item{e: e})
+			}
+			continue
+		}
 		for _, s := range h.byUser[e.userID] {
 			slow = offer(slow, s, item{e: e})
 		}
 		for _, s := range h.firehose {
 			slow = offer(slow, s, item{e: e})
+		}
+		for _, g := range e.groups {
+			for _, s := range h.byGroup[g] {
+				if _, ok := s.users[e.userID]; !ok { // else it had it by id
+					slow = offer(slow, s, item{e: e})
+				}
+			}
 		}
 	}
 	h.fanned.Store(&reached)
@@ -539,6 +562,8 @@ type subscriber struct {
 	cancel   context.CancelCauseFunc
 	operator bool
 	firehose bool
+	// group is the group watched, if any; set once.
+	group string
 	// dropped: the subscriber left for good (closed, kicked, or its queue filled);
 	// nothing more is queued for it and it is not registered again. Set under subMu
 	// (read-locked at least), so that a registration under subMu sees it.
@@ -561,6 +586,7 @@ type item struct {
 // session signs its cursor, outside the hub's locks.
 type snapMarker struct {
 	ids      []string
+	group    string // the members of group too
 	firehose bool
 	at       []int64 // shared, never changed
 }
@@ -572,6 +598,9 @@ func (h *Hub) registerLocked(s *subscriber, ids []string) {
 	if s.firehose {
 		h.firehose = append(h.firehose, s)
 		return
+	}
+	if s.group != "" {
+		h.byGroup[s.group] = append(h.byGroup[s.group], s)
 	}
 	h.indexLocked(s, ids)
 }
@@ -636,6 +665,17 @@ func (h *Hub) unregisterLocked(s *subscriber) {
 		}
 		return
 	}
+	if s.group != "" {
+		subs := h.byGroup[s.group]
+		if i := slices.Index(subs, s); i >= 0 {
+			subs = slices.Delete(subs, i, i+1)
+		}
+		if len(subs) == 0 {
+			delete(h.byGroup, s.group)
+		} else {
+			h.byGroup[s.group] = subs
+		}
+	}
 	for id, i := range s.users {
 		h.dropLocked(s, id, i)
 	}
@@ -651,7 +691,7 @@ func (h *Hub) attachFresh(s *subscriber, ids []string) error {
 		return context.Cause(s.ctx)
 	}
 	h.registerLocked(s, ids)
-	h.kickSlowLocked(offer(nil, s, item{snap: &snapMarker{ids: ids, firehose: s.firehose, at: *h.fanned.Load()}}))
+	h.kickSlowLocked(offer(nil, s, item{snap: &snapMarker{ids: ids, group: s.group, firehose: s.firehose, at: *h.fanned.Load()}}))
 	return nil
 }
 

@@ -15,8 +15,8 @@ import (
 type resume struct {
 	h       *Hub
 	sub     *subscriber
-	ids     []string               // the users watched from the start
-	watches func(user string) bool // the session's: whose changes it delivers
+	ids     []string            // the users watched from the start
+	watches func(e *entry) bool // the session's: which changes it delivers
 	from    Cursor
 	// principal is whose replay slots the resume counts against.
 	principal string
@@ -220,7 +220,7 @@ func (r *resume) read(ctx context.Context) (outcome, error) {
 			continue
 		}
 		r.at[p] = rec.Offset + 1
-		if derr != nil || r.marks.duplicate(e) || !r.watches(e.userID) {
+		if derr != nil || r.marks.duplicate(e) || !r.watches(e) {
 			continue
 		}
 		out = append(out, outgoing{e: e, cursor: h.cursor(r.at)})
@@ -246,7 +246,7 @@ func (r *resume) fromRing(entries []*entry, walk []int64) []outgoing {
 		if was && walk[p] >= r.at[p] {
 			leading--
 		}
-		if e.offset < r.at[p] || !r.watches(e.userID) {
+		if e.offset < r.at[p] || !r.watches(e) {
 			continue
 		}
 		o := outgoing{e: e}

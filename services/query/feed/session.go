@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -17,7 +18,10 @@ import (
 const (
 	TypeSnapshot = "snapshot"
 	TypeChange   = "change"
-	TypeError    = "error"
+	// TypeMember is a membership change, sent to a group's watchers: a user joined or
+	// left the group.
+	TypeMember = "member"
+	TypeError  = "error"
 	// TypeAck answers a command the transport carried out itself (a present
 	// socket's status or activity) once it is done.
 	TypeAck = "ack"
@@ -60,6 +64,10 @@ type Options struct {
 	// Firehose watches every user; it excludes UserIDs. Operators only: the caller
 	// checks.
 	Firehose bool
+	// Group watches the members of a group besides UserIDs (docs/design.md,
+	// "Groups"): the snapshot lists them, and their changes and the group's
+	// membership changes follow. The caller checks the reader may read the group.
+	Group string
 	// Operator shows statuses as they are (invisible stays invisible); otherwise
 	// invisible reads as offline and changes between the two are not sent.
 	Operator bool
@@ -86,6 +94,7 @@ type Session struct {
 	sub      *subscriber
 	operator bool
 	firehose bool
+	group    string
 	initial  []string
 
 	// wanted are the ids subscribed to, as commands left them; users those whose
@@ -141,8 +150,8 @@ type command struct {
 // ends) and fails with ErrReplaysBusy or ErrPrincipalReplaysBusy when none frees up,
 // so that a transport can refuse the connection before it starts.
 func (h *Hub) Open(ctx context.Context, o Options) (*Session, error) {
-	if o.Firehose && len(o.UserIDs) > 0 {
-		return nil, fmt.Errorf("%w: firehose takes no user ids", ErrInvalid)
+	if o.Firehose && (len(o.UserIDs) > 0 || o.Group != "") {
+		return nil, fmt.Errorf("%w: firehose takes no user ids and no group", ErrInvalid)
 	}
 	ids := dedupe(o.UserIDs)
 	if len(ids) > h.cfg.MaxUsers {
@@ -151,7 +160,7 @@ func (h *Hub) Open(ctx context.Context, o Options) (*Session, error) {
 	sctx, cancel := context.WithCancelCause(context.Background())
 	sub := &subscriber{
 		q: newQueue(h.cfg.QueueSize), ctx: sctx, cancel: cancel,
-		operator: o.Operator, firehose: o.Firehose, users: make(map[string]int),
+		operator: o.Operator, firehose: o.Firehose, group: o.Group, users: make(map[string]int),
 	}
 	h.mu.Lock()
 	switch {
@@ -168,7 +177,7 @@ func (h *Hub) Open(ctx context.Context, o Options) (*Session, error) {
 	h.mu.Unlock()
 	h.m.subscribers.WithLabelValues(kind(o.Firehose)).Inc()
 	s := &Session{
-		h: h, sub: sub, operator: o.Operator, firehose: o.Firehose, initial: ids,
+		h: h, sub: sub, operator: o.Operator, firehose: o.Firehose, group: o.Group, initial: ids,
 		wanted: make(map[string]struct{}, len(ids)), users: make(map[string]struct{}, len(ids)),
 		floors: make(map[string]int64), cmds: make(chan command, 16),
 	}
@@ -378,13 +387,20 @@ func (s *Session) endResume() {
 	}
 }
 
-// watches reports whether the session delivers user's changes.
-func (s *Session) watches(user string) bool {
+// watches reports whether the session delivers e: the changes of its users (every
+// user's for the firehose), and for a group's watcher its members' changes and the
+// group's membership changes.
+func (s *Session) watches(e *entry) bool {
+	if e.group != "" {
+		return s.group != "" && e.group == s.group
+	}
 	if s.firehose {
 		return true
 	}
-	_, ok := s.users[user]
-	return ok
+	if _, ok := s.users[e.userID]; ok {
+		return true
+	}
+	return s.group != "" && slices.Contains(e.groups, s.group)
 }
 
 // live takes the next item of the queue, or a command.
@@ -428,10 +444,10 @@ func (s *Session) emit(o outgoing) (Message, bool) {
 		return *o.msg, true
 	}
 	e := o.e
+	if !s.watches(e) {
+		return Message{}, false
+	}
 	if !s.firehose {
-		if _, ok := s.users[e.userID]; !ok {
-			return Message{}, false
-		}
 		if f, ok := s.floors[e.userID]; ok && e.sourceOffset <= f {
 			return Message{}, false // already sent, or reflected in the snapshot
 		}
@@ -441,8 +457,11 @@ func (s *Session) emit(o outgoing) (Message, bool) {
 		return Message{}, false
 	}
 	m := Message{Type: TypeChange, at: e.at, live: o.live}
+	if e.group != "" {
+		m.Type = TypeMember
+	}
 	if o.cursor != "" {
-		m.Cursor, m.Data = o.cursor, e.render(s.operator, o.cursor, time.Now())
+		m.Cursor, m.Data = o.cursor, e.message(s.operator, o.cursor, time.Now())
 	} else {
 		m.Cursor, m.Data = e.cursor, e.payload(s.operator)
 	}
@@ -513,7 +532,11 @@ func timePtr(t time.Time) *time.Time {
 type snapshotMessage struct {
 	Type     string   `json:"type"`
 	Statuses []Status `json:"statuses"`
-	Cursor   string   `json:"cursor"`
+	// Group and Members, for a group's watcher's first snapshot: the group and its
+	// members then, whose statuses Statuses holds with those of the users watched.
+	Group   string   `json:"groupId,omitempty"`
+	Members []string `json:"members,omitempty"`
+	Cursor  string   `json:"cursor"`
 }
 
 // snapshot reads the current state of the marker's ids. Their changes queued after
@@ -528,6 +551,31 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 			ids = append(ids, id)
 		}
 	}
+	// A group's members: their statuses are listed, and their floors set, but they
+	// are not users of the session: their changes come as the group's.
+	var members []string
+	if mk.group != "" {
+		rctx, cancel := context.WithTimeout(ctx, s.h.cfg.SnapshotTimeout)
+		m, err := s.h.state.GroupMembers(rctx, mk.group, s.h.cfg.MaxUsers)
+		cancel()
+		if errors.Is(err, ErrGroupTooLarge) {
+			return Message{}, err
+		}
+		if err != nil {
+			return Message{}, fmt.Errorf("%w: reading the group's members: %w", ErrUnavailable, err)
+		}
+		out.Group, out.Members = mk.group, m
+		if out.Members == nil {
+			out.Members = []string{}
+		}
+		members = m
+	}
+	watched := len(ids)
+	for _, id := range members {
+		if _, ok := s.wanted[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
 	if len(ids) > 0 {
 		rctx, cancel := context.WithTimeout(ctx, s.h.cfg.SnapshotTimeout)
 		states, err := s.h.state.GetMany(rctx, ids)
@@ -537,7 +585,9 @@ func (s *Session) snapshot(ctx context.Context, mk *snapMarker) (Message, error)
 		}
 		now := time.Now()
 		for i, id := range ids {
-			s.users[id] = struct{}{}
+			if i < watched {
+				s.users[id] = struct{}{}
+			}
 			st := Status{UserID: id, Status: presence.Offline.String()}
 			if u := states[i]; u != nil {
 				st.Status = viewStatus(u.Status, s.operator)
