@@ -54,7 +54,7 @@ func TestGroupWatch(t *testing.T) {
 	read(t, fire, 1)
 
 	h.produce(
-		with(h.change("ann", presence.Idle), "team"),  // a member, watched by id too: once
+		with(h.change("ann", presence.Idle), "team"),   // a member, watched by id too: once
 		with(h.change("dan", presence.Online), "solo"), // not a member
 		h.membership("cat", "team", false, "team"),     // cat joins
 		with(h.change("cat", presence.Online), "team"),
