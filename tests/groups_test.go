@@ -254,11 +254,43 @@ func TestGroupsMatchAModel(t *testing.T) {
 		return ""
 	}
 
+	// Two readers watch a group each on the change feed; what they are sent must
+	// add up to the model too.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	watched := []*groupFeed{}
+	for _, g := range groups[:2] {
+		f := &groupFeed{group: g, members: map[string]bool{}, status: map[string]string{}}
+		harness.Eventually(t, 30*time.Second, func() string {
+			sock, res, err := openSocket(t, ctx, q, harness.TestKeys.Reader, url.Values{"group": {g}})
+			if err != nil {
+				return fmt.Sprintf("watch?group=%s: %v (%v)", g, err, res)
+			}
+			f.sock = sock
+			return ""
+		})
+		watched = append(watched, f)
+	}
+	feedsDiffer := func() string {
+		for _, f := range watched {
+			if bad := f.differs(m); bad != "" {
+				return bad
+			}
+		}
+		return ""
+	}
+	checkAll := func() string {
+		if bad := check(); bad != "" {
+			return bad
+		}
+		return feedsDiffer()
+	}
+
 	setStatuses(len(users))
 	for round := range 4 {
 		changeMembers()
 		setStatuses(40)
-		harness.Eventually(t, 30*time.Second, check)
+		harness.Eventually(t, 30*time.Second, checkAll)
 		t.Logf("round %d: %s", round, m.summary(groups))
 	}
 
@@ -287,6 +319,7 @@ func TestGroupsMatchAModel(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("FLUSHALL: groups correct again after %v, %d checks answered 503 meanwhile", time.Since(flushed).Round(time.Millisecond), unavailable)
+	harness.Eventually(t, 30*time.Second, feedsDiffer)
 
 	// The aggregator dies mid-stream; writes acknowledged while it is down are folded
 	// once it is back, and the groups keep what was written before.
@@ -296,10 +329,13 @@ func TestGroupsMatchAModel(t *testing.T) {
 	changeMembers()
 	setStatuses(40)
 	p.Start(t, "aggregator")
-	harness.Eventually(t, 60*time.Second, check)
+	harness.Eventually(t, 60*time.Second, checkAll)
 	changeMembers()
 	setStatuses(40)
-	harness.Eventually(t, 30*time.Second, check)
+	harness.Eventually(t, 30*time.Second, checkAll)
+	for _, f := range watched {
+		t.Logf("feed of %s: %d messages (%d member messages)", f.group, f.messages, f.memberMsgs)
+	}
 	t.Logf("after an aggregator SIGKILL: %s", m.summary(groups))
 }
 
@@ -362,4 +398,77 @@ func pages(t *testing.T, target, key, field string, entry func(json.RawMessage) 
 		cursor = *next
 	}
 	return nil, "listing did not end within 100 pages"
+}
+
+// groupFeed is what a reader watching a group on the change feed was told: the members
+// and their statuses, as the snapshot, member and change messages add up.
+type groupFeed struct {
+	group                string
+	sock                 *liveSocket
+	members              map[string]bool
+	status               map[string]string
+	messages, memberMsgs int
+}
+
+// differs takes every message sent so far and says how the members and their public
+// statuses differ from the model's, "" when they agree.
+func (f *groupFeed) differs(m *groupModel) string {
+	for more := true; more; {
+		select {
+		case msg, ok := <-f.sock.msgs:
+			if !ok {
+				f.sock.t.Fatalf("the feed of %s ended: %v", f.group, <-f.sock.done)
+			}
+			f.apply(msg.watchMsg)
+		default:
+			more = false
+		}
+	}
+	if len(f.members) != len(m.members[f.group]) {
+		return fmt.Sprintf("feed of %s: %d members, model %d", f.group, len(f.members), len(m.members[f.group]))
+	}
+	for u := range m.members[f.group] {
+		if !f.members[u] {
+			return fmt.Sprintf("feed of %s: %s is no member, the model's is", f.group, u)
+		}
+		want := m.status[u].Public()
+		if want == presence.StatusUnknown {
+			want = presence.Offline
+		}
+		if f.status[u] != want.String() {
+			return fmt.Sprintf("feed of %s: %s is %q, model %s", f.group, u, f.status[u], want)
+		}
+	}
+	return ""
+}
+
+func (f *groupFeed) apply(msg watchMsg) {
+	f.messages++
+	switch msg.Type {
+	case "snapshot":
+		for _, u := range msg.Members {
+			f.members[u] = true
+		}
+		for _, st := range msg.Statuses {
+			f.status[st.UserID] = st.Status
+		}
+	case "member":
+		f.memberMsgs++
+		if msg.GroupID != f.group {
+			f.sock.t.Fatalf("the feed of %s sent a member message of %s", f.group, msg.GroupID)
+		}
+		if msg.Joined {
+			f.members[msg.UserID] = true
+		} else {
+			delete(f.members, msg.UserID)
+		}
+		f.status[msg.UserID] = msg.Status
+	case "change":
+		if !f.members[msg.UserID] {
+			f.sock.t.Fatalf("the feed of %s sent a change of %s, no member", f.group, msg.UserID)
+		}
+		f.status[msg.UserID] = msg.Status
+	default:
+		f.sock.t.Fatalf("the feed of %s sent %+v", f.group, msg)
+	}
 }

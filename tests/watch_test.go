@@ -37,6 +37,11 @@ type watchMsg struct {
 		Status      string     `json:"status"`
 		LastUpdated *time.Time `json:"lastUpdated"`
 	} `json:"statuses"`
+	// A group watcher's: the group of a snapshot or member message, the members of
+	// its snapshot, and whether a member message's user joined.
+	GroupID string   `json:"groupId"`
+	Members []string `json:"members"`
+	Joined  bool     `json:"joined"`
 }
 
 // watchLog is what one watcher received: changes per user in arrival order.
