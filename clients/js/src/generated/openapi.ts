@@ -1006,6 +1006,9 @@ export interface components {
             type: "snapshot";
             statuses: components["schemas"]["FullStatus"][];
             cursor: string;
+            groupId?: components["schemas"]["GroupId"];
+            /** @description The first snapshot of a connection watching a group (`group=`): the group's members, whose statuses are among `statuses`. */
+            members?: components["schemas"]["UserId"][];
         };
         /**
          * @description One effective change of a watched user: a transition of their status, or of their custom status alone (then `status` equals `previous`).
@@ -1707,6 +1710,37 @@ export interface components {
              */
             asOf: string;
         };
+        /**
+         * @description To a group's watchers: a user joined the group or left it.
+         * @example {
+         *       "type": "member",
+         *       "groupId": "team-a",
+         *       "userId": "carol",
+         *       "joined": true,
+         *       "status": "online",
+         *       "at": "2026-11-26T10:15:04.512314Z",
+         *       "cursor": "AaTn0wUIAAAAAAAAAADn2Nc8"
+         *     }
+         */
+        WatchMember: {
+            /** @enum {string} */
+            type: "member";
+            groupId: components["schemas"]["GroupId"];
+            userId: components["schemas"]["UserId"];
+            /** @description false: the user left the group. */
+            joined: boolean;
+            /**
+             * @description The user's status, in the connection's view.
+             * @enum {string}
+             */
+            status: "online" | "idle" | "offline" | "invisible";
+            /**
+             * Format: date-time
+             * @description When the member event happened.
+             */
+            at: string;
+            cursor: string;
+        };
     };
     responses: {
         /** @description Bad input; `field` names the field at fault and `message` says why. */
@@ -2017,6 +2051,11 @@ export interface components {
          * @example team-a
          */
         GroupIdPath: components["schemas"]["GroupId"];
+        /**
+         * @description A group to watch besides `userIds`: the first snapshot lists its members (`groupId`, `members`) and their statuses, then their changes and the group's `member` messages (`{"type":"member","groupId","userId","joined","status","at","cursor"}`) follow. One group per connection, of at most `PULSE_FEED_MAX_USERS` members (400 otherwise). A user token may watch only the groups its user is a member of (403). Not with `firehose`.
+         * @example team-a
+         */
+        WatchGroup: components["schemas"]["GroupId"];
     };
     requestBodies: never;
     headers: {
@@ -2483,6 +2522,11 @@ export interface operations {
                 /** @description Resume after the message that carried this `cursor` (from a previous connection): the changes since then are replayed, without a gap, before live ones. A cursor whose changes are no longer all in the log gets an `error` `cursor_expired` and a fresh snapshot. Opaque; a malformed one is a 400. Neither message names partitions or offsets. A cursor older than the instance's memory (`PULSE_FEED_REPLAY_BUFFER`) is replayed from Kafka, at most `PULSE_FEED_MAX_LOG_REPLAYS` (8) at once on an instance and `PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL` (2) for one key or user token; a resume waits up to `PULSE_FEED_REPLAY_WAIT` (5 s) for a slot before the upgrade, then gets a 503 with `Retry-After` naming the bound that was full. Signed by the service: a cursor it did not hand out, or one edited, is a 400. */
                 cursor?: components["parameters"]["WatchCursor"];
                 /**
+                 * @description A group to watch besides `userIds`: the first snapshot lists its members (`groupId`, `members`) and their statuses, then their changes and the group's `member` messages (`{"type":"member","groupId","userId","joined","status","at","cursor"}`) follow. One group per connection, of at most `PULSE_FEED_MAX_USERS` members (400 otherwise). A user token may watch only the groups its user is a member of (403). Not with `firehose`.
+                 * @example team-a
+                 */
+                group?: components["parameters"]["WatchGroup"];
+                /**
                  * @description `true`: every change of every user (for back-office consumers); needs an API key with the operator scope (403 without).
                  * @example false
                  */
@@ -2557,6 +2601,11 @@ export interface operations {
                 userIds?: components["parameters"]["WatchUserIds"];
                 /** @description Resume after the message that carried this `cursor` (from a previous connection): the changes since then are replayed, without a gap, before live ones. A cursor whose changes are no longer all in the log gets an `error` `cursor_expired` and a fresh snapshot. Opaque; a malformed one is a 400. Neither message names partitions or offsets. A cursor older than the instance's memory (`PULSE_FEED_REPLAY_BUFFER`) is replayed from Kafka, at most `PULSE_FEED_MAX_LOG_REPLAYS` (8) at once on an instance and `PULSE_FEED_MAX_LOG_REPLAYS_PER_PRINCIPAL` (2) for one key or user token; a resume waits up to `PULSE_FEED_REPLAY_WAIT` (5 s) for a slot before the upgrade, then gets a 503 with `Retry-After` naming the bound that was full. Signed by the service: a cursor it did not hand out, or one edited, is a 400. */
                 cursor?: components["parameters"]["WatchCursor"];
+                /**
+                 * @description A group to watch besides `userIds`: the first snapshot lists its members (`groupId`, `members`) and their statuses, then their changes and the group's `member` messages (`{"type":"member","groupId","userId","joined","status","at","cursor"}`) follow. One group per connection, of at most `PULSE_FEED_MAX_USERS` members (400 otherwise). A user token may watch only the groups its user is a member of (403). Not with `firehose`.
+                 * @example team-a
+                 */
+                group?: components["parameters"]["WatchGroup"];
                 /**
                  * @description `true`: every change of every user (for back-office consumers); needs an API key with the operator scope (403 without).
                  * @example false
