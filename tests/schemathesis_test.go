@@ -54,7 +54,8 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 		service, key string
 	}{
 		{"ingest", harness.TestKeys.Producer},
-		{"query", harness.TestKeys.Operator},
+		// Operator and write: query's group writes need the write scope.
+		{"query", harness.TestKeys.Admin},
 	}
 	// The document's own examples first, on a fresh pipeline, as a first
 	// integration would send them; the fuzzing then starts from their state.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,7 +72,15 @@ func (a *api) groupRoutes(e *echo.Echo, producer *eventlog.Producer) {
 }
 
 func groupIDParam(c echo.Context) (string, error) {
+	// Echo routes by the escaped path, and keeps its segments escaped, when the
+	// request escaped more than it needs to (j%40m for j@m).
 	id := c.Param("groupId")
+	if c.Request().URL.RawPath != "" {
+		var err error
+		if id, err = url.PathUnescape(id); err != nil {
+			return "", httpserver.BadRequest("groupId", "is not a valid URL path segment")
+		}
+	}
 	if err := presence.ValidateGroupID(id); err != nil {
 		return "", httpserver.BadRequest("groupId", err.Error())
 	}
@@ -148,6 +158,21 @@ func checkIDs(field string, ids []string, seen map[string]string) error {
 	return nil
 }
 
+// refuseNull refuses a null for any of fields of the JSON object body, which Go would
+// read as absent: the document gives each an array or nothing.
+func refuseNull(body []byte, fields ...string) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return httpserver.BadRequest("body", "must be a JSON object")
+	}
+	for _, f := range fields {
+		if v, ok := raw[f]; ok && string(v) == "null" {
+			return httpserver.BadRequest(f, "must be an array of user ids, not null; leave it out for none")
+		}
+	}
+	return nil
+}
+
 func tooManyIDs(field string, n int) error {
 	return refused(reasonTooManyIDs, httpserver.BadRequest(field,
 		fmt.Sprintf("at most %d user ids per membership write, got %d; build a larger group with several PATCHes", maxGroupWriteIDs, n)))
@@ -218,6 +243,9 @@ func (h *groups) patch(c echo.Context) error {
 	}
 	var req patchRequest
 	if err := httpserver.DecodeObject(body, &req, ""); err != nil {
+		return err
+	}
+	if err := refuseNull(body, "add", "remove"); err != nil {
 		return err
 	}
 	if req.Add == nil && req.Remove == nil {

@@ -33,6 +33,8 @@ func TestGroupRoutesRefuseBadInput(t *testing.T) {
 		{http.MethodPut, "/v1/groups/team-a/members", `{"userIds":[` + strings.Join(many, ",") + `]}`, "userIds", "at most 100000 user ids"},
 		{http.MethodPut, "/v1/groups/team-a/members", `{"userIds":[],"extra":1}`, "extra", ""},
 		{http.MethodPatch, "/v1/groups/team-a/members", `{}`, "add", "add or remove is required"},
+		{http.MethodPatch, "/v1/groups/team-a/members", `{"add":["a"],"remove":null}`, "remove", "not null"},
+		{http.MethodGet, "/v1/groups/a%25b/online/count", "", "groupId", "at byte 1"},
 		{http.MethodPatch, "/v1/groups/team-a/members", `{"add":["a"],"remove":["a"]}`, "remove[0]", "is also add[0]"},
 		{http.MethodPatch, "/v1/groups/te$m/members", `{"add":["a"]}`, "groupId", "at byte 2"},
 	} {
@@ -49,6 +51,7 @@ func TestGroupRoutesWithoutRedisAre503(t *testing.T) {
 	srv := newTestServer(t, offlineStore(t))
 	for _, tc := range []struct{ method, target, body string }{
 		{http.MethodGet, "/v1/groups/team-a/online/count", ""},
+		{http.MethodGet, "/v1/groups/j%40m/online/count", ""}, // escaped more than needed: j@m
 		{http.MethodGet, "/v1/groups/team-a/online", ""},
 		{http.MethodGet, "/v1/groups/team-a/members", ""},
 		{http.MethodPut, "/v1/groups/team-a/members", `{"userIds":["a"]}`},

@@ -26,6 +26,8 @@ type keySet struct {
 	Producer, Reader, Operator string
 	// Reader2 is a second reader, for limits per key.
 	Reader2 string
+	// Admin has the write and operator scopes: query's group writes and its reads.
+	Admin string
 	// RotOld and RotNew are two producer keys active at once, as during a rotation.
 	RotOld, RotNew string
 	// Hs256 verifies the user tokens tests sign.
@@ -36,7 +38,7 @@ type keySet struct {
 
 func newTestKeys() keySet {
 	var k keySet
-	for _, p := range []*string{&k.Producer, &k.Reader, &k.Reader2, &k.Operator, &k.RotOld, &k.RotNew, &k.Hs256} {
+	for _, p := range []*string{&k.Producer, &k.Reader, &k.Reader2, &k.Operator, &k.Admin, &k.RotOld, &k.RotNew, &k.Hs256} {
 		key, err := auth.NewKey()
 		if err != nil {
 			panic(err)
@@ -55,6 +57,7 @@ func writeKeysFile(dir string) error {
 		auth.Line("it-reader", auth.ScopeRead, k.Reader),
 		auth.Line("it-reader-2", auth.ScopeRead, k.Reader2),
 		auth.Line("it-operator", auth.ScopeOperator, k.Operator),
+		auth.Line("it-admin", auth.ScopeWrite|auth.ScopeOperator, k.Admin),
 		"",
 		auth.Line("it-rotation-old", auth.ScopeWrite, k.RotOld),
 		auth.Line("it-rotation-new", auth.ScopeWrite, k.RotNew),

@@ -12,6 +12,7 @@ before to, in a range no longer than the route's span; a day from 1970 to 9998; 
 at most 128 bytes (its schema is the pattern alone: the generator cannot join a length
 to it); an activeWithin above 0, at most 24h and not with at=; at most 100 ids with at=;
 invisible users listed only in the operator view; a cursor the service handed out; a
+user named in both add and remove of a group's PATCH; a
 custom status's text of at most 128 characters (a pattern alone, as ids), its until in
 the future and at most 30 days ahead, and its emoji exactly one emoji of at most 32
 bytes. A schema-valid request that breaks one of them is refused with a 400 naming the field;
@@ -97,7 +98,9 @@ def breaks_stated_bound(case, field, now):
     """Whether the request breaks the bound the 400 names (see the module's doc)."""
     query = case.query or {}
     path = case.operation.path
-    if re.fullmatch(r"(events\[\d+\]\.)?(userId|deviceId|eventId)|userIds\[\d+\]", field):
+    if re.fullmatch(r"(events\[\d+\]\.)?(userId|deviceId|eventId)|(userIds|add|remove)\[\d+\]", field):
+        if re.fullmatch(r"(userIds|add|remove)\[\d+\]", field) and named_twice(case, field):
+            return True
         # An id: at most 128 bytes of UTF-8; the schema's pattern cannot say how many.
         value = field_value(case, field)
         return isinstance(value, str) and len(value.encode()) > MAX_ID_BYTES
@@ -132,9 +135,24 @@ def breaks_stated_bound(case, field, now):
             return True  # activity is known for the present only
         d = go_duration(query.get("activeWithin"))
         return d is not None and (d <= timedelta(0) or d > timedelta(hours=24))
-    if field == "status" and path == "/v1/online":
+    if field == "status" and path in ("/v1/online", "/v1/groups/{groupId}/online"):
         return query.get("status") == "invisible" and query.get("view") != "operator"
     return False
+
+
+def named_twice(case, field):
+    """Whether the id at field of a group write's body is named before it too (in
+    add, or earlier in its own list): the service refuses it, naming the later one."""
+    body = case.body if isinstance(case.body, dict) else {}
+    name, index = re.fullmatch(r"(\w+)\[(\d+)\]", field).groups()
+    index = int(index)
+    ids = body.get(name)
+    if not isinstance(ids, list) or index >= len(ids):
+        return False
+    before = list(ids[:index])
+    if name == "remove" and isinstance(body.get("add"), list):
+        before += body["add"]
+    return ids[index] in before
 
 
 # One emoji, by its shape alone (a narrower rule than the service's, so that what it
