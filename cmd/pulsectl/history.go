@@ -48,13 +48,14 @@ type readFlags struct {
 func newReadFlags(name string, getenv func(string) string, from, to string) (*flag.FlagSet, *readFlags) {
 	fs, f := newQueryFlags(name, getenv,
 		"query service base URL (env PULSE_QUERY_URL); the API key is read from PULSE_OPERATOR_KEY (a user's history needs it), else PULSE_READER_KEY")
+	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
 	fs.StringVar(&f.from, "from", "", from)
 	fs.StringVar(&f.to, "to", "", to)
 	return fs, f
 }
 
 // newQueryFlags are the flags of every command that calls query: -url (described by
-// urlUsage), -csv, -timeout and -ca.
+// urlUsage), -timeout and -ca.
 func newQueryFlags(name string, getenv func(string) string, urlUsage string) (*flag.FlagSet, *readFlags) {
 	f := &readFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -64,7 +65,6 @@ func newQueryFlags(name string, getenv func(string) string, urlUsage string) (*f
 	}
 	fs.StringVar(&f.url, "url", base, urlUsage)
 	f.token, f.operator = apiKey(getenv)
-	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
 	f.ca = trust.Flag(fs, getenv)
 	return fs, f
