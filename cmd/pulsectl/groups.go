@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,29 +70,8 @@ func runGroupsEnv(ctx context.Context, args []string, stdin io.Reader, stdout io
 	fs, f := newQueryFlags("groups "+sub, getenv, "query service base URL (env PULSE_QUERY_URL); writes send PULSE_PRODUCER_KEY "+
 		"(scope write), reads PULSE_OPERATOR_KEY (the operator view), else PULSE_READER_KEY")
 	g := &groupsCmd{writeKey: getenv("PULSE_PRODUCER_KEY"), batch: maxGroupBatch, stdout: stdout}
-	var file, status string
-	var wait, count bool
-	var limit int
-	usage := "groups " + sub + " GROUP"
-	switch sub {
-	case "set", "add", "remove", "delete":
-		if sub != "delete" {
-			usage += " [USER...] [-file F]"
-			fs.StringVar(&file, "file", "", "read user ids from this file, one a line (blank lines skipped, surrounding blanks dropped); - is stdin; ids that begin with - go here")
-			fs.IntVar(&g.batch, "batch", maxGroupBatch, "user ids per request, at most 100000")
-		}
-		usage += " [-wait]"
-		fs.BoolVar(&wait, "wait", false, "after the write, wait until the group's members show it (bounded by -timeout), then print its counts")
-	case "show":
-		usage += " [-count] [-csv]"
-		fs.BoolVar(&f.csv, "csv", false, "print CSV instead of aligned tables: the members, or with -count the counts")
-		fs.BoolVar(&count, "count", false, "print the counts per status only, not the members")
-	case "online":
-		usage += " [-status S] [-limit N] [-csv]"
-		fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
-		fs.StringVar(&status, "status", "", "list only this status: online, idle or invisible (invisible needs PULSE_OPERATOR_KEY)")
-		fs.IntVar(&limit, "limit", 1000, "users per request (1-1000); the listing is followed to its end")
-	}
+	o := &groupsOptions{}
+	usage := "groups " + sub + " GROUP" + o.declare(sub, fs, f, g)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: pulsectl %s\n", usage)
 		fs.PrintDefaults()
@@ -105,28 +85,9 @@ func runGroupsEnv(ctx context.Context, args []string, stdin io.Reader, stdout io
 		fs.Usage()
 		return fmt.Errorf("usage: pulsectl %s", usage)
 	}
-	g.group = pos[0]
-	if err := presence.ValidateGroupID(g.group); err != nil {
-		return fmt.Errorf("group id %q: %v", g.group, err)
-	}
-	if len(pos) > 1 && (sub == "delete" || sub == "show" || sub == "online") {
-		return fmt.Errorf("%s takes one group id, got %q; usage: pulsectl %s", sub, pos, usage)
-	}
-	if g.batch < 1 || g.batch > maxGroupBatch {
-		return fmt.Errorf("-batch=%d: want 1 to %d", g.batch, maxGroupBatch)
-	}
-	var users []string
-	if sub == "set" || sub == "add" || sub == "remove" {
-		if users, err = userIDs(pos[1:], file, stdin); err != nil {
-			return err
-		}
-		if len(users) == 0 {
-			hint := ""
-			if sub == "set" {
-				hint = "; pulsectl groups delete " + g.group + " empties the group"
-			}
-			return fmt.Errorf("no user ids: give them as arguments or with -file%s", hint)
-		}
+	users, err := g.checkArgs(sub, usage, pos, o.file, stdin)
+	if err != nil {
+		return err
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
@@ -138,15 +99,76 @@ func runGroupsEnv(ctx context.Context, args []string, stdin io.Reader, stdout io
 	g.c = &queryClient{base: f.url, token: f.token, operator: f.operator, http: hc}
 	switch sub {
 	case "show":
-		return g.show(ctx, count, f.csv)
+		return g.show(ctx, o.count, f.csv)
 	case "online":
-		return g.online(ctx, status, limit, f.csv)
+		return g.online(ctx, o.status, o.limit, f.csv)
 	}
 	want, err := g.write(ctx, sub, users)
-	if err != nil || !wait {
+	if err != nil || !o.wait {
 		return err
 	}
 	return g.wait(ctx, want)
+}
+
+// groupsOptions are the flags of one subcommand besides the query flags.
+type groupsOptions struct {
+	file, status string
+	wait, count  bool
+	limit        int
+}
+
+// declare adds subcommand sub's flags to fs (-batch sets g's batch, -csv f's) and
+// returns their part of its usage line.
+func (o *groupsOptions) declare(sub string, fs *flag.FlagSet, f *readFlags, g *groupsCmd) string {
+	switch sub {
+	case "set", "add", "remove":
+		fs.StringVar(&o.file, "file", "", "read user ids from this file, one a line (blank lines skipped, surrounding blanks dropped); - is stdin; ids that begin with - go here")
+		fs.IntVar(&g.batch, "batch", maxGroupBatch, "user ids per request, at most 100000")
+		fs.BoolVar(&o.wait, "wait", false, "after the write, wait until the group's members show it (bounded by -timeout), then print its counts")
+		return " [USER...] [-file F] [-wait]"
+	case "delete":
+		fs.BoolVar(&o.wait, "wait", false, "after the write, wait until the group's members show it (bounded by -timeout), then print its counts")
+		return " [-wait]"
+	case "show":
+		fs.BoolVar(&f.csv, "csv", false, "print CSV instead of aligned tables: the members, or with -count the counts")
+		fs.BoolVar(&o.count, "count", false, "print the counts per status only, not the members")
+		return " [-count] [-csv]"
+	}
+	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
+	fs.StringVar(&o.status, "status", "", "list only this status: online, idle or invisible (invisible needs PULSE_OPERATOR_KEY)")
+	fs.IntVar(&o.limit, "limit", 1000, "users per request (1-1000); the listing is followed to its end")
+	return " [-status S] [-limit N] [-csv]"
+}
+
+// checkArgs takes the group id from pos and returns the user ids the write of sub
+// names (the rest of pos, then those of file), refusing bad ones before any request.
+func (g *groupsCmd) checkArgs(sub, usage string, pos []string, file string, stdin io.Reader) ([]string, error) {
+	g.group = pos[0]
+	if err := presence.ValidateGroupID(g.group); err != nil {
+		return nil, fmt.Errorf("group id %q: %v", g.group, err)
+	}
+	if g.batch < 1 || g.batch > maxGroupBatch {
+		return nil, fmt.Errorf("-batch=%d: want 1 to %d", g.batch, maxGroupBatch)
+	}
+	switch sub {
+	case "delete", "show", "online":
+		if len(pos) > 1 {
+			return nil, fmt.Errorf("%s takes one group id, got %q; usage: pulsectl %s", sub, pos, usage)
+		}
+		return nil, nil
+	}
+	users, err := userIDs(pos[1:], file, stdin)
+	if err != nil {
+		return nil, err
+	}
+	if len(users) == 0 {
+		hint := ""
+		if sub == "set" {
+			hint = "; pulsectl groups delete " + g.group + " empties the group"
+		}
+		return nil, fmt.Errorf("no user ids: give them as arguments or with -file%s", hint)
+	}
+	return users, nil
 }
 
 // groupsCmd runs one groups subcommand against query.
