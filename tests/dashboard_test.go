@@ -161,6 +161,10 @@ func TestDashboard(t *testing.T) {
 		reader.wait(t, `document.getElementById('feed-state').textContent === 'needs an operator key'`, 5*time.Second)
 	})
 
+	t.Run("the now view scoped to a group", func(t *testing.T) {
+		dashGroup(t, browser, query, p.Run, model)
+	})
+
 	t.Run("a status posted through ingest appears within a second", func(t *testing.T) {
 		now.wait(t, `document.getElementById('feed-state').textContent === 'live'`, 10*time.Second)
 		now.feedURLsCarryNoCredential(t, harness.TestKeys.Operator)
@@ -371,6 +375,85 @@ func TestDashboard(t *testing.T) {
 			document.getElementById('count-online').textContent === '—'`, 10*time.Second)
 		tab.screenshot(t, "query-gone")
 	})
+}
+
+// dashGroup makes a group through the API of live users (online, idle, invisible),
+// the model (offline by now) and a user never seen, and checks the "now" view scoped
+// to it: its exact counts and present members for an operator key, a reader key and
+// a member's user token; an unknown group as no members; a bad group id with query's
+// message.
+func dashGroup(t *testing.T, browser *dashBrowser, query, run, model string) {
+	live := func(i int) string { return fmt.Sprintf("%s-live-%d", run, i) }
+	g := "dash-" + run
+	members := []string{live(0), live(3), live(5), model, run + "-never-seen"}
+	if code, body := harness.OnlineDo(t, http.MethodPut, query+"/v1/groups/"+g+"/members", harness.TestKeys.Producer,
+		map[string]any{"userIds": members}); code != http.StatusAccepted {
+		t.Fatalf("PUT the group's members = %d %s", code, body)
+	}
+	want := `{"groupId":"` + g + `","total":3,"byStatus":{"idle":1,"invisible":1,"offline":2,"online":1},"members":5,`
+	harness.Eventually(t, 15*time.Second, func() string {
+		code, body := harness.OnlineDo(t, http.MethodGet, query+"/v1/groups/"+g+"/online/count?view=operator", harness.TestKeys.Operator, nil)
+		if code != http.StatusOK || !strings.HasPrefix(string(body), want) {
+			return fmt.Sprintf("the group's count = %d %s, want %s…", code, body, want)
+		}
+		return ""
+	})
+
+	// shows waits until the page shows counts (the cards' "label number" in order)
+	// and the listed users ("user status", sorted), and nothing said below them.
+	shows := func(tab *dashTab, counts string, users ...string) {
+		t.Helper()
+		slices.Sort(users)
+		js, _ := json.Marshal(strings.Join(users, "|"))
+		tab.wait(t, `(() => {
+			const cards = [...document.querySelectorAll('#view-now .card:not([hidden])')].map(c => c.querySelector('.label').textContent + ' ' + c.querySelector('.num').textContent).join(', ');
+			const users = [...document.querySelectorAll('#group-users tr')].map(r => r.dataset.user + ' ' + r.dataset.status).sort().join('|');
+			return cards === `+fmt.Sprintf("%q", counts)+` && users === `+string(js)+` && document.getElementById('group-state').textContent === '' &&
+				!document.getElementById('group-panel').hidden && document.getElementById('now-all').hidden;
+		})()`, 10*time.Second)
+	}
+	op := browser.open(t, query, harness.TestKeys.Operator, "#now?group="+g)
+	shows(op, "online 1, idle 1, invisible 1, present 3, members 5", live(0)+" online", live(3)+" idle", live(5)+" invisible")
+	if got := op.eval(t, `document.getElementById('group-id').value + ' | ' + document.getElementById('counts-state').textContent`); got != g+" | " {
+		t.Errorf("the group box and the counts' state say %q", got)
+	}
+	op.screenshot(t, "now-group")
+
+	reader := browser.open(t, query, harness.TestKeys.Reader, "#now?group="+g)
+	shows(reader, "online 1, idle 1, present 2, members 5", live(0)+" online", live(3)+" idle")
+	member := browser.open(t, query, userToken(t, live(3), time.Now().Add(time.Hour), harness.TestKeys.Hs256), "#now?group="+g)
+	shows(member, "online 1, idle 1, present 2, members 5", live(0)+" online", live(3)+" idle")
+
+	// A group nobody joined has no members; typed into the box as a person would.
+	nobody := "nobody-" + run
+	op.eval(t, fmt.Sprintf(`(() => { document.getElementById('group-id').value = %q; document.getElementById('group-form').requestSubmit(); })()`, nobody))
+	shows(op, "online 0, idle 0, invisible 0, present 0, members 0")
+	if got := op.eval(t, `location.hash + ' | ' + document.getElementById('counts-state').textContent`); got != "#now?group="+nobody+" | "+nobody+" has no members" {
+		t.Errorf("an unknown group: %q", got)
+	}
+
+	// A bad id: query's message, and no numbers.
+	code, body := harness.OnlineDo(t, http.MethodGet, query+"/v1/groups/team%20a/online/count", harness.TestKeys.Reader, nil)
+	var e struct {
+		Error struct{ Message, Field string }
+	}
+	if err := json.Unmarshal(body, &e); err != nil || code != http.StatusBadRequest || e.Error.Field != "groupId" {
+		t.Fatalf("GET the count of %q = %d %s", "team a", code, body)
+	}
+	op.eval(t, `(() => { document.getElementById('group-id').value = 'team a'; document.getElementById('group-form').requestSubmit(); })()`)
+	op.wait(t, fmt.Sprintf(`document.getElementById('counts-state').textContent === %q && document.getElementById('counts-state').classList.contains('bad')`,
+		"bad group id: "+e.Error.Message), 10*time.Second)
+	if got := op.eval(t, `document.getElementById('count-online').textContent + ' ' + document.getElementById('count-registered').textContent + ' ' +
+		document.querySelectorAll('#group-users tr').length + ' [' + document.getElementById('group-state').textContent + ']'`); got != "— — 0 []" {
+		t.Errorf("a bad group id shows %q, want no numbers, no users and the message once", got)
+	}
+	op.screenshot(t, "now-group-bad-id")
+
+	// Every user again.
+	op.eval(t, `document.getElementById('group-all').click()`)
+	op.wait(t, `location.hash === '#now' && document.getElementById('group-panel').hidden && !document.getElementById('now-all').hidden &&
+		document.getElementById('label-registered').textContent === 'registered' && document.getElementById('group-id').value === ''`, 10*time.Second)
+	dashCountsEqual(t, op, query)
 }
 
 // dashKeyspace is a keyspace of the test's own, dropped at its end; the drop is tried

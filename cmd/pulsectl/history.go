@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -45,18 +46,26 @@ type readFlags struct {
 }
 
 func newReadFlags(name string, getenv func(string) string, from, to string) (*flag.FlagSet, *readFlags) {
+	fs, f := newQueryFlags(name, getenv,
+		"query service base URL (env PULSE_QUERY_URL); the API key is read from PULSE_OPERATOR_KEY (a user's history needs it), else PULSE_READER_KEY")
+	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
+	fs.StringVar(&f.from, "from", "", from)
+	fs.StringVar(&f.to, "to", "", to)
+	return fs, f
+}
+
+// newQueryFlags are the flags of every command that calls query: -url (described by
+// urlUsage), -timeout and -ca.
+func newQueryFlags(name string, getenv func(string) string, urlUsage string) (*flag.FlagSet, *readFlags) {
 	f := &readFlags{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	base := getenv("PULSE_QUERY_URL")
 	if base == "" {
 		base = ports.LocalURL(ports.Query)
 	}
-	fs.StringVar(&f.url, "url", base, "query service base URL (env PULSE_QUERY_URL); the API key is read from PULSE_OPERATOR_KEY (a user's history needs it), else PULSE_READER_KEY")
+	fs.StringVar(&f.url, "url", base, urlUsage)
 	f.token, f.operator = apiKey(getenv)
-	fs.BoolVar(&f.csv, "csv", false, "print CSV instead of an aligned table")
 	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "bounds the whole command")
-	fs.StringVar(&f.from, "from", "", from)
-	fs.StringVar(&f.to, "to", "", to)
 	f.ca = trust.Flag(fs, getenv)
 	return fs, f
 }
@@ -108,33 +117,68 @@ type apiError struct {
 }
 
 func (c *queryClient) get(ctx context.Context, path string, q url.Values, out any) error {
-	u := strings.TrimRight(c.base, "/") + path
 	if c.operator {
 		q = cloneValues(q)
 		q.Set("view", "operator")
 	}
+	return c.do(ctx, http.MethodGet, path, q, nil, c.token, c.readHint, out)
+}
+
+// readHint is what to set when a read is refused with status.
+func (c *queryClient) readHint(status int) string {
+	switch {
+	case status == http.StatusUnauthorized && c.token == "":
+		return " (set PULSE_READER_KEY or PULSE_OPERATOR_KEY)"
+	case status == http.StatusForbidden && !c.operator:
+		return " (set PULSE_OPERATOR_KEY)"
+	}
+	return ""
+}
+
+// do sends method to path with the query q and, unless nil, body as JSON, with the
+// API key token, and decodes a 2xx answer into out. An error answer becomes an error
+// with the API's message (GETs are named by their path alone), followed by what hint
+// says for its status.
+func (c *queryClient) do(ctx context.Context, method, path string, q url.Values, body any, token string,
+	hint func(status int) string, out any) error {
+	u := strings.TrimRight(c.base, "/") + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	name := path
+	if method != http.MethodGet {
+		name = method + " " + path
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s: encoding the request: %w", name, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	ans, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("GET %s: reading the answer: %w", u, err)
+		return fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
 	}
-	if res.StatusCode != http.StatusOK {
+	if res.StatusCode < 200 || res.StatusCode > 299 {
 		var e apiError
-		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		if json.Unmarshal(ans, &e) == nil && e.Error.Message != "" {
 			msg := e.Error.Message
 			if e.Error.Field != "" {
 				msg = e.Error.Field + ": " + msg
@@ -142,18 +186,12 @@ func (c *queryClient) get(ctx context.Context, path string, q url.Values, out an
 			if ra := res.Header.Get("Retry-After"); ra != "" {
 				msg += " (retry after " + ra + "s)"
 			}
-			switch {
-			case res.StatusCode == http.StatusUnauthorized && c.token == "":
-				msg += " (set PULSE_READER_KEY or PULSE_OPERATOR_KEY)"
-			case res.StatusCode == http.StatusForbidden && !c.operator:
-				msg += " (set PULSE_OPERATOR_KEY)"
-			}
-			return fmt.Errorf("%s: %d %s", path, res.StatusCode, msg)
+			return fmt.Errorf("%s: %d %s%s", name, res.StatusCode, msg, hint(res.StatusCode))
 		}
-		return fmt.Errorf("%s: %s", path, res.Status)
+		return fmt.Errorf("%s: %s", name, res.Status)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("%s: decoding the answer: %w", path, err)
+	if err := json.Unmarshal(ans, out); err != nil {
+		return fmt.Errorf("%s: decoding the answer: %w", name, err)
 	}
 	return nil
 }

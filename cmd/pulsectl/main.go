@@ -2,7 +2,7 @@
 // the local stack to become ready, creating the Kafka topics and applying the Cassandra
 // migrations. deploy/local/stack.sh drives it; operators can run it against any cluster.
 // For analysts, history, sessions and stats print what the query service's history
-// routes answer (docs/analytics.md).
+// routes answer (docs/analytics.md); groups writes and reads groups' members.
 package main
 
 import (
@@ -33,6 +33,7 @@ func commands() []command {
 		{"sessions", "a user's sessions (sessions ID)", runSessions},
 		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
 		{"online", "who is online, now or at an instant of the past (online -at TIME [-count])", runOnline},
+		{"groups", "a group's members and who of them is online (groups set|add|remove|delete|show|online GROUP)", runGroups},
 		{"dlq", "list dead letters, or replay them to their topic (dlq list|replay)", runDLQ},
 		{"rebuild", "have the aggregators rebuild the state in Redis from the log, with progress (rebuild [-shard N])", runRebuild},
 		{"keys", "make a new API key and its line for PULSE_API_KEYS_FILE (keys new -scope write)", runKeys},

@@ -13,10 +13,11 @@
   // ---- API ----------------------------------------------------------------------
 
   class APIError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, field) {
       super(message);
       this.status = status;
       this.code = code;
+      this.field = field || '';
     }
   }
 
@@ -33,7 +34,7 @@
     try { body = await res.json(); } catch (e) { /* not JSON */ }
     if (!res.ok) {
       const e = (body && body.error) || {};
-      throw new APIError(res.status, e.code || '', e.message || res.statusText);
+      throw new APIError(res.status, e.code || '', e.message || res.statusText, e.field);
     }
     return body;
   }
@@ -49,6 +50,17 @@
   function setState(el, text, bad) {
     el.textContent = text || '';
     el.classList.toggle('bad', !!bad);
+  }
+
+  // GROUP_LIST is how many present members of a group the Now view lists.
+  const GROUP_LIST = 200;
+
+  // groupProblem is what the Now view says when a read of a group (what: counts or
+  // members) failed: query's own message for a bad group id or a refusal.
+  function groupProblem(err, what) {
+    if (err.status === 400 && err.field === 'groupId') return 'bad group id: ' + err.message;
+    if (err.status === 401 || err.status === 403) return 'refused: ' + err.message;
+    return what + ' unavailable: ' + err.message;
   }
 
   // historyProblem is what a history panel says when its read failed.
@@ -260,17 +272,33 @@
     return false;
   }
 
-  // Now: counts, the last hour, the latest changes.
+  // Now: counts, the last hour, the latest changes; or, scoped to a group
+  // (#now?group=<id>), the group's counts and its present members, read every second.
   const now = {
     counts: null,
     seq: 0,
-    enter() {
+    group: '',
+    enter(arg, params) {
+      const g = (this.group = params.get('group') || '');
+      $('group-id').value = g;
+      $('group-scope').textContent = g ? 'members of ' + g : 'counts of every user';
+      $('label-registered').textContent = g ? 'members' : 'registered';
+      $('group-panel').hidden = !g;
+      $('now-all').hidden = !!g;
+      $('group-users').textContent = '';
+      setState($('group-state'), '');
       $('card-invisible').hidden = !isOperator();
       $('changes').textContent = '';
       this.render(null);
       if (needCredential($('counts-state'))) return;
+      if (g) {
+        // A user token may read the groups its user is a member of.
+        this.refresh();
+        every(1000, () => this.refresh());
+        return;
+      }
       if (S.role === 'user') {
-        setState($('counts-state'), 'counts, history and the latest changes need an API key; a user token reads its own user (User view)', true);
+        setState($('counts-state'), 'counts, history and the latest changes need an API key; a user token reads its own user (User view) and the groups it is a member of (group above)', true);
         return;
       }
       this.refresh();
@@ -295,10 +323,11 @@
       $('count-idle').textContent = c ? fmtN(b.idle) : '—';
       $('count-invisible').textContent = c ? fmtN(b.invisible) : '—';
       $('count-total').textContent = c ? fmtN(c.total) : '—';
-      $('count-registered').textContent = c ? fmtN(c.registered) : '—';
+      $('count-registered').textContent = c ? fmtN(c.members != null ? c.members : c.registered) : '—';
       $('count-asof').textContent = c && c.asOf ? hhmmss(new Date(c.asOf)) + '.' + String(new Date(c.asOf).getUTCMilliseconds()).padStart(3, '0') : '—';
     },
     async refresh() {
+      if (this.group) return this.refreshGroup();
       const seq = ++this.seq;
       try {
         const c = await api('/v1/online/count' + opView('?'));
@@ -310,6 +339,47 @@
         this.render(null);
         setState($('counts-state'), 'counts unavailable: ' + e.message, true);
       }
+    },
+    // refreshGroup reads the group's counts and the first page of its present members.
+    async refreshGroup() {
+      const seq = ++this.seq, g = this.group, base = '/v1/groups/' + enc(g);
+      const [c, l] = await Promise.allSettled([
+        api(base + '/online/count' + opView('?')),
+        api(base + '/online?limit=' + GROUP_LIST + opView('&')),
+      ]);
+      if (seq !== this.seq) return;
+      if (c.status === 'fulfilled') {
+        this.render(c.value);
+        setState($('counts-state'), c.value.members ? '' : g + ' has no members');
+      } else {
+        this.render(null);
+        setState($('counts-state'), groupProblem(c.reason, 'counts'), true);
+      }
+      const tb = $('group-users');
+      tb.textContent = '';
+      if (l.status === 'rejected') {
+        // A refusal of the group is said once, above.
+        const same = c.status === 'rejected' && c.reason.status === l.reason.status;
+        setState($('group-state'), same ? '' : groupProblem(l.reason, 'members'), !same);
+        return;
+      }
+      for (const u of l.value.users) {
+        const tr = tb.insertRow();
+        tr.dataset.user = u.userId;
+        tr.dataset.status = u.status;
+        const a = document.createElement('a');
+        a.href = '#user/' + enc(u.userId);
+        a.textContent = u.userId;
+        tr.insertCell().append(a);
+        const st = tr.insertCell();
+        st.textContent = u.status;
+        st.className = 'status ' + u.status;
+      }
+      const members = c.status === 'fulfilled' ? c.value.members : null;
+      let note = '';
+      if (!l.value.users.length) note = members === 0 ? '' : 'no member of ' + g + ' is present';
+      else if (l.value.nextCursor) note = 'the first ' + fmtN(l.value.users.length) + ' present members';
+      setState($('group-state'), note);
     },
     // change moves one user between the counts at once; a fresh read follows shortly.
     change(m) {
@@ -665,7 +735,7 @@
 
   const views = { now, user, history, pipeline };
 
-  // ---- routing: #now, #user/<id>?day=&at=, #history?day=, #pipeline ---------------------
+  // ---- routing: #now?group=, #user/<id>?day=&at=, #history?day=, #pipeline --------------
 
   function route() {
     const h = location.hash.replace(/^#/, '');
@@ -731,6 +801,12 @@
     const id = $('user-id').value.trim();
     location.hash = '#user/' + enc(id) + '?day=' + ($('user-day').value || todayUTC());
   });
+  $('group-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const g = $('group-id').value.trim();
+    location.hash = '#now' + (g ? '?group=' + enc(g) : '');
+  });
+  $('group-all').addEventListener('click', () => { location.hash = '#now'; });
   $('conc-form').addEventListener('submit', (ev) => { ev.preventDefault(); history.concurrency(); });
   $('days-form').addEventListener('submit', (ev) => { ev.preventDefault(); history.days(); });
   window.addEventListener('hashchange', route);
