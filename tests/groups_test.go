@@ -79,14 +79,13 @@ func (m *groupModel) memberList(g string) []string {
 // TestGroupsMatchAModel writes the memberships of four overlapping groups through
 // query (PUT, PATCH and DELETE) and the statuses of their users straight to
 // presence.events, at random, and holds every group's counts (reader and operator
-// views), its online listing (paged, each status filter) and its member listing to an
-// independent model: after each round, after a FLUSHALL of a private Redis (guarantee
-// 10: the aggregator rebuilds groups from the log), and after an aggregator SIGKILL
-// with writes made while it was down.
+// views), its online listing (paged, each status filter), its member listing and the
+// change feed of two of them to an independent model: after each round, after Redis
+// lost every key of the pipeline (guarantee 10: the aggregator rebuilds groups from the
+// log), and after an aggregator SIGKILL with writes made while it was down. It runs on
+// the topology's Redis: a Redis Cluster in the cluster topology.
 func TestGroupsMatchAModel(t *testing.T) {
-	addr, _ := startRedis(t, harness.FreePort(t))
 	p := harness.NewTopics(t, 4)
-	p.Env["PULSE_REDIS_ADDR"] = addr
 	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
 	p.Start(t, "aggregator")
 	p.Start(t, "query")
@@ -294,14 +293,12 @@ func TestGroupsMatchAModel(t *testing.T) {
 		t.Logf("round %d: %s", round, m.summary(groups))
 	}
 
-	// Redis loses everything: the groups come back from the log, and meanwhile no read
-	// shows a wrong count as a right one.
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+	// Redis loses every key of the pipeline: the groups come back from the log, and
+	// meanwhile no read shows a wrong count as a right one. The shards' bookkeeping
+	// goes first, as a FLUSHALL takes every key at once: readers answer 503 from then.
+	rdb := stateRDB(t, harness.RedisAddr())
 	flushed := time.Now()
-	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	lose(t, rdb, p.Env["PULSE_REDIS_PREFIX"])
 	deadline := time.Now().Add(60 * time.Second)
 	unavailable := 0
 	for {
@@ -310,15 +307,15 @@ func TestGroupsMatchAModel(t *testing.T) {
 			break
 		}
 		if !strings.Contains(bad, ": 503 ") {
-			t.Fatalf("%v after FLUSHALL, a read answered a wrong state: %s", time.Since(flushed).Round(time.Millisecond), bad)
+			t.Fatalf("%v after the loss, a read answered a wrong state: %s", time.Since(flushed).Round(time.Millisecond), bad)
 		}
 		unavailable++
 		if time.Now().After(deadline) {
-			t.Fatalf("groups not correct again within 60 s of FLUSHALL: %s", bad)
+			t.Fatalf("groups not correct again within 60 s of the loss: %s", bad)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("FLUSHALL: groups correct again after %v, %d checks answered 503 meanwhile", time.Since(flushed).Round(time.Millisecond), unavailable)
+	t.Logf("keys lost: groups correct again after %v, %d checks answered 503 meanwhile", time.Since(flushed).Round(time.Millisecond), unavailable)
 	harness.Eventually(t, 30*time.Second, feedsDiffer)
 
 	// The aggregator dies mid-stream; writes acknowledged while it is down are folded
@@ -470,5 +467,29 @@ func (f *groupFeed) apply(msg watchMsg) {
 		f.status[msg.UserID] = msg.Status
 	default:
 		f.sock.t.Fatalf("the feed of %s sent %+v", f.group, msg)
+	}
+}
+
+// lose deletes every key under prefix as if Redis had lost them: the shards'
+// bookkeeping (meta) first, then the rest, on every master of a Redis Cluster.
+func lose(t *testing.T, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keys, err := redisKeys(ctx, rdb, prefix+":*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := func(k string) bool { return strings.HasSuffix(k, ":meta") }
+	for _, first := range []bool{true, false} {
+		pipe := rdb.Pipeline()
+		for _, k := range keys {
+			if meta(k) == first {
+				pipe.Del(ctx, k)
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
