@@ -420,7 +420,7 @@ func runStats(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
-	const usage = "usage: pulsectl stats daily|concurrency|uniques -from -to [-step minute|hour|day] [-period hour|day|week|month] [-csv]"
+	const usage = "usage: pulsectl stats daily|concurrency|uniques -from -to [-step minute|hour|day] [-period hour|day|week|month] [-group ID] [-csv]"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -434,10 +434,12 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	case "concurrency":
 		fs, f := newReadFlags("stats concurrency", getenv, timeRangeFrom+"; default an hour before -to", timeRangeTo)
 		st := fs.String("step", "minute", "minute, hour or day")
-		return runAnalytics(ctx, fs, f, args[1:], 0, "stats concurrency [-from TIME] [-to TIME] [-step minute|hour|day] [-csv]", stdout,
+		group := fs.String("group", "", "the current members of this group only (at most a day; minutes history holds final)")
+		return runAnalytics(ctx, fs, f, args[1:], 0, "stats concurrency [-from TIME] [-to TIME] [-step minute|hour|day] [-group ID] [-csv]", stdout,
 			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
 				q := rangeQuery(f)
 				q.Set("step", *st)
+				setGroup(q, *group)
 				var ans historyapi.Concurrency
 				if err := c.get(ctx, "/v1/stats/concurrency", q, &ans); err != nil {
 					return nil, err
@@ -451,10 +453,12 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 	case "uniques":
 		fs, f := newReadFlags("stats uniques", getenv, timeRangeFrom+"; default 24 hours before -to", timeRangeTo)
 		period := fs.String("period", "day", "hour, day, week or month")
-		return runAnalytics(ctx, fs, f, args[1:], 0, "stats uniques [-from TIME] [-to TIME] [-period hour|day|week|month] [-csv]", stdout,
+		group := fs.String("group", "", "the current members of this group only")
+		return runAnalytics(ctx, fs, f, args[1:], 0, "stats uniques [-from TIME] [-to TIME] [-period hour|day|week|month] [-group ID] [-csv]", stdout,
 			func(ctx context.Context, c *queryClient, _ []string) (*table, error) {
 				q := rangeQuery(f)
 				q.Set("period", *period)
+				setGroup(q, *group)
 				var ans historyapi.Uniques
 				if err := c.get(ctx, "/v1/stats/uniques", q, &ans); err != nil {
 					return nil, err
@@ -467,6 +471,13 @@ func runStatsEnv(ctx context.Context, args []string, stdout io.Writer, getenv fu
 			})
 	}
 	return fmt.Errorf("unknown stats %q; %s", args[0], usage)
+}
+
+// setGroup asks for group g's current members alone (group=); "" for everyone.
+func setGroup(q url.Values, g string) {
+	if g != "" {
+		q.Set("group", g)
+	}
 }
 
 // statsDaily lists every user's totals of each day from -from to -to, following

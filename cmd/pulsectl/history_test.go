@@ -95,6 +95,11 @@ func TestSessionsAndStatsTables(t *testing.T) {
 			{"at":"2026-11-22T20:00:00Z","closeOnline":12,"closeIdle":3,"closeInvisible":1,"peakOnline":20,"minutes":60}]}`,
 		"/v1/stats/uniques?from=2026-11-01&period=week&to=2026-11-08": `{"points":[
 			{"start":"2026-10-27T00:00:00Z","end":"2026-11-03T00:00:00Z","users":1234,"shards":16,"bitmapBytes":4100,"hyperLogLogBytes":196608}]}`,
+		"/v1/stats/concurrency?from=2026-11-22T20%3A00%3A00Z&group=team-a&step=minute&to=2026-11-22T20%3A02%3A00Z": `{"groupId":"team-a","members":3,"points":[
+			{"at":"2026-11-22T20:00:00Z","closeOnline":2,"closeIdle":1,"peakOnline":3,"minutes":1},
+			{"at":"2026-11-22T20:01:00Z","closeOnline":1,"closeIdle":0,"peakOnline":2,"minutes":1}]}`,
+		"/v1/stats/uniques?from=2026-11-22&group=team-a&period=hour&to=2026-11-22T02%3A00%3A00Z": `{"groupId":"team-a","members":3,"points":[
+			{"start":"2026-11-22T00:00:00Z","end":"2026-11-22T01:00:00Z","users":2,"shards":16,"bitmapBytes":40,"hyperLogLogBytes":196608}]}`,
 		"/v1/stats/daily?day=2026-11-22&limit=1000": `{"day":"2026-11-22","users":[
 			{"userId":"a","onlineSeconds":60,"idleSeconds":0,"invisibleSeconds":0,"sessions":1,"firstSeen":"2026-11-22T01:00:00Z","lastSeen":"2026-11-22T01:00:59.999999Z","through":"2026-11-23T00:00:00Z","status":"offline"}],"nextCursor":"N"}`,
 		"/v1/stats/daily?cursor=N&day=2026-11-22&limit=1000": `{"day":"2026-11-22","users":[],"nextCursor":null}`,
@@ -133,6 +138,15 @@ func TestSessionsAndStatsTables(t *testing.T) {
 		"2026-10-27 00:00:00.000  2026-11-03 00:00:00.000  1234   16      4100          196608",
 		""}, "\n"); got != want {
 		t.Errorf("uniques =\n%s\nwant\n%s", got, want)
+	}
+	// -group passes group= through; the tables are the same.
+	if got, want := run(stats, "concurrency", "-group", "team-a", "-from", "2026-11-22T20:00:00Z", "-to", "2026-11-22T20:02:00Z", "-csv"),
+		"AT,CLOSE_ONLINE,CLOSE_IDLE,CLOSE_INVISIBLE,PEAK_ONLINE,MINUTES\n2026-11-22T20:00:00Z,2,1,-,3,1\n2026-11-22T20:01:00Z,1,0,-,2,1\n"; got != want {
+		t.Errorf("group concurrency =\n%s\nwant\n%s", got, want)
+	}
+	if got, want := run(stats, "uniques", "-from", "2026-11-22", "-to", "2026-11-22T02:00:00Z", "-period", "hour", "-group", "team-a", "-csv"),
+		"START,END,USERS,SHARDS,BITMAP_BYTES,HLL_BYTES\n2026-11-22T00:00:00Z,2026-11-22T01:00:00Z,2,16,40,196608\n"; got != want {
+		t.Errorf("group uniques =\n%s\nwant\n%s", got, want)
 	}
 	if got, want := run(stats, "daily", "-from", "2026-11-22", "-to", "2026-11-23", "-csv"),
 		"DAY,USER,ONLINE,IDLE,INVISIBLE,SESSIONS,FIRST_SEEN,LAST_SEEN,THROUGH,STATUS\n"+

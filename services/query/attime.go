@@ -120,31 +120,72 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	r, ctx, ls, done, err := a.atReader(c, at, n, n)
+	counts, err := a.countsAt(c, at, n, nil)
 	if err != nil {
 		return err
 	}
-	defer done()
-	states := make([]*historystore.ShardState, n)
-	err = ls.each(ctx, n, func(ctx context.Context, shard int) (err error) {
-		states[shard], err = r.StateAt(ctx, int32(shard), at)
-		return err
-	})
-	if err != nil {
-		return a.atErr(err)
-	}
-	var on, idle, inv uint64
-	for _, st := range states {
-		on += st.Online.GetCardinality()
-		idle += st.Idle.GetCardinality()
-		inv += st.Invisible.GetCardinality()
-	}
+	on, idle, inv := counts[0], counts[1], counts[2]
 	v := pastCountView{Total: on + idle, ByStatus: map[string]uint64{"online": on, "idle": idle}, At: at}
 	if auth.OperatorView(c) {
 		v.Total += inv
 		v.ByStatus["invisible"] = inv
 	}
 	return httpserver.JSON(c, http.StatusOK, v)
+}
+
+// countsAt is the number of users online, idle and invisible at at in n shards. With
+// members (one bitmap per shard, a group's), only the users of members[shard] count,
+// and a shard where members is empty is not read.
+func (a *api) countsAt(c echo.Context, at time.Time, n int, members []*roaring.Bitmap) (counts [3]uint64, err error) {
+	shards := shardsToRead(n, members)
+	r, ctx, ls, done, err := a.atReader(c, at, n, len(shards))
+	if err != nil {
+		return counts, err
+	}
+	defer done()
+	states := make([]*historystore.ShardState, len(shards))
+	err = ls.each(ctx, len(shards), func(ctx context.Context, i int) (err error) {
+		states[i], err = r.StateAt(ctx, int32(shards[i]), at)
+		return err
+	})
+	if err != nil {
+		return counts, a.atErr(err)
+	}
+	for i, st := range states {
+		var m *roaring.Bitmap
+		if members != nil {
+			m = members[shards[i]]
+		}
+		for k, c := range stateCounts(st, m) {
+			counts[k] += c
+		}
+	}
+	return counts, nil
+}
+
+// shardsToRead is the shards of n that hold a member; every shard when members is nil.
+func shardsToRead(n int, members []*roaring.Bitmap) []int {
+	var out []int
+	for s := range n {
+		if members == nil || !members[s].IsEmpty() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stateCounts is the number of users online, idle and invisible in st, or of members
+// alone when members is not nil.
+func stateCounts(st *historystore.ShardState, members *roaring.Bitmap) [3]uint64 {
+	var out [3]uint64
+	for k, bm := range [3]*roaring.Bitmap{st.Online, st.Idle, st.Invisible} {
+		if members == nil {
+			out[k] = bm.GetCardinality()
+		} else {
+			out[k] = bm.AndCardinality(members)
+		}
+	}
+	return out
 }
 
 // shardCount is the number of shards, from the live state's layout.
@@ -268,8 +309,10 @@ func (a *api) pastStatuses(c echo.Context, at time.Time, ids []string) error {
 }
 
 // pastList is GET /v1/online?at=: the listing's walk in (shard, index) order over the
-// shards' states at at, with the listing's cursor.
-func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQuery) error {
+// shards' states at at, with the listing's cursor. With members (one bitmap per shard,
+// a group's), only the users of members[shard] are listed, and a shard where members
+// is empty is not read.
+func (a *api) pastList(c echo.Context, at time.Time, n int, q listQuery, members []*roaring.Bitmap) error {
 	var pos online.Position
 	if q.cursor != nil {
 		if q.cursor.Shards != n {
@@ -278,16 +321,20 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		pos = q.cursor.Pos
 	}
 	// The walk reads one shard after another: one read slot.
-	r, ctx, _, done, err := h.atReader(c, at, n, 1)
+	r, ctx, _, done, err := a.atReader(c, at, n, 1)
 	if err != nil {
 		return err
 	}
 	defer done()
 	res := onlineList{Users: []onlineUser{}, At: &at}
 	for pos.Shard < n && len(res.Users) < q.limit {
+		if members != nil && members[pos.Shard].IsEmpty() {
+			pos = online.Position{Shard: pos.Shard + 1}
+			continue
+		}
 		st, err := r.StateAt(ctx, int32(pos.Shard), at)
 		if err != nil {
-			return h.atErr(err)
+			return a.atErr(err)
 		}
 		listed := roaring.New()
 		for _, s := range q.statuses {
@@ -300,6 +347,9 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 				listed.Or(st.Invisible)
 			}
 		}
+		if members != nil {
+			listed.And(members[pos.Shard])
+		}
 		it := listed.Iterator()
 		it.AdvanceIfNeeded(pos.From)
 		var page []uint32
@@ -308,12 +358,12 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		}
 		names, err := r.UserNames(ctx, int32(pos.Shard), page)
 		if err != nil {
-			return h.atErr(err)
+			return a.atErr(err)
 		}
 		for _, idx := range page {
 			id, ok := names[idx]
 			if !ok {
-				h.logger.Warn("point in time: an index has no user", "shard", pos.Shard, "index", idx)
+				a.logger.Warn("point in time: an index has no user", "shard", pos.Shard, "index", idx)
 				continue
 			}
 			res.Users = append(res.Users, onlineUser{UserID: id, Status: st.Status(idx).String()})
@@ -325,7 +375,7 @@ func (h *onlineHandlers) pastList(c echo.Context, at time.Time, n int, q listQue
 		}
 	}
 	if pos.Shard < n {
-		s := h.cursors.Sign(online.Cursor{Shards: n, Pos: pos}.Encode())
+		s := a.cursors.Sign(online.Cursor{Shards: n, Pos: pos}.Encode())
 		res.NextCursor = &s
 	}
 	return httpserver.JSON(c, http.StatusOK, res)

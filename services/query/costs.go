@@ -31,6 +31,13 @@ const (
 	// costConcurrencyDay: concurrency costs ten per UTC day: a day is every shard's
 	// 1,440 minute rows.
 	costConcurrencyDay = 10
+	// costGroup: group= adds one to the stats routes: the group's member bitmaps, one
+	// Redis round trip.
+	costGroup = 1
+	// groupMinutesPerRead: a group's concurrency adds to costAt (each shard's state at
+	// the range's start) one per shard holding a member per 10 minutes of the range,
+	// whose shard_changes are one partition per shard and minute.
+	groupMinutesPerRead = 10
 	// costMonth, costYear: sessions cost one per month the range touches, a user's
 	// days one per year (their partitions).
 	costMonth = 1
@@ -79,13 +86,34 @@ func monthsTouched(from, to time.Time) int {
 }
 
 // timelineCost, sessionsCost, concurrencyCost and uniquesCost are the history
-// ranges [from, to); userDaysCost the dates from and to, both included.
+// ranges [from, to) (uniquesCost of a group's members with group); userDaysCost the
+// dates from and to, both included.
 func timelineCost(from, to time.Time) int { return max(costRequest, daysTouched(from, to)*costDay) }
 func sessionsCost(from, to time.Time) int { return max(costRequest, monthsTouched(from, to)*costMonth) }
 func concurrencyCost(from, to time.Time) int {
 	return max(costRequest, daysTouched(from, to)*costConcurrencyDay)
 }
-func uniquesCost(from, to time.Time) int { return max(costRequest, daysTouched(from, to)*costDay) }
+func uniquesCost(from, to time.Time, group bool) int {
+	n := max(costRequest, daysTouched(from, to)*costDay)
+	if group {
+		n += costGroup
+	}
+	return n
+}
 func userDaysCost(from, to time.Time) int {
 	return max(costRequest, (to.Year()-from.Year()+1)*costYear)
+}
+
+// minutesTouched is the number of minutes holding an instant of [from, to).
+func minutesTouched(from, to time.Time) int {
+	if !from.Before(to) {
+		return 0
+	}
+	return int(to.Add(-time.Microsecond).Truncate(time.Minute).Sub(from.Truncate(time.Minute))/time.Minute) + 1
+}
+
+// groupConcurrencyCost is a group's concurrency over [from, to) whose members are in
+// shards shards: costAt, costGroup, and one per shard per groupMinutesPerRead minutes.
+func groupConcurrencyCost(from, to time.Time, shards int) int {
+	return costAt + costGroup + shards*ceilDiv(minutesTouched(from, to), groupMinutesPerRead)
 }

@@ -449,9 +449,12 @@ func (h *groups) count(c echo.Context) error {
 		return err
 	}
 	for name := range c.QueryParams() {
-		if name != "view" {
-			return httpserver.BadRequest(name, "unknown parameter; want view")
+		if name != "view" && name != "at" {
+			return httpserver.BadRequest(name, "unknown parameter; want view or at")
 		}
+	}
+	if at, past, err := h.atParam(c); err != nil || past {
+		return h.or(err, func() error { return h.pastGroupCount(c, g, at) })
 	}
 	ctx, cancel := h.ctx(c)
 	defer cancel()
@@ -486,15 +489,19 @@ func (h *groups) online(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.QueryParam("at") != "" {
-		return httpserver.BadRequest("at", "a group's past is not answered yet; leave it out for the present")
-	}
 	operator := auth.OperatorView(c)
 	q, err := parseListQuery(c.QueryParams(), operator, h.cursors)
 	if err != nil {
 		return err
 	}
-	if err := h.limits.charge(c, pageCost(q.limit, false)); err != nil {
+	at, past, err := h.atParam(c)
+	if err != nil {
+		return err
+	}
+	if past && q.activeWithin > 0 {
+		return httpserver.BadRequest("activeWithin", "cannot be combined with at: activity is known for the present only")
+	}
+	if err := h.limits.charge(c, pageCost(q.limit, past)); err != nil {
 		return err
 	}
 	ctx, cancel := h.ctx(c)
@@ -506,6 +513,9 @@ func (h *groups) online(c echo.Context) error {
 	res := onlineList{Users: []onlineUser{}}
 	if n == 0 {
 		return httpserver.JSON(c, http.StatusOK, res)
+	}
+	if past {
+		return h.pastGroupList(c, g, at, n, q)
 	}
 	var pos online.Position
 	if q.cursor != nil {

@@ -115,6 +115,7 @@ type (
 	concurrencyAnswer = historyapi.Concurrency
 	uniquesPoint      = historyapi.UniquesPoint
 	uniquesAnswer     = historyapi.Uniques
+	groupAnswer       = historyapi.GroupAnswer
 )
 
 // Q1: a user's timeline.
@@ -385,12 +386,19 @@ func (h *historyHandlers) statsDaily(c echo.Context) error {
 
 func (h *historyHandlers) concurrency(c echo.Context) error {
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to", "step", "view"); err != nil {
+	if err := checkParams(q, "from", "to", "step", "group", "view"); err != nil {
 		return err
 	}
 	st, err := parseStep(q.Get("step"))
 	if err != nil {
 		return err
+	}
+	g, err := groupParam(q)
+	if err != nil {
+		return err
+	}
+	if g != "" {
+		return h.groupConcurrency(c, g, st)
 	}
 	from, to, err := parseRange(q, h.now(), time.Hour, maxConcurrencySpan)
 	if err != nil {
@@ -443,7 +451,7 @@ func (h *historyHandlers) concurrency(c echo.Context) error {
 
 func (h *historyHandlers) uniques(c echo.Context) error {
 	q := c.QueryParams()
-	if err := checkParams(q, "from", "to", "period", "view"); err != nil {
+	if err := checkParams(q, "from", "to", "period", "group", "view"); err != nil {
 		return err
 	}
 	period, name, err := parsePeriod(q.Get("period"))
@@ -454,11 +462,21 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	g, err := groupParam(q)
+	if err != nil {
+		return err
+	}
 	// Whole periods: from the start of the one holding from to the end of the one
 	// holding to's last instant.
 	start, _ := period.Bounds(from)
 	_, end := period.Bounds(to.Add(-time.Microsecond))
-	if err := h.limits.charge(c, uniquesCost(start, end)); err != nil {
+	if err := h.limits.charge(c, uniquesCost(start, end, g != "")); err != nil {
+		return err
+	}
+	// A group's unique users are its current members' (grouphistory.go): each hour's
+	// bitmap ANDed with the group's bitmap of the shard before the union.
+	members, group, err := h.statsGroup(c, g)
+	if err != nil {
 		return err
 	}
 	s, ctx, done, err := h.historyStore(c)
@@ -466,7 +484,7 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 		return err
 	}
 	defer done()
-	fold := uniquesFold{period: period, operator: auth.OperatorView(c)}
+	fold := uniquesFold{period: period, operator: auth.OperatorView(c), members: members}
 	for d := dayOf(start); d.Before(end); d = d.AddDate(0, 0, 1) {
 		var foldErr error
 		err := s.Uniques(ctx, d, start, end, func(r historystore.HourUsers) bool {
@@ -480,5 +498,5 @@ func (h *historyHandlers) uniques(c echo.Context) error {
 			return h.cassErr(err)
 		}
 	}
-	return httpserver.JSON(c, http.StatusOK, uniquesAnswer{From: start, To: end, Period: name, Points: fold.finish()})
+	return httpserver.JSON(c, http.StatusOK, uniquesAnswer{From: start, To: end, Period: name, Points: fold.finish(), GroupAnswer: group})
 }

@@ -313,7 +313,12 @@ func TestHistoryRoutesWithoutCassandra(t *testing.T) {
 		"/v1/stats/uniques?period=year":                             "period",
 		"/v1/stats/uniques?from=2024-01-01T00:00:00Z&to=2026-01-01": "from",
 		"/v1/stats/daily?day=2026-11-22T00:00:00Z":                  "day",
-		"/v1/stats/daily?cursor=" + (timelineCursor{}).Encode():     "cursor",
+		"/v1/stats/uniques?group=no%20spaces":                       "group",
+		"/v1/stats/concurrency?group=a%2Fb":                         "group",
+		// A group's concurrency spans at most a day, within the at= retention.
+		"/v1/stats/concurrency?group=team&from=2026-11-01&to=2026-11-02T00:00:01Z": "from",
+		"/v1/stats/concurrency?group=team&from=2020-01-01&to=2020-01-01T01:00:00Z": "from",
+		"/v1/stats/daily?cursor=" + (timelineCursor{}).Encode():                    "cursor",
 	} {
 		if !strings.HasPrefix(target, "/v1/stats/concurrency") && !strings.HasPrefix(target, "/v1/stats/uniques") {
 			target = withView(target)

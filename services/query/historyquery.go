@@ -336,10 +336,13 @@ func parsePeriod(s string) (rollup.Period, string, error) {
 
 // uniquesFold unions each shard's hours per period. Rows must come in hour order.
 // Readers count the users shown in each hour (online or idle at some instant of it),
-// operators everyone present, invisible included.
+// operators everyone present, invisible included. With members (a group's bitmap per
+// shard), only those users count: each hour is ANDed with its shard's members before
+// the union.
 type uniquesFold struct {
 	period   rollup.Period
 	operator bool
+	members  []*roaring.Bitmap
 	points   []uniquesPoint
 	start    time.Time
 	shards   map[int]*roaring.Bitmap
@@ -361,6 +364,13 @@ func (f *uniquesFold) add(r historystore.HourUsers) error {
 	bm := roaring.New()
 	if err := bm.UnmarshalBinary(users); err != nil {
 		return fmt.Errorf("uniques of shard %d at %s: %w", r.Shard, r.Hour.Format(time.RFC3339), err)
+	}
+	if f.members != nil {
+		if r.Shard < 0 || r.Shard >= len(f.members) {
+			bm.Clear() // a shard the state does not have holds no member
+		} else {
+			bm.And(f.members[r.Shard])
+		}
 	}
 	if u := f.shards[r.Shard]; u != nil {
 		u.Or(bm)

@@ -161,7 +161,7 @@ func (h *onlineHandlers) list(c echo.Context) error {
 		return httpserver.JSON(c, http.StatusOK, onlineList{Users: []onlineUser{}})
 	}
 	if past {
-		return h.pastList(c, at, n, q)
+		return h.pastList(c, at, n, q, nil)
 	}
 	var pos online.Position
 	if q.cursor != nil {

@@ -131,6 +131,18 @@ type Concurrency struct {
 	To     time.Time          `json:"to"`
 	Step   string             `json:"step"`
 	Points []ConcurrencyPoint `json:"points"`
+	GroupAnswer
+	// FinalThrough, in a group's answer, is the instant up to which history is final:
+	// the points cover the minutes that ended by then, and later ones are left out.
+	FinalThrough *time.Time `json:"finalThrough,omitempty"`
+}
+
+// GroupAnswer names the group a statistic was restricted to (group=): GroupID, and
+// Members, the number of its members now, whose past the answer counts. Both are
+// absent from the whole service's answers.
+type GroupAnswer struct {
+	GroupID string  `json:"groupId,omitempty"`
+	Members *uint64 `json:"members,omitempty"`
 }
 
 // UniquesPoint is the number of distinct users of one period.
@@ -154,4 +166,5 @@ type Uniques struct {
 	To     time.Time      `json:"to"`
 	Period string         `json:"period"`
 	Points []UniquesPoint `json:"points"`
+	GroupAnswer
 }
