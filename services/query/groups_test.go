@@ -26,7 +26,6 @@ func TestGroupRoutesRefuseBadInput(t *testing.T) {
 		{http.MethodGet, "/v1/groups/team-a/members?status=online", "", "status", "unknown parameter"},
 		{http.MethodGet, "/v1/groups/team-a/members?limit=0", "", "limit", "from 1 to 1000"},
 		{http.MethodGet, "/v1/groups/team-a/online?status=offline", "", "status", "must be online or idle"},
-		{http.MethodGet, "/v1/groups/team-a/online?at=2026-01-01T00:00:00Z", "", "at", "not answered yet"},
 		{http.MethodPut, "/v1/groups/team-a/members", `{}`, "userIds", "is required"},
 		{http.MethodPut, "/v1/groups/team-a/members", `{"userIds":["a","b","a"]}`, "userIds[2]", "is also userIds[0]"},
 		{http.MethodPut, "/v1/groups/team-a/members", `{"userIds":["a",""]}`, "userIds[1]", "must not be empty"},

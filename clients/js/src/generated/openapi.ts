@@ -450,7 +450,7 @@ export interface paths {
          * Concurrency per minute, hour or day (Q4)
          * @description For the minutes in [`from`, `to`), the shards' per-second counts are summed second by second: a minute's `peakOnline` is the largest of the 60 sums, its close the sum of second 59. Hours and days take the peak of their minutes and the close of their last minute. Minutes without rows are left out. At most 31 days per request (default: the last hour).
          *
-         *     **Cost:** 10 reads per UTC day the range touches (at most 320). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         *     **Cost:** 10 reads per UTC day the range touches (at most 320); with `group=`, 21 plus 1 per shard holding a member per 10 minutes the range touches, charged once the group's bitmaps are read. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
         get: operations["getConcurrency"];
         put?: never;
@@ -472,7 +472,7 @@ export interface paths {
          * Unique users per hour, day, week or month (Q6)
          * @description Whole UTC periods (ISO weeks start on Monday) from the one holding `from` to the one holding `to`'s last instant. Per shard the hourly roaring bitmaps of `uniques` are unioned; the shards' cardinalities are summed. Exact. A reader counts the users online or idle at some instant of each hour (a user who was only invisible in it reads as offline, and is not counted); `view=operator` counts every user present, invisible included. Periods without rows are left out. At most 400 days per request (default: the last 24 hours).
          *
-         *     **Cost:** 1 read per UTC day of the whole periods answered. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         *     **Cost:** 1 read per UTC day of the whole periods answered, plus 1 with `group=`. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
         get: operations["getUniques"];
         put?: never;
@@ -584,9 +584,9 @@ export interface paths {
         };
         /**
          * How many of a group's members are online, by status
-         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online/count?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began.
          *
-         *     **Cost:** 1 read. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         *     **Cost:** 1 read (with `at=`, 20). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
         get: operations["getGroupOnlineCount"];
         put?: never;
@@ -606,9 +606,9 @@ export interface paths {
         };
         /**
          * Who of a group is online
-         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began. Not with `activeWithin` (400). A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
          *
-         *     **Cost:** 1 read per 100 of `limit`, at least 1. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
+         *     **Cost:** 1 read per 100 of `limit`, at least 1 (with `at=`, 20 more). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
         get: operations["listGroupOnline"];
         put?: never;
@@ -1341,6 +1341,17 @@ export interface components {
             /** @enum {string} */
             step: "minute" | "hour" | "day";
             points: components["schemas"]["ConcurrencyPoint"][];
+            groupId?: components["schemas"]["GroupId"];
+            /**
+             * Format: int64
+             * @description With group=: the group's members now, whose past the answer counts.
+             */
+            members?: number;
+            /**
+             * Format: date-time
+             * @description With group= only: history is final up to here; later minutes are left out.
+             */
+            finalThrough?: string;
         };
         UniquesPoint: {
             /** Format: date-time */
@@ -1390,6 +1401,12 @@ export interface components {
             /** @enum {string} */
             period: "hour" | "day" | "week" | "month";
             points: components["schemas"]["UniquesPoint"][];
+            groupId?: components["schemas"]["GroupId"];
+            /**
+             * Format: int64
+             * @description With group=: the group's members now, whose past the answer counts.
+             */
+            members?: number;
         };
         /**
          * @description The counts at the instant `at` (GET /v1/online/count?at=).
@@ -1740,6 +1757,40 @@ export interface components {
              */
             at: string;
             cursor: string;
+        };
+        /**
+         * @description A group's counts at the instant `at` (GET /v1/groups/{groupId}/online/count?at=), for its current members.
+         * @example {
+         *       "groupId": "team-a",
+         *       "total": 9,
+         *       "byStatus": {
+         *         "online": 6,
+         *         "idle": 3,
+         *         "offline": 21
+         *       },
+         *       "members": 30,
+         *       "at": "2026-11-22T20:13:07Z"
+         *     }
+         */
+        GroupPastCount: {
+            groupId: components["schemas"]["GroupId"];
+            /** @description Members online plus idle (plus invisible in the operator view) at `at`. */
+            total: number;
+            byStatus: {
+                online: number;
+                idle: number;
+                /** @description Operator view only. */
+                invisible?: number;
+                /** @description The members not shown in another status at `at`. */
+                offline: number;
+            };
+            /** @description The group's members now, whose past is counted: membership has no history. */
+            members: number;
+            /**
+             * Format: date-time
+             * @description The instant the counts describe.
+             */
+            at: string;
         };
     };
     responses: {
@@ -3166,6 +3217,11 @@ export interface operations {
                  */
                 step?: "minute" | "hour" | "day";
                 /**
+                 * @description Only the group's current members, computed from the point-in-time rows: per second, the members online at its end (`peakOnline` the most of a point's seconds, `close*` the members per status at its last instant); only minutes history holds final are answered (up to `finalThrough`). At most 1 day, with `from` within `PULSE_QUERY_AT_RETENTION` (400 otherwise); 404 before history began. The answer adds `groupId`, `members` and `finalThrough`.
+                 * @example team-a
+                 */
+                group?: components["schemas"]["GroupId"];
+                /**
                  * @description `public` (the default): invisible users read as offline. `operator`: invisible users read as invisible, with their devices and times; needs an API key with the operator scope (`Authorization: Bearer <key>`), else 403.
                  * @example public
                  */
@@ -3214,6 +3270,7 @@ export interface operations {
             400: components["responses"]["RangeBadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["PastNotFound"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["CassandraUnavailable"];
         };
@@ -3236,6 +3293,11 @@ export interface operations {
                  * @example day
                  */
                 period?: "hour" | "day" | "week" | "month";
+                /**
+                 * @description Only the group's current members: each hour's bitmap of a shard is ANDed with the group's member bitmap of that shard before the periods' unions. Any period. The answer adds `groupId` and `members`.
+                 * @example team-a
+                 */
+                group?: components["schemas"]["GroupId"];
                 /**
                  * @description `public` (the default): invisible users read as offline. `operator`: invisible users read as invisible, with their devices and times; needs an API key with the operator scope (`Authorization: Bearer <key>`), else 403.
                  * @example public
@@ -3675,6 +3737,8 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                at?: components["parameters"]["At"];
             };
             header?: never;
             path: {
@@ -3688,31 +3752,19 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The group's counts. */
+            /** @description The group's counts. With at=, the `GroupPastCount` form. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "groupId": "team-a",
-                     *       "total": 3,
-                     *       "byStatus": {
-                     *         "online": 2,
-                     *         "idle": 1,
-                     *         "offline": 5
-                     *       },
-                     *       "members": 8,
-                     *       "asOf": "2026-11-26T10:15:04.512Z"
-                     *     }
-                     */
-                    "application/json": components["schemas"]["GroupCount"];
+                    "application/json": components["schemas"]["GroupCount"] | components["schemas"]["GroupPastCount"];
                 };
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["PastNotFound"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["RedisUnavailable"];
         };
@@ -3742,6 +3794,8 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                at?: components["parameters"]["At"];
             };
             header?: never;
             path: {
@@ -3778,6 +3832,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            404: components["responses"]["PastNotFound"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["RedisUnavailable"];
         };
