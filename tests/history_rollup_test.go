@@ -159,6 +159,9 @@ func rollupChanges(t *testing.T, topic string) (users map[string]*rollupTimeline
 				continue
 			}
 			seen[c.SourcePartition] = c.SourceOffset
+			if c.GroupId != "" || c.CustomOnly {
+				continue // membership and custom status alone: no transition
+			}
 			if c.Cause == pulsev1.Cause_CAUSE_TIMEOUT {
 				timeouts++
 			}

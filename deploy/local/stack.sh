@@ -856,7 +856,7 @@ cmd_run() {
 			cat <<EOF
   Every request but /healthz, /readyz, /metrics and /openapi.json needs a key. The
   development keys (made once, in $PULSE_HOME/auth/) — paste these lines in your shell:
-    export PULSE_PRODUCER_KEY=$PULSE_PRODUCER_KEY   # write: ingest
+    export PULSE_PRODUCER_KEY=$PULSE_PRODUCER_KEY   # write: ingest, and group writes on query
     export PULSE_READER_KEY=$PULSE_READER_KEY     # read: query
     export PULSE_OPERATOR_KEY=$PULSE_OPERATOR_KEY   # operator: view=operator, firehose, a user's history
   then:

@@ -12,7 +12,8 @@ before to, in a range no longer than the route's span; a day from 1970 to 9998; 
 at most 128 bytes (its schema is the pattern alone: the generator cannot join a length
 to it); an activeWithin above 0, at most 24h and not with at=; at most 100 ids with at=;
 invisible users listed only in the operator view; a cursor the service handed out; a
-user named in both add and remove of a group's PATCH; a
+user named in both add and remove of a group's PATCH; a group's concurrency over at
+most a day from within the at= retention; a
 custom status's text of at most 128 characters (a pattern alone, as ids), its until in
 the future and at most 30 days ahead, and its emoji exactly one emoji of at most 32
 bytes. A schema-valid request that breaks one of them is refused with a 400 naming the field;
@@ -125,6 +126,8 @@ def breaks_stated_bound(case, field, now):
     if field == "cursor":
         with _lock:
             return query.get("cursor") not in _cursors
+    if field in ("from", "to") and path == "/v1/stats/concurrency" and "group" in query:
+        return group_range_out_of_bounds(query, now)
     if field in ("from", "to") and path in SPANS:
         return range_out_of_bounds(path, query, now)
     if field == "day":
@@ -198,6 +201,18 @@ def range_out_of_bounds(path, query, now):
     if days:
         return frm > to or (to - frm).days + 1 > SPANS[path]
     return frm >= to or to - frm > timedelta(days=SPANS[path])
+
+
+def group_range_out_of_bounds(query, now):
+    """A group's concurrency: at most a day, from within the at= retention."""
+    frm = time_or_day(query["from"]) if "from" in query else None
+    to = time_or_day(query["to"]) if "to" in query else now
+    if ("from" in query and frm is None) or to is None:
+        return False  # a malformed value is the schema's business
+    if frm is None:
+        frm = to - timedelta(hours=1)
+    return (frm >= to or to - frm > timedelta(days=1) or frm < now - AT_RETENTION + MARGIN
+            or frm < EARLIEST or to >= LATEST)
 
 
 def field_value(case, field):
