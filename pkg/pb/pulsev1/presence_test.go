@@ -25,6 +25,9 @@ func timeoutEvent() *pulsev1.Event {
 		Source:       pulsev1.Source_SOURCE_TIMEOUT,
 		LastSeenUs:   1_700_000_000_000_000,
 		Custom:       &pulsev1.CustomStatus{Text: "In a meeting", Emoji: "📅", UntilUs: 1_700_003_600_000_000},
+		// Set here only so every field is on the wire: member events carry these.
+		GroupId: "team-a",
+		Leave:   true,
 	}
 }
 
@@ -47,6 +50,10 @@ func timeoutChange() *pulsev1.Change {
 		// custom_only when previous equals current.
 		Custom:     &pulsev1.CustomStatus{Text: "lunch"},
 		CustomOnly: true,
+		// Membership changes carry group_id and left; every change the user's groups.
+		GroupId: "team-a",
+		Left:    true,
+		Groups:  []string{"team-a"},
 	}
 }
 
@@ -114,7 +121,9 @@ func TestWireGolden(t *testing.T) {
 				"521d" + // 10 custom, 29 bytes:
 				"0a0c" + "496e2061206d656574696e67" + //    1 text
 				"1204" + "f09f9385" + //    2 emoji
-				"18" + "80c8c7f5cec48203", //    3 until_us
+				"18" + "80c8c7f5cec48203" + //    3 until_us
+				"5a06" + "7465616d2d61" + // 11 group_id
+				"6001", // 12 leave
 		},
 		{
 			name: "change",
@@ -132,7 +141,10 @@ func TestWireGolden(t *testing.T) {
 				"58" + "c891c7ddc1c48203" + // 11 public_changed_at_us
 				"6207" + // 12 custom, 7 bytes:
 				"0a05" + "6c756e6368" + //    1 text
-				"6801", // 13 custom_only
+				"6801" + // 13 custom_only
+				"7206" + "7465616d2d61" + // 14 group_id
+				"7801" + // 15 left
+				"820106" + "7465616d2d61", // 16 groups
 		},
 	}
 	for _, tt := range tests {
@@ -171,7 +183,7 @@ func TestEnumNumbers(t *testing.T) {
 			"STATUS_UNSPECIFIED": 0, "STATUS_ONLINE": 1, "STATUS_IDLE": 2, "STATUS_OFFLINE": 3, "STATUS_INVISIBLE": 4,
 		}},
 		{"Kind", pulsev1.Kind_value, map[string]int32{
-			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3, "KIND_CUSTOM": 4,
+			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3, "KIND_CUSTOM": 4, "KIND_MEMBER": 5,
 		}},
 		{"Source", pulsev1.Source_value, map[string]int32{
 			"SOURCE_UNSPECIFIED": 0, "SOURCE_API": 1, "SOURCE_TIMEOUT": 2, "SOURCE_SYSTEM": 3,
