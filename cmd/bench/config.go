@@ -190,6 +190,7 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 		}
 		cfg.Phases[p] = true
 	}
+	cfg.Services = needServices(phaseList, cfg.Phases)
 	for t := range strings.SplitSeq(*scaleOutTopos, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.ScaleOutTopologies = append(cfg.ScaleOutTopologies, t)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 )
 
 func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
@@ -46,6 +48,9 @@ func TestFullDefaults(t *testing.T) {
 	if !slices.Equal(cfg.ScaleOutTopologies, []string{"single", "cluster"}) || cfg.ScaleOutRounds != 2 {
 		t.Errorf("scale-out defaults: topologies %v, %d rounds", cfg.ScaleOutTopologies, cfg.ScaleOutRounds)
 	}
+	if !cfg.Services {
+		t.Error("every phase on, yet no services")
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -62,6 +67,25 @@ func TestBadFlags(t *testing.T) {
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", strings.Join(args, " "))
+		}
+	}
+}
+
+// TestNeedServices checks that the stack's services are used when some phase asked
+// for runs on them, and only then.
+func TestNeedServices(t *testing.T) {
+	phases := []harness.Phase{{Name: "own", OwnProcesses: true}, {Name: "shared"}}
+	for _, tt := range []struct {
+		on   map[string]bool
+		want bool
+	}{
+		{map[string]bool{"own": true}, false},
+		{map[string]bool{"own": true, "shared": true}, true},
+		{map[string]bool{"shared": true}, true},
+		{map[string]bool{}, false},
+	} {
+		if got := needServices(phases, tt.on); got != tt.want {
+			t.Errorf("phases %v: services %v, want %v", tt.on, got, tt.want)
 		}
 	}
 }

@@ -40,7 +40,9 @@
 // bench uses the services of a running `make run` when they answer, and otherwise has
 // deploy/local/stack.sh start them (`stack.sh services`) and stop them at the end; it
 // finds the processes it measures with `stack.sh pids`. The stack's servers must be up
-// (`make bench` runs `stack.sh up` first).
+// (`make bench` runs `stack.sh up` first). A run of phases that start their own Pulse
+// processes only uses none of the stack's services: no warm-up, no waits for their
+// consumers.
 //
 // main parses the flags, opens the harness (internal/harness) and runs the enabled
 // phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
@@ -109,11 +111,22 @@ func run(ctx context.Context, args []string) error {
 	return phaseErr
 }
 
+// needServices says whether any phase turned on in on runs on the stack's services.
+func needServices(phases []harness.Phase, on map[string]bool) bool {
+	for _, p := range phases {
+		if on[p.Name] && !p.OwnProcesses {
+			return true
+		}
+	}
+	return false
+}
+
 // runPhases warms up, then runs the phases asked for. Every phase starts by waiting
 // for caught-up consumers: a step that fell behind leaves a backlog whose catching up
-// would otherwise load the next phase.
+// would otherwise load the next phase. Without the stack's services there is nothing
+// to warm up or wait for.
 func runPhases(ctx context.Context, env *harness.Env) error {
-	if env.Cfg.WarmupRun > 0 {
+	if env.Cfg.Services && env.Cfg.WarmupRun > 0 {
 		if err := steps.WarmUp(ctx, env); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
@@ -122,7 +135,9 @@ func runPhases(ctx context.Context, env *harness.Env) error {
 		if !env.Cfg.Phases[p.Name] {
 			continue
 		}
-		env.Idle(ctx, p.Before, false)
+		if env.Cfg.Services {
+			env.Idle(ctx, p.Before, false)
+		}
 		fmt.Fprintln(env.Out, "==> "+p.Title)
 		if err := p.Run(ctx, env); err != nil {
 			return fmt.Errorf("%s phase: %w", p.Name, err)

@@ -13,6 +13,10 @@ type Config struct {
 	Root, Home, OutDir string // the repository, PULSE_HOME, results' parent folder
 	Quick              bool
 	Phases             map[string]bool
+	// Services says some phase asked for runs on the stack's services (a Phase
+	// without OwnProcesses): Open starts those that do not answer, and the warm-up
+	// and the waits for idle consumers run.
+	Services bool
 
 	Ports                            Ports
 	Keyspace, Prefix                 string // of the services bench starts
