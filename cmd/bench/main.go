@@ -26,6 +26,12 @@
 //	present -present-sockets present WebSockets (GET /v1/watch?present=) on a query
 //	        instance of the phase's own: memory per socket, CPU per heartbeat,
 //	        heartbeats/s into Kafka, offline events/s when all close at once
+//	groups  a group of -groups-members members (-groups-online of them online) among
+//	        -groups-users registered users bulk-loaded under a prefix of the phase's
+//	        own, its membership written through query's PATCH and folded by an
+//	        aggregator of the phase's own: count and page-of-100 latency, Redis bytes
+//	        per member, member events/s; then -groups-rooms small rooms; optionally
+//	        Centrifugo's presence_stats at the same size (-groups-centrifugo)
 //
 // A step falls behind when ingest accepted less than 95% of the offered events, more
 // than 1% of its requests failed or were dropped, the aggregator's consumer lag grew
@@ -41,12 +47,12 @@
 // deploy/local/stack.sh start them (`stack.sh services`) and stop them at the end; it
 // finds the processes it measures with `stack.sh pids`. The stack's servers must be up
 // (`make bench` runs `stack.sh up` first). A run of phases that start their own Pulse
-// processes only uses none of the stack's services: no warm-up, no waits for their
-// consumers.
+// processes only (groups) uses none of the stack's services: no warm-up, no waits for
+// their consumers.
 //
 // main parses the flags, opens the harness (internal/harness) and runs the enabled
 // phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
-// limits, scaleout, scale, present) recording into one report.Results; internal/report and
+// limits, scaleout, scale, present, groups) recording into one report.Results; internal/report and
 // internal/plot write the folder, internal/probe samples CPU, lag and /metrics.
 //
 // Usage:
@@ -60,6 +66,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pulse-presence/pulse/cmd/bench/internal/groups"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/limits"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/present"
@@ -72,7 +79,7 @@ import (
 
 // phaseList is the phases in the order they run; allPhases names them for -phases.
 var (
-	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase}
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase, groups.Phase}
 	allPhases []string
 )
 

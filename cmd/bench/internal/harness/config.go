@@ -52,10 +52,23 @@ type Config struct {
 	LimitsTime                       time.Duration
 	LimitsEchoRates                  []float64
 	LimitsRedisUsers, LimitsCQLUsers int
+	Groups                           GroupsConfig
 	Profile                          bool
 	ProfileTime                      time.Duration
 	KeepServices                     bool
 	Flags                            map[string]string // every flag's final value, for results.json
+}
+
+// GroupsConfig is the groups phase's flags (cmd/bench's -groups-* flags say what each
+// field is).
+type GroupsConfig struct {
+	Users, Members, Online  int
+	Batch, Writers, Readers int
+	Rooms, RoomSize, Calls  int
+	Limit                   time.Duration
+	Centrifugo              string
+	CentrifugoEntries       int
+	CentrifugoCalls         int
 }
 
 // Ports of the stack and the services: stack.sh's, moved by the same PULSE_*_PORT.
