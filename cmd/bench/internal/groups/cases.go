@@ -75,7 +75,7 @@ func (p *phase) large(ctx context.Context) (report.GroupCase, error) {
 		writes = append(writes, write{http.MethodPatch, largeGroup, b})
 	}
 	c.Requests = len(writes)
-	fmt.Fprintf(p.env.Out, "    large group: %s members (%s online), %d PATCH requests of ≤ %s ids, %d in flight\n",
+	fmt.Fprintf(p.env.Out, "    large group: %s members (%s online); PATCH requests: %d of ≤ %s ids, %d in flight\n",
 		report.Num(float64(c.Members)), report.Num(float64(c.OnlineMembers)), c.Requests, report.Num(float64(cfg.Batch)), cfg.Writers)
 	err = p.writeAndMeasure(ctx, writes, []string{largeGroup}, &c, func(ctx context.Context) error {
 		return p.awaitCount(ctx, largeGroup, c.Members, c.OnlineMembers)

@@ -84,11 +84,15 @@ func run(ctx context.Context, env *harness.Env) (*report.GroupsResult, error) {
 	}
 	defer p.deleteTopics(ctx)
 
+	bins, err := buildServices(ctx, env)
+	if err != nil {
+		return res, err
+	}
 	if err := p.seed(ctx, cl, res); err != nil {
 		return res, err
 	}
 	started := time.Now()
-	p.svc, err = startServices(ctx, env, p.topics, p.cfg.Limit)
+	p.svc, err = startServices(ctx, env, bins, p.topics, p.cfg.Limit)
 	if err != nil {
 		return res, err
 	}

@@ -136,19 +136,25 @@ func (s *services) stop() {
 	}
 }
 
-// startServices builds and starts an aggregator and a query of the phase's own, and
-// returns once query answers /readyz: the aggregator in a consumer group of its own
-// on topics, query accepting one API key, with no rate limit on it (the phase
-// measures latency, not the limits).
-func startServices(ctx context.Context, env *harness.Env, t topics, limit time.Duration) (*services, error) {
-	aggBin, err := build(ctx, env, "./services/aggregator", "bench-groups-aggregator")
-	if err != nil {
-		return nil, err
+// binaries are the phase's builds of the aggregator and query.
+type binaries struct{ aggregator, query string }
+
+// buildServices builds the aggregator and query of the checkout.
+func buildServices(ctx context.Context, env *harness.Env) (binaries, error) {
+	var b binaries
+	var err error
+	if b.aggregator, err = build(ctx, env, "./services/aggregator", "bench-groups-aggregator"); err != nil {
+		return b, err
 	}
-	queryBin, err := build(ctx, env, "./services/query", "bench-groups-query")
-	if err != nil {
-		return nil, err
-	}
+	b.query, err = build(ctx, env, "./services/query", "bench-groups-query")
+	return b, err
+}
+
+// startServices starts an aggregator and a query of the phase's own, and returns
+// once both answer /readyz: the aggregator in a consumer group of its own on topics,
+// query accepting one API key, with no rate limit on it (the phase measures latency,
+// not the limits).
+func startServices(ctx context.Context, env *harness.Env, bins binaries, t topics, limit time.Duration) (*services, error) {
 	cfg := env.Cfg
 	common := []string{
 		"PULSE_KAFKA_BROKERS=127.0.0.1:" + strconv.Itoa(cfg.Ports.Kafka),
@@ -168,7 +174,7 @@ func startServices(ctx context.Context, env *harness.Env, t topics, limit time.D
 	if err != nil {
 		return nil, err
 	}
-	if s.aggregator, err = start(env, "aggregator", addr, aggBin, nil, append(common,
+	if s.aggregator, err = start(env, "aggregator", addr, bins.aggregator, nil, append(common,
 		"PULSE_HTTP_ADDR="+addr,
 		"PULSE_AGGREGATOR_GROUP="+t.group,
 		"PULSE_KAFKA_CLIENT_ID=bench-groups",
@@ -194,7 +200,7 @@ func startServices(ctx context.Context, env *harness.Env, t topics, limit time.D
 	if addr, err = freeAddr(); err != nil {
 		return nil, err
 	}
-	if s.query, err = start(env, "query", addr, queryBin, nil, append(common,
+	if s.query, err = start(env, "query", addr, bins.query, nil, append(common,
 		"PULSE_HTTP_ADDR="+addr,
 		"PULSE_CASSANDRA_PORT="+strconv.Itoa(cfg.Ports.Cassandra),
 		"PULSE_API_KEYS_FILE="+keys,
