@@ -81,6 +81,12 @@ var quickValues = map[string]string{
 	// single one unless asked.
 	"scaleout-topologies": "single",
 	"scaleout-events":     "300000",
+	// A tenth of the groups phase's sizes: 1M registered users, a group of 100,000.
+	"groups-users":   "1000000",
+	"groups-members": "100000",
+	"groups-online":  "30000",
+	"groups-rooms":   "1000",
+	"groups-calls":   "500",
 }
 
 func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
@@ -160,6 +166,21 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 	fs.IntVar(&cfg.LimitsRedisUsers, "limits-redis-users", 1_000_000, "limits phase: most users written by each Redis pass")
 	fs.IntVar(&cfg.LimitsCQLUsers, "limits-cql-users", 20000, "limits phase: users the minimal Cassandra writer spreads its rows over")
 
+	g := &cfg.Groups
+	fs.IntVar(&g.Users, "groups-users", 10_000_000, "groups phase: registered users bulk-loaded under the phase's own prefix (-scale-online of them online)")
+	fs.IntVar(&g.Members, "groups-members", 1_000_000, "groups phase: members of the large group")
+	fs.IntVar(&g.Online, "groups-online", 300_000, "groups phase: how many of them are online")
+	fs.IntVar(&g.Batch, "groups-batch", 100_000, "groups phase: user ids per PATCH of the large group's membership (query takes at most 100,000)")
+	fs.IntVar(&g.Writers, "groups-writers", 4, "groups phase: membership writes in flight")
+	fs.IntVar(&g.Readers, "groups-readers", 8, "groups phase: concurrent readers of the counts' concurrent pass")
+	fs.IntVar(&g.Rooms, "groups-rooms", 10_000, "groups phase: small rooms, each written with one PUT")
+	fs.IntVar(&g.RoomSize, "groups-room-size", 100, "groups phase: members per small room")
+	fs.IntVar(&g.Calls, "groups-calls", 2000, "groups phase: reads timed per measure (counts, pages)")
+	fs.DurationVar(&g.Limit, "groups-limit", 10*time.Minute, "groups phase: longest wait for the aggregator to start or to fold a membership")
+	fs.StringVar(&g.Centrifugo, "groups-centrifugo", "", "groups phase: a Centrifugo v6 `binary` whose presence_stats is timed on a channel of as many presence entries, on a private redis-server (empty: not compared)")
+	fs.IntVar(&g.CentrifugoEntries, "groups-centrifugo-entries", 0, "groups phase: presence entries of Centrifugo's channel (0: -groups-members)")
+	fs.IntVar(&g.CentrifugoCalls, "groups-centrifugo-calls", 5, "groups phase: presence_stats calls timed, after one untimed")
+
 	fs.BoolVar(&cfg.Profile, "profile", false, "take CPU profiles of aggregator, ingest and query during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
 	fs.DurationVar(&cfg.ProfileTime, "profile-time", 20*time.Second, "length of each CPU profile")
 	fs.BoolVar(&cfg.KeepServices, "keep-services", false, "leave the services bench started running at the end")
@@ -190,6 +211,7 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 		}
 		cfg.Phases[p] = true
 	}
+	cfg.Services = needServices(phaseList, cfg.Phases)
 	for t := range strings.SplitSeq(*scaleOutTopos, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			cfg.ScaleOutTopologies = append(cfg.ScaleOutTopologies, t)
@@ -253,5 +275,20 @@ func validate(c harness.Config) error {
 	bad(c.ScaleOutRounds < 1, "-scaleout-rounds must be at least 1")
 	bad(len(c.LimitsEchoRates) == 0 && c.Phases["limits"], "-limits-echo: at least one rate")
 	bad(c.LimitsRedisUsers < 1 || c.LimitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
+	validateGroups(&p, c.Groups)
 	return p.Err()
+}
+
+// validateGroups checks the groups phase's flags.
+func validateGroups(p *cli.Problems, g harness.GroupsConfig) {
+	bad := p.Check
+	bad(g.Users < 1 || g.Users > 1<<31, "-groups-users must be 1…2^31")
+	bad(g.Members < 1 || g.Members > g.Users, "-groups-members must be 1…-groups-users")
+	bad(g.Online < 0 || g.Online > g.Members, "-groups-online must be 0…-groups-members")
+	bad(g.Batch < 1 || g.Batch > 100_000, "-groups-batch must be 1…100,000 (query's most ids per membership write)")
+	bad(g.Writers < 1 || g.Readers < 1 || g.Calls < 1, "-groups-writers, -groups-readers and -groups-calls must be at least 1")
+	bad(g.Rooms < 0, "-groups-rooms must not be negative")
+	bad(g.RoomSize < 1 || g.RoomSize > min(100_000, g.Users), "-groups-room-size must be 1…100,000 and at most -groups-users")
+	bad(g.Limit <= 0, "-groups-limit must be positive")
+	bad(g.CentrifugoEntries < 0 || g.CentrifugoCalls < 1, "-groups-centrifugo-entries must not be negative and -groups-centrifugo-calls must be at least 1")
 }

@@ -26,6 +26,12 @@
 //	present -present-sockets present WebSockets (GET /v1/watch?present=) on a query
 //	        instance of the phase's own: memory per socket, CPU per heartbeat,
 //	        heartbeats/s into Kafka, offline events/s when all close at once
+//	groups  a group of -groups-members members (-groups-online of them online) among
+//	        -groups-users registered users bulk-loaded under a prefix of the phase's
+//	        own, its membership written through query's PATCH and folded by an
+//	        aggregator of the phase's own: count and page-of-100 latency, Redis bytes
+//	        per member, member events/s; then -groups-rooms small rooms; optionally
+//	        Centrifugo's presence_stats at the same size (-groups-centrifugo)
 //
 // A step falls behind when ingest accepted less than 95% of the offered events, more
 // than 1% of its requests failed or were dropped, the aggregator's consumer lag grew
@@ -40,11 +46,13 @@
 // bench uses the services of a running `make run` when they answer, and otherwise has
 // deploy/local/stack.sh start them (`stack.sh services`) and stop them at the end; it
 // finds the processes it measures with `stack.sh pids`. The stack's servers must be up
-// (`make bench` runs `stack.sh up` first).
+// (`make bench` runs `stack.sh up` first). A run of phases that start their own Pulse
+// processes only (groups) uses none of the stack's services: no warm-up, no waits for
+// their consumers.
 //
 // main parses the flags, opens the harness (internal/harness) and runs the enabled
 // phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
-// limits, scaleout, scale, present) recording into one report.Results; internal/report and
+// limits, scaleout, scale, present, groups) recording into one report.Results; internal/report and
 // internal/plot write the folder, internal/probe samples CPU, lag and /metrics.
 //
 // Usage:
@@ -58,6 +66,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/pulse-presence/pulse/cmd/bench/internal/groups"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/harness"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/limits"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/present"
@@ -70,7 +79,7 @@ import (
 
 // phaseList is the phases in the order they run; allPhases names them for -phases.
 var (
-	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase}
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase, groups.Phase}
 	allPhases []string
 )
 
@@ -109,11 +118,22 @@ func run(ctx context.Context, args []string) error {
 	return phaseErr
 }
 
+// needServices says whether any phase turned on in on runs on the stack's services.
+func needServices(phases []harness.Phase, on map[string]bool) bool {
+	for _, p := range phases {
+		if on[p.Name] && !p.OwnProcesses {
+			return true
+		}
+	}
+	return false
+}
+
 // runPhases warms up, then runs the phases asked for. Every phase starts by waiting
 // for caught-up consumers: a step that fell behind leaves a backlog whose catching up
-// would otherwise load the next phase.
+// would otherwise load the next phase. Without the stack's services there is nothing
+// to warm up or wait for.
 func runPhases(ctx context.Context, env *harness.Env) error {
-	if env.Cfg.WarmupRun > 0 {
+	if env.Cfg.Services && env.Cfg.WarmupRun > 0 {
 		if err := steps.WarmUp(ctx, env); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
@@ -122,7 +142,9 @@ func runPhases(ctx context.Context, env *harness.Env) error {
 		if !env.Cfg.Phases[p.Name] {
 			continue
 		}
-		env.Idle(ctx, p.Before, false)
+		if env.Cfg.Services {
+			env.Idle(ctx, p.Before, false)
+		}
 		fmt.Fprintln(env.Out, "==> "+p.Title)
 		if err := p.Run(ctx, env); err != nil {
 			return fmt.Errorf("%s phase: %w", p.Name, err)

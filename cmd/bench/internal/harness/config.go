@@ -13,6 +13,10 @@ type Config struct {
 	Root, Home, OutDir string // the repository, PULSE_HOME, results' parent folder
 	Quick              bool
 	Phases             map[string]bool
+	// Services says some phase asked for runs on the stack's services (a Phase
+	// without OwnProcesses): Open starts those that do not answer, and the warm-up
+	// and the waits for idle consumers run.
+	Services bool
 
 	Ports                            Ports
 	Keyspace, Prefix                 string // of the services bench starts
@@ -48,10 +52,23 @@ type Config struct {
 	LimitsTime                       time.Duration
 	LimitsEchoRates                  []float64
 	LimitsRedisUsers, LimitsCQLUsers int
+	Groups                           GroupsConfig
 	Profile                          bool
 	ProfileTime                      time.Duration
 	KeepServices                     bool
 	Flags                            map[string]string // every flag's final value, for results.json
+}
+
+// GroupsConfig is the groups phase's flags (cmd/bench's -groups-* flags say what each
+// field is).
+type GroupsConfig struct {
+	Users, Members, Online  int
+	Batch, Writers, Readers int
+	Rooms, RoomSize, Calls  int
+	Limit                   time.Duration
+	Centrifugo              string
+	CentrifugoEntries       int
+	CentrifugoCalls         int
 }
 
 // Ports of the stack and the services: stack.sh's, moved by the same PULSE_*_PORT.

@@ -28,6 +28,9 @@ import (
 type Phase struct {
 	Name, Before, Title string
 	Run                 func(ctx context.Context, env *Env) error
+	// OwnProcesses says the phase starts every Pulse process it measures, on the
+	// stack's servers: a run of such phases alone needs none of the stack's services.
+	OwnProcesses bool
 }
 
 // Env is what every phase uses.
@@ -43,8 +46,9 @@ type Env struct {
 	HistoryPaused bool
 }
 
-// Open makes the results folder, finds the stack, builds loadgen and starts the
-// services that do not answer; Close stops those again.
+// Open makes the results folder, finds the stack and, when some phase runs on the
+// stack's services (Config.Services), builds loadgen and starts the services that do
+// not answer; Close stops those again.
 func Open(ctx context.Context, cfg Config, out io.Writer) (*Env, error) {
 	started := time.Now().UTC()
 	dir := filepath.Join(cfg.OutDir, started.Format("20060102T150405Z"))
@@ -59,12 +63,17 @@ func Open(ctx context.Context, cfg Config, out io.Writer) (*Env, error) {
 	if err := e.Stack.findServers(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(out, "==> building loadgen")
-	if err := e.Stack.buildLoadgen(ctx); err != nil {
-		return nil, err
+	var err error
+	if cfg.Services {
+		fmt.Fprintln(out, "==> building loadgen")
+		if err := e.Stack.buildLoadgen(ctx); err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(out, "==> services")
+		err = e.Stack.ensureServices(ctx)
+	} else {
+		fmt.Fprintln(out, "==> services: none used (every phase asked for starts the Pulse processes it measures)")
 	}
-	fmt.Fprintln(out, "==> services")
-	err := e.Stack.ensureServices(ctx)
 	if err == nil {
 		e.Lag, err = probe.NewLag(fmt.Sprintf("127.0.0.1:%d", cfg.Ports.Kafka), cfg.AggGroup, cfg.HistGroup, cfg.Events, cfg.Changes)
 	}
@@ -72,7 +81,7 @@ func Open(ctx context.Context, cfg Config, out io.Writer) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
-	if !cfg.Profile {
+	if cfg.Services && !cfg.Profile {
 		e.Note("no CPU profiles: run with -profile (services bench starts then get PULSE_PPROF=1; running ones need it set)")
 	}
 	return e, nil

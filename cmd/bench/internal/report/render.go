@@ -155,6 +155,9 @@ func markdownOf(r *Results, command string) string {
 	if r.Scale != nil {
 		m.scale(r.Scale)
 	}
+	if r.Groups != nil {
+		m.groups(r.Groups)
+	}
 	m.list("Profiles", r.Profiles, func(f string) string { return fmt.Sprintf("`%s` (`go tool pprof -top %s`)", f, f) })
 	m.list("Notes", r.Notes, func(n string) string { return n })
 	m.p("Files: `results.json` (every number), `latency.png`, `raw/` (each loadgen run's report and table).\n")
@@ -480,4 +483,86 @@ func (m *markdown) scaleOut(r *ScaleOutResult) {
 		}
 	}
 	m.p("\n")
+}
+
+// groups renders the groups phase: the large group and the small rooms side by side,
+// then Centrifugo's presence_stats when it was compared.
+func (m *markdown) groups(g *GroupsResult) {
+	m.p("## Groups\n\n")
+	m.p("%s registered users (%s online) in %d shards, %s in %.1f s; memberships written through query's API as member events and folded by an aggregator of the phase's own (its start, reading every online user's state: %.1f s). Counts are never cached: each is one read of the group's counts per shard.\n\n",
+		Num(float64(g.Users)), Num(float64(g.OnlineUsers)), g.Shards, g.Seeding, g.LoadSeconds, g.AggregatorStartSeconds)
+	cases := []*GroupCase{&g.Large}
+	head := "| | large group |"
+	if g.Small != nil {
+		cases = append(cases, g.Small)
+		head += " small rooms |"
+	}
+	m.p("%s\n|---|%s\n", head, strings.Repeat("---|", len(cases)))
+	row := func(name string, cell func(c *GroupCase) string) {
+		m.p("| %s |", name)
+		for _, c := range cases {
+			m.p(" %s |", cell(c))
+		}
+		m.p("\n")
+	}
+	row("groups × members", func(c *GroupCase) string {
+		return fmt.Sprintf("%s × %s (%s online)", Num(float64(c.Groups)), Num(float64(c.MembersPerGroup)), Num(float64(c.OnlineMembers)))
+	})
+	row("written as", func(c *GroupCase) string {
+		return fmt.Sprintf("%s: %s of ≤ %s ids, %d in flight", c.Write, plural(c.Requests, "request"), Num(float64(c.IDsPerRequest)), c.Writers)
+	})
+	row("write request p50 / p99", func(c *GroupCase) string { return msPair(c.WriteMs) })
+	row("member events/s acknowledged (all 202s)", func(c *GroupCase) string {
+		return fmt.Sprintf("**%s** (%.2f s)", Num(c.AckedEventsPerSec), c.AckedSeconds)
+	})
+	row("member events/s folded (all readable)", func(c *GroupCase) string {
+		return fmt.Sprintf("**%s** (%.2f s)", Num(c.FoldedEventsPerSec), c.FoldedSeconds)
+	})
+	row("CPU per member event: query / aggregator", func(c *GroupCase) string {
+		return fmt.Sprintf("%s µs / %s µs", Sig(c.QueryCPUMicrosPerEvent), Sig(c.AggregatorCPUMicrosPerEvent))
+	})
+	row("Redis bytes per member (bitmaps + count hashes)", func(c *GroupCase) string {
+		return fmt.Sprintf("**%s B** (%s + %s)", Sig(c.BytesPerMember), bytesOf(c.BitmapBytes), bytesOf(c.CountHashBytes))
+	})
+	row("used_memory growth per member (clients' buffers left out)", func(c *GroupCase) string {
+		return fmt.Sprintf("%s B (%s)", Sig(c.UsedBytesPerMember), bytesOf(c.UsedMemoryBytes))
+	})
+	row("aggregator live heap growth per member", func(c *GroupCase) string { return Sig(c.AggregatorHeapBytesPerMember) + " B" })
+	row("count p50 / p99 (HTTP, sequential)", func(c *GroupCase) string { return "**" + msPair(c.CountMs) + "**" })
+	row("count, concurrent readers", func(c *GroupCase) string {
+		cc := c.CountConcurrent
+		if cc.Calls == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%d readers: %s calls/s, p50 / p99 %s", cc.Readers, Num(cc.CallsPerSec), msPair(cc.Ms))
+	})
+	row("Redis read behind a count p50 / p99 (statestore.GroupCounts)", func(c *GroupCase) string { return msPair(c.StoreCountMs) })
+	row("machine while timing the reads: busy / others / stolen (cores)", func(c *GroupCase) string { return machineText(c.ReadsMachine) })
+	if l := g.Large; l.PageMs.Count > 0 {
+		m.p("| page of %d online members p50 / p99 | **%s** (%s, %s users, %s) |", l.PageLimit, msPair(l.PageMs),
+			plural(int(l.PageMs.Count), "page"), Num(float64(l.PageUsers)), plural(l.Walks, "whole walk"))
+		if g.Small != nil {
+			m.p(" |")
+		}
+		m.p("\n")
+	}
+	m.p("\n")
+	if c := g.Centrifugo; c != nil {
+		m.p("**Centrifugo** %s (`%s`), Redis engine on %s (%s): server API `presence_stats` on a channel of %s presence entries written into its Redis keys in its own format, one untimed call then %d timed: p50 %s, p99 %s (num_clients %s, num_users %s); **%s× the group's count at p50, %s× at p99**. Its presence keys take %s in Redis, %s B per entry.\n\n",
+			c.Version, c.Binary, c.Redis, c.Setup, Num(float64(c.Entries)), c.Ms.Count, FmtMs(c.Ms.P50, c.Ms.Count), FmtMs(c.Ms.P99, c.Ms.Count),
+			Num(float64(c.NumClients)), Num(float64(c.NumUsers)), Sig(g.CentrifugoP50Speedup), Sig(g.CentrifugoP99Speedup), bytesOf(c.RedisBytes), Sig(c.BytesPerEntry))
+	}
+}
+
+// plural prints n things: "1 request", "2 requests", "10,000 requests".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return Num(float64(n)) + " " + thing + "s"
+}
+
+// msPair prints a latency's p50 / p99.
+func msPair(q Quantiles) string {
+	return FmtMs(q.P50, q.Count) + " / " + FmtMs(q.P99, q.Count)
 }

@@ -39,6 +39,8 @@ type Results struct {
 	ScaleOut *ScaleOutResult `json:"scaleOut,omitempty"`
 	// Present is many present sockets on one query instance.
 	Present *PresentResult `json:"present,omitempty"`
+	// Groups is a large group and many small rooms: counts, pages, memory, writes.
+	Groups *GroupsResult `json:"groups,omitempty"`
 	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.
 	Ratios []LimitRatio `json:"ratios"`
 
@@ -494,4 +496,111 @@ type LimitRatio struct {
 	LimitValue float64 `json:"limitValue"`
 	Ratio      float64 `json:"ratio"`
 	Note       string  `json:"note,omitempty"`
+}
+
+// GroupsResult is the groups phase: Users registered users bulk-loaded into Redis
+// under a prefix of the phase's own, then group memberships written through query's
+// API and folded by an aggregator of the phase's own, both on a topic of the phase's
+// own.
+type GroupsResult struct {
+	Users       int `json:"users"`
+	OnlineUsers int `json:"onlineUsers"`
+	Shards      int `json:"shards"`
+	// Seeding says how the registered users' state was made; LoadSeconds is its time.
+	Seeding     string  `json:"seeding"`
+	LoadSeconds float64 `json:"loadSeconds"`
+	// AggregatorStartSeconds is from the aggregator's start until a warm-up group of
+	// one member in every shard was folded: its start reads every online user's state,
+	// to arm their deadlines.
+	AggregatorStartSeconds float64 `json:"aggregatorStartSeconds"`
+	// Large is the one large group, Small the small rooms.
+	Large GroupCase  `json:"large"`
+	Small *GroupCase `json:"small,omitempty"`
+	// Centrifugo is its presence_stats on a channel of as many presence entries as the
+	// large group has members, when it was compared.
+	Centrifugo *CentrifugoResult `json:"centrifugo,omitempty"`
+	// CentrifugoP50Speedup and CentrifugoP99Speedup are Centrifugo's presence_stats ÷
+	// the large group's HTTP count, p50 and p99 (0: not compared).
+	CentrifugoP50Speedup float64 `json:"centrifugoP50Speedup"`
+	CentrifugoP99Speedup float64 `json:"centrifugoP99Speedup"`
+}
+
+// GroupCase is one shape of group: Groups groups of MembersPerGroup members each.
+type GroupCase struct {
+	Groups          int `json:"groups"`
+	MembersPerGroup int `json:"membersPerGroup"`
+	// Members is every membership written; OnlineMembers those of online users.
+	Members       int64 `json:"members"`
+	OnlineMembers int64 `json:"onlineMembers"`
+	// Write is how the memberships were written: Requests requests of at most
+	// IDsPerRequest ids, Writers in flight.
+	Write         string    `json:"write"`
+	Requests      int       `json:"requests"`
+	IDsPerRequest int       `json:"idsPerRequest"`
+	Writers       int       `json:"writers"`
+	WriteMs       Quantiles `json:"writeMs"`
+	// AckedSeconds is from the first write sent to the last 202 (Kafka acknowledged
+	// every member event); FoldedSeconds to the aggregator having folded them all.
+	AckedSeconds       float64 `json:"ackedSeconds"`
+	FoldedSeconds      float64 `json:"foldedSeconds"`
+	AckedEventsPerSec  float64 `json:"ackedEventsPerSec"`
+	FoldedEventsPerSec float64 `json:"foldedEventsPerSec"`
+	// CPU per member event over the writes until folded, in microseconds.
+	QueryCPUMicrosPerEvent      float64 `json:"queryCpuMicrosPerEvent"`
+	AggregatorCPUMicrosPerEvent float64 `json:"aggregatorCpuMicrosPerEvent"`
+	// Redis memory: MEMORY USAGE of the groups' member bitmaps, the growth of the
+	// shards' group count hashes, and both per member; UsedMemoryBytes is INFO's
+	// used_memory growth over the writes, less that of the clients' buffers, as a
+	// check.
+	BitmapBytes        int64   `json:"bitmapBytes"`
+	CountHashBytes     int64   `json:"countHashBytes"`
+	BytesPerMember     float64 `json:"bytesPerMember"`
+	UsedMemoryBytes    int64   `json:"usedMemoryBytes"`
+	UsedBytesPerMember float64 `json:"usedBytesPerMember"`
+	// AggregatorHeapBytesPerMember is the growth of the aggregator's live Go heap
+	// (after a forced collection) over the writes, per member: the groups' bitmaps
+	// and its member -> groups index.
+	AggregatorHeapBytesPerMember float64 `json:"aggregatorHeapBytesPerMember"`
+	// CountMs is GET /v1/groups/{id}/online/count, sequential, over random groups of
+	// the case; CountConcurrent the same from several readers at once; StoreCountMs
+	// statestore.Store.GroupCounts in bench's process, the Redis read behind it.
+	CountMs         Quantiles      `json:"countMs"`
+	CountConcurrent ConcurrentRead `json:"countConcurrent"`
+	StoreCountMs    Quantiles      `json:"storeCountMs"`
+	// PageMs is GET /v1/groups/{id}/online?limit=PageLimit, walking the listing with
+	// its cursors and starting again at its end (large group only); Walks the walks
+	// completed, each checked to list every online member once.
+	PageLimit int       `json:"pageLimit,omitempty"`
+	PageMs    Quantiles `json:"pageMs"`
+	PageUsers int64     `json:"pageUsers,omitempty"`
+	Walks     int       `json:"walks,omitempty"`
+	// ReadsMachine is the machine while the reads were timed; its others are
+	// processes outside the stack's servers, the phase's services and bench.
+	ReadsMachine MachineCPU `json:"readsMachine"`
+}
+
+// ConcurrentRead is Readers readers each calling as soon as its last call returned.
+type ConcurrentRead struct {
+	Readers     int       `json:"readers"`
+	Calls       int       `json:"calls"`
+	CallsPerSec float64   `json:"callsPerSec"`
+	Ms          Quantiles `json:"ms"`
+}
+
+// CentrifugoResult is Centrifugo's server API presence_stats on one channel of
+// Entries presence entries, written into its Redis engine's keys in its own format.
+type CentrifugoResult struct {
+	Version string `json:"version"`
+	Binary  string `json:"binary"`
+	// Redis is where its engine's Redis ran; Setup its non-default settings.
+	Redis   string `json:"redis"`
+	Setup   string `json:"setup"`
+	Entries int    `json:"entries"`
+	// Ms is the timed calls (after one untimed), each checked to count every entry.
+	Ms         Quantiles `json:"ms"`
+	NumClients int       `json:"numClients"`
+	NumUsers   int       `json:"numUsers"`
+	// RedisBytes is MEMORY USAGE of the channel's presence hash and expiry sorted set.
+	RedisBytes    int64   `json:"redisBytes"`
+	BytesPerEntry float64 `json:"bytesPerEntry"`
 }

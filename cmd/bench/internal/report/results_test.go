@@ -72,11 +72,12 @@ func TestEvaluate(t *testing.T) {
 	r := sampleResults()
 	r.History = historyCheck(r.Batched, 50000)
 	ts := evaluate(r, 10_000_000)
-	if len(ts) != 15 {
-		t.Fatalf("%d targets, want 15", len(ts))
+	if len(ts) != 18 {
+		t.Fatalf("%d targets, want 18", len(ts))
 	}
-	// No limits phase ran: the targets stated against the limits are not measured.
-	for _, id := range []string{"batched-vs-kafka", "single-vs-echo", "history-vs-gocql"} {
+	// No limits or groups phase ran: the targets stated against the limits, and the
+	// groups', are not measured.
+	for _, id := range []string{"batched-vs-kafka", "single-vs-echo", "history-vs-gocql", "group-count-p99", "group-page-p99", "group-count-vs-centrifugo"} {
 		if got := target(t, ts, id); got.Measured {
 			t.Errorf("%s measured without the limits phase: %+v", id, got)
 		}

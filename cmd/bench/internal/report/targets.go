@@ -38,7 +38,7 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 // is listed as not measured.
 func evaluate(r *Results, scaleGoal int) []Target {
 	return slices.Concat(throughputTargets(r), []Target{historyCostTarget(r)}, halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
-		ratioTargets(limitRatios(r)))
+		ratioTargets(limitRatios(r)), groupsTargets(r.Groups))
 }
 
 func throughputTargets(r *Results) []Target {
@@ -108,6 +108,43 @@ func scaleTargets(s *ScaleResult, scaleGoal int) []Target {
 		Target{ID: "counts-speedup", What: "online count vs the baseline (baseline p50 ÷ Pulse p50)", Op: ">=", Threshold: 10, Unit: "×"}.judge(speed, speedNote),
 		Target{ID: "online-memory-ratio", What: "baseline sorted set ÷ Pulse bitmaps, bytes per online user", Op: ">=", Threshold: 20, Unit: "×"}.judge(online, scNote),
 		Target{ID: "registered-memory-ratio", What: "baseline (sorted set + hashes) ÷ Pulse, Redis bytes per registered user", Op: ">=", Threshold: 2, Unit: "×"}.judge(registered, scNote),
+	}
+}
+
+// GroupGoal is the member count the groups targets are stated at.
+const GroupGoal = 1_000_000
+
+// CentrifugoGoal is how many times Centrifugo's default presence_stats a group's
+// count must be faster, at the same number of present users.
+const CentrifugoGoal = 1000
+
+// groupsTargets judges the large group's count and page latencies, and its count
+// against Centrifugo's presence_stats.
+func groupsTargets(g *GroupsResult) []Target {
+	count, page, speed := math.NaN(), math.NaN(), math.NaN()
+	var note, speedNote string
+	if g != nil {
+		l := g.Large
+		note = fmt.Sprintf("a group of %s members, %s online, among %s registered users", Num(float64(l.Members)), Num(float64(l.OnlineMembers)), Num(float64(g.Users)))
+		if l.Members < GroupGoal {
+			note += fmt.Sprintf(" (the target is stated at %s members)", Num(GroupGoal))
+		}
+		if l.CountMs.Count > 0 {
+			count = l.CountMs.P99
+		}
+		if l.PageMs.Count > 0 {
+			page = l.PageMs.P99
+		}
+		if c := g.Centrifugo; c != nil && c.Ms.Count > 0 && l.CountMs.Count > 0 {
+			speed = g.CentrifugoP50Speedup
+			speedNote = fmt.Sprintf("presence_stats p50 %s on %s entries vs the group's count p50 %s (p99 ratio %s×); %s",
+				FmtMs(c.Ms.P50, c.Ms.Count), Num(float64(c.Entries)), FmtMs(l.CountMs.P50, l.CountMs.Count), Sig(g.CentrifugoP99Speedup), note)
+		}
+	}
+	return []Target{
+		Target{ID: "group-count-p99", What: "a group's online count p99, uncached (GET /v1/groups/{id}/online/count)", Op: "<=", Threshold: 1, Unit: "ms"}.judge(count, note),
+		Target{ID: "group-page-p99", What: "a page of 100 of a group's online members p99 (GET /v1/groups/{id}/online)", Op: "<=", Threshold: 2, Unit: "ms"}.judge(page, note),
+		Target{ID: "group-count-vs-centrifugo", What: "a group's count vs Centrifugo's default presence_stats at as many present users (its p50 ÷ Pulse's)", Op: ">=", Threshold: CentrifugoGoal, Unit: "×"}.judge(speed, speedNote),
 	}
 }
 

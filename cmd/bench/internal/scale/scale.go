@@ -187,7 +187,7 @@ func pulseParts(ctx context.Context, rdb redis.UniversalClient, store *statestor
 		bitmapKeys = append(bitmapKeys, keys.Bitmap(sh, presence.Online))
 	}
 	var err error
-	if l.Parts["onlineBitmaps"], err = memoryOf(ctx, rdb, bitmapKeys); err != nil {
+	if l.Parts["onlineBitmaps"], err = MemoryOf(ctx, rdb, bitmapKeys); err != nil {
 		return err
 	}
 	// The bucketed families are named from the layout (buckets per shard, and one rev
@@ -213,10 +213,10 @@ func pulseParts(ctx context.Context, rdb redis.UniversalClient, store *statestor
 			revKeys = append(revKeys, keys.RevBucket(sh, uint32(i)))
 		}
 	}
-	if l.Parts["stateBuckets"], err = memoryOf(ctx, rdb, stateKeys); err != nil {
+	if l.Parts["stateBuckets"], err = MemoryOf(ctx, rdb, stateKeys); err != nil {
 		return err
 	}
-	if l.Parts["revBuckets"], err = memoryOf(ctx, rdb, revKeys); err != nil {
+	if l.Parts["revBuckets"], err = MemoryOf(ctx, rdb, revKeys); err != nil {
 		return err
 	}
 	var strlen int64
@@ -262,8 +262,8 @@ func pulseCounts(ctx context.Context, env *harness.Env, store *statestore.Store,
 	return err
 }
 
-// memoryOf sums MEMORY USAGE (every element: SAMPLES 0) of keys, in pipelines of 1,000.
-func memoryOf(ctx context.Context, rdb redis.UniversalClient, keys []string) (int64, error) {
+// MemoryOf sums MEMORY USAGE (every element: SAMPLES 0) of keys, in pipelines of 1,000.
+func MemoryOf(ctx context.Context, rdb redis.UniversalClient, keys []string) (int64, error) {
 	var sum int64
 	for lo := 0; lo < len(keys); lo += 1000 {
 		pipe := rdb.Pipeline()
