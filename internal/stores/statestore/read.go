@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/redis/go-redis/v9"
@@ -81,29 +82,58 @@ func (s *Store) LoadBitmapsIn(ctx context.Context, shards []int, statuses []pres
 	}
 	for k, cmd := range cmds {
 		vals := cmd.Val()
-		var members *roaring.Bitmap
 		if group != "" {
-			members = roaring.New()
-			if str, ok := vals[len(statuses)].(string); ok {
-				if err := members.UnmarshalBinary([]byte(str)); err != nil {
-					return nil, fmt.Errorf("shard %d group %q bitmap: %w", shards[k], group, err)
-				}
+			if err := andGroup(&out[k], vals, pos); err != nil {
+				return nil, fmt.Errorf("shard %d group %q: %w", shards[k], group, err)
 			}
+			continue
 		}
-		for i, v := range vals[:len(statuses)] {
+		for i, v := range vals {
 			bm := roaring.New()
 			if str, ok := v.(string); ok {
 				if err := bm.UnmarshalBinary([]byte(str)); err != nil {
 					return nil, fmt.Errorf("shard %d bitmap %s: %w", shards[k], statuses[i], err)
 				}
 			}
-			if members != nil {
-				bm.And(members)
-			}
 			out[k][pos[i]] = bm
 		}
 	}
 	return out, nil
+}
+
+// andGroup sets out's bitmaps at pos to the status bitmaps of vals ANDed with the
+// group's, the last of vals. The operands are read in place, as views of the strings
+// Redis returned (borrowedBitmap), and only the intersections are built: a shard's
+// status bitmaps are far larger than its members in them, and a page of a group's
+// listing would otherwise copy them whole, twice, to list a hundred users.
+func andGroup(out *ShardBitmaps, vals []any, pos []int) error {
+	members, err := borrowedBitmap(vals[len(vals)-1])
+	if err != nil {
+		return fmt.Errorf("members: %w", err)
+	}
+	for i, v := range vals[:len(vals)-1] {
+		bm, err := borrowedBitmap(v)
+		if err != nil {
+			return fmt.Errorf("bitmap %s: %w", Tracked[pos[i]], err)
+		}
+		out[pos[i]] = roaring.And(bm, members)
+	}
+	return nil
+}
+
+// borrowedBitmap is the bitmap serialized in v (a string of MGET; nil: empty) read
+// without copying: it borrows the string's bytes, which are never written, and must
+// itself never be written to.
+func borrowedBitmap(v any) (*roaring.Bitmap, error) {
+	bm := roaring.New()
+	str, ok := v.(string)
+	if !ok || str == "" {
+		return bm, nil
+	}
+	if _, err := bm.FromUnsafeBytes(unsafe.Slice(unsafe.StringData(str), len(str))); err != nil {
+		return nil, err
+	}
+	return bm, nil
 }
 
 // ShardCounts reads every one of n shards' counts in one round trip; out[s] is shard
