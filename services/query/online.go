@@ -136,32 +136,39 @@ func parseListQuery(q url.Values, operator bool, cursors *cursor.Keys) (listQuer
 }
 
 func (h *onlineHandlers) list(c echo.Context) error {
+	return h.onlinePage(c, "", h.now, func(at time.Time, n int, q listQuery) error { return h.pastList(c, at, n, q, nil) })
+}
+
+// onlinePage answers a page of GET /v1/online, or of a group's listing (group set,
+// GET /v1/groups/{groupId}/online): the live walk, or pastList for at=. now is the
+// clock activeWithin is measured back from.
+func (a *api) onlinePage(c echo.Context, group string, now func() time.Time, pastList func(at time.Time, n int, q listQuery) error) error {
 	operator := auth.OperatorView(c)
-	q, err := parseListQuery(c.QueryParams(), operator, h.cursors)
+	q, err := parseListQuery(c.QueryParams(), operator, a.cursors)
 	if err != nil {
 		return err
 	}
-	at, past, err := h.atParam(c)
+	at, past, err := a.atParam(c)
 	if err != nil {
 		return err
 	}
 	if past && q.activeWithin > 0 {
 		return httpserver.BadRequest("activeWithin", "cannot be combined with at: activity is known for the present only")
 	}
-	if err := h.limits.charge(c, pageCost(q.limit, past)); err != nil {
+	if err := a.limits.charge(c, pageCost(q.limit, past)); err != nil {
 		return err
 	}
-	ctx, cancel := h.ctx(c)
+	ctx, cancel := a.ctx(c)
 	defer cancel()
-	n, err := h.store.Shards(ctx)
+	n, err := a.store.Shards(ctx)
 	if err != nil {
-		return h.readErr(err)
+		return a.readErr(err)
 	}
 	if n == 0 {
 		return httpserver.JSON(c, http.StatusOK, onlineList{Users: []onlineUser{}})
 	}
 	if past {
-		return h.pastList(c, at, n, q, nil)
+		return pastList(at, n, q)
 	}
 	var pos online.Position
 	if q.cursor != nil {
@@ -172,27 +179,27 @@ func (h *onlineHandlers) list(c echo.Context) error {
 	}
 	// A page takes several round trips: Redis losing a shard between them must not
 	// show as a page with users missing (docs/design.md guarantee 10).
-	guard, err := h.store.GuardShards(ctx, n)
+	guard, err := a.store.GuardShards(ctx, n)
 	if err != nil {
-		return h.readErr(err)
+		return a.readErr(err)
 	}
-	oq := online.Query{Statuses: q.statuses, Limit: q.limit, Public: !auth.OperatorView(c)}
+	oq := online.Query{Statuses: q.statuses, Limit: q.limit, Public: !operator, Group: group}
 	if q.activeWithin > 0 {
-		oq.ActiveSince = h.now().Add(-q.activeWithin)
+		oq.ActiveSince = now().Add(-q.activeWithin)
 	}
-	users, next, err := online.Page(ctx, h.store, n, oq, pos)
+	users, next, err := online.Page(ctx, a.store, n, oq, pos)
 	if err != nil {
-		return h.readErr(err)
+		return a.readErr(err)
 	}
-	if err := h.store.Unchanged(ctx, guard); err != nil {
-		return h.readErr(err)
+	if err := a.store.Unchanged(ctx, guard); err != nil {
+		return a.readErr(err)
 	}
 	res := onlineList{Users: make([]onlineUser, len(users))}
 	for i, u := range users {
 		res.Users[i] = onlineUser{UserID: u.ID, Status: u.Status.String()}
 	}
 	if next.Shard < n {
-		s := h.cursors.Sign(online.Cursor{Shards: n, Pos: next}.Encode())
+		s := a.cursors.Sign(online.Cursor{Shards: n, Pos: next}.Encode())
 		res.NextCursor = &s
 	}
 	return httpserver.JSON(c, http.StatusOK, res)
