@@ -80,15 +80,15 @@ bench: ## Benchmark the pipeline on the stack into bench-results/<time>/ (BENCH_
 	@$(STACK) up
 	go run $(MODULE)/cmd/bench $(BENCH_FLAGS)
 
-build: ## Build the four services and pulsectl into bin/
+build: ## Build the five services and pulsectl into bin/
 	@mkdir -p bin
 	go build -o bin/ $(MODULE)/services/ingest $(MODULE)/services/aggregator \
-		$(MODULE)/services/history $(MODULE)/services/query $(MODULE)/cmd/pulsectl
+		$(MODULE)/services/history $(MODULE)/services/query $(MODULE)/services/notifier $(MODULE)/cmd/pulsectl
 
 .PHONY: config-doc
 config-doc: ## Rewrite docs/configuration.md's tables from the services' tables in code
 	go test -count=1 -p 1 -run '^TestConfigDocDocuments(Shared|Service)Variables$$' \
-		$(MODULE)/internal/platform/config $(addprefix $(MODULE)/services/,ingest aggregator history query) -args -update-docs
+		$(MODULE)/internal/platform/config $(addprefix $(MODULE)/services/,ingest aggregator history query notifier) -args -update-docs
 
 fmt: ## Format all Go code
 	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')

@@ -27,8 +27,9 @@ func runTopics(ctx context.Context, args []string, stdout io.Writer) error {
 	partitions := fs.Int("partitions", 16, "partitions per topic (also Pulse's shard count)")
 	replication := fs.Int("replication", 1, "replication factor (3 in production)")
 	names := fs.String("topics", strings.Join([]string{kafkax.DefaultEventsTopic, kafkax.DefaultChangesTopic,
-		deadletter.Topic(kafkax.DefaultEventsTopic), deadletter.Topic(kafkax.DefaultChangesTopic)}, ","),
-		"topics to create: the events, the changes and their dead-letter topics")
+		deadletter.Topic(kafkax.DefaultEventsTopic), deadletter.Topic(kafkax.DefaultChangesTopic),
+		kafkax.DefaultWebhooksTopic, deadletter.Topic(kafkax.DefaultWebhooksTopic)}, ","),
+		"topics to create: the events, the changes, the webhooks' replay topic and their dead-letter topics")
 	retention := fs.Duration("retention", 7*24*time.Hour, "how long the log keeps records; replays and feed resumes reach back this far")
 	timeout := fs.Duration("timeout", 30*time.Second, "deadline for the whole operation")
 	if err := fs.Parse(args); err != nil {

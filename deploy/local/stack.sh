@@ -129,7 +129,7 @@ services=()
 for kind in redis kafka cassandra; do
 	for ((i = 1; i <= $(nodes "$kind"); i++)); do servers+=("$(node_name "$kind" "$i" "$(nodes "$kind")")"); done
 done
-for kind in ingest aggregator history query; do
+for kind in ingest aggregator history query notifier; do
 	for ((i = 1; i <= $(nodes "$kind"); i++)); do services+=("$(node_name "$kind" "$i" "$(nodes "$kind")")"); done
 done
 unset kind i
@@ -655,7 +655,7 @@ service_port() {
 	kind=$(kind_of "$1")
 	n=$(node_of "$1")
 	case $kind in
-	ingest | query | aggregator | history) base=${kind^^}_PORT ;;
+	ingest | query | aggregator | history | notifier) base=${kind^^}_PORT ;;
 	*) die "no service $1" ;;
 	esac
 	echo $((${!base} + 10 * (n - 1)))
@@ -696,6 +696,8 @@ start_services() {
 	peers="ingest=$(service_url ingest)/metrics"
 	peers+=",aggregator=$(service_url "$(node_name aggregator 1 "$AGGREGATOR_INSTANCES")")/metrics"
 	peers+=",history=$(service_url "$(node_name history 1 "$HISTORY_INSTANCES")")/metrics"
+	peers+=",notifier=$(service_url "$(node_name notifier 1 "$NOTIFIER_INSTANCES")")/metrics"
+	webhook_endpoints
 	# The pages query serves (the dashboard) and make run's demo chat page may call
 	# ingest and every query instance from a browser: CORS allows the query instances'
 	# own origins, whatever the topology's ports and scheme, and the demo's; the demo's
@@ -713,6 +715,7 @@ start_services() {
 			PULSE_CASSANDRA_PORT="$CASSANDRA_PORT" \
 			PULSE_CASSANDRA_KEYSPACE="$KEYSPACE" \
 			PULSE_QUERY_PEER_METRICS="${PULSE_QUERY_PEER_METRICS:-$peers}" \
+			PULSE_NOTIFIER_ENDPOINTS_FILE="$PULSE_NOTIFIER_ENDPOINTS_FILE" \
 			PULSE_CORS_ORIGINS="${PULSE_CORS_ORIGINS:-$(join "${origins[@]}")}" \
 			PULSE_FEED_ORIGINS="${PULSE_FEED_ORIGINS:-127.0.0.1:$DEMO_PORT}" \
 			launch "$name" "$logs/$name.log" "$bin/pulse-$kind"
@@ -738,6 +741,18 @@ cmd_pids() {
 	for name in "${servers[@]}" "${services[@]}"; do
 		if pid=$(pid_of "$name"); then echo "$name $pid"; fi
 	done
+}
+
+# webhook_endpoints makes the notifier's endpoints file once, with no endpoint, under
+# $PULSE_HOME/notifier/ (only its owner may read it: endpoints hold their secrets), and
+# exports PULSE_NOTIFIER_ENDPOINTS_FILE. The notifier reads it again every 10 s, so
+# endpoints added to it need no restart (docs/webhooks.md). A caller's own file wins.
+webhook_endpoints() {
+	if [[ -n ${PULSE_NOTIFIER_ENDPOINTS_FILE:-} ]]; then return; fi
+	local dir=$PULSE_HOME/notifier
+	(umask 077 && mkdir -p "$dir")
+	[[ -s $dir/endpoints.json ]] || (umask 077 && echo '{"endpoints": []}' >"$dir/endpoints.json")
+	export PULSE_NOTIFIER_ENDPOINTS_FILE=$dir/endpoints.json
 }
 
 # dev_keys makes the development API keys once, under $PULSE_HOME/auth/ (a folder
@@ -905,6 +920,7 @@ Pulse is running on the $TOPOLOGY topology (up in ${up}s; $(rss_mib) MiB residen
   demo        ${DEMO_URL:-none (needs npm)}     (a chat page on the JavaScript client; tokens below)
   aggregator  $(service_urls aggregator)     (health and metrics; one consumer group)
   history     $(service_urls history)     (health and metrics; one consumer group)
+  notifier    $(service_urls notifier)     (webhooks; endpoints in $PULSE_NOTIFIER_ENDPOINTS_FILE, docs/webhooks.md)
   Every service serves /healthz, /readyz and /metrics; ingest and query /openapi.json.
 
   kafka       $(kafka_brokers)   (replication $KAFKA_REPLICATION)

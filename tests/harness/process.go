@@ -201,12 +201,13 @@ func buildBinaries(dir string) error {
 	// which production binaries do not have.
 	cmd := exec.Command("go", "build", "-tags", "faulttest", "-o", dir+string(filepath.Separator),
 		mod+"/services/ingest", mod+"/services/aggregator", mod+"/services/history",
-		mod+"/services/query", mod+"/cmd/pulsectl")
+		mod+"/services/query", mod+"/services/notifier", mod+"/cmd/pulsectl")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	return cmd.Run()
 }
 
-// Binary is the path of a built command: ingest, aggregator, history, query, pulsectl.
+// Binary is the path of a built command: ingest, aggregator, history, query, notifier,
+// pulsectl.
 func Binary(name string) string {
 	return filepath.Join(binDir, name)
 }

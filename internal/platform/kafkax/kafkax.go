@@ -26,6 +26,9 @@ import (
 const (
 	DefaultEventsTopic  = "presence.events"
 	DefaultChangesTopic = "presence.changes"
+	// DefaultWebhooksTopic is the notifier's replay topic: `pulsectl dlq replay` moves
+	// dead-lettered webhook batches there (from its ".dlq" topic) to be delivered again.
+	DefaultWebhooksTopic = "presence.webhooks"
 )
 
 // Config is how a service reaches Kafka.

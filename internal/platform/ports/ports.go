@@ -14,6 +14,7 @@ const (
 	Query      = 18081
 	Aggregator = 18082
 	History    = 18083
+	Notifier   = 18084
 	// Demo serves make run's demo chat page (pulsectl demo).
 	Demo = 18090
 )

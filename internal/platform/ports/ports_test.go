@@ -16,6 +16,7 @@ var byVariable = map[string]int{
 	"PULSE_QUERY_PORT":             Query,
 	"PULSE_AGGREGATOR_PORT":        Aggregator,
 	"PULSE_HISTORY_PORT":           History,
+	"PULSE_NOTIFIER_PORT":          Notifier,
 	"PULSE_DEMO_PORT":              Demo,
 	"PULSE_KAFKA_PORT":             Kafka,
 	"PULSE_KAFKA_CONTROLLER_PORT":  KafkaController,

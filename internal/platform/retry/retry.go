@@ -33,7 +33,14 @@ type Policy struct {
 	// OnRetry, when set, is called after every failed try that will be retried (a
 	// metric counter, typically).
 	OnRetry func(attempt int, err error)
+	// MaxAttempts, when positive, bounds the tries: after that many failures Do gives
+	// up with an error wrapping ErrAttempts and the last failure. 0: no bound (a
+	// dependency's outage is waited out, however long).
+	MaxAttempts int
 }
+
+// ErrAttempts is wrapped by Do's error when Policy.MaxAttempts tries failed.
+var ErrAttempts = errors.New("retry budget spent")
 
 const (
 	defaultInitial  = 50 * time.Millisecond
@@ -70,6 +77,24 @@ func Permanent(err error) error {
 		return nil
 	}
 	return permanent{err}
+}
+
+// after asks for a longer wait before the next try.
+type after struct {
+	err error
+	d   time.Duration
+}
+
+func (a after) Error() string { return a.err.Error() }
+func (a after) Unwrap() error { return a.err }
+
+// After wraps err so that Do waits at least d before the next try, up to Policy.Max:
+// for a server that said when to come back (HTTP's Retry-After).
+func After(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return after{err, d}
 }
 
 // IsPermanent reports whether err, or an error it wraps, was marked Permanent.
@@ -112,10 +137,17 @@ func Do(ctx context.Context, p Policy, logger *slog.Logger, what string, op func
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		}
 		lastErr = err
+		if p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
+			return fmt.Errorf("%s: %w after %d attempts: %w", what, ErrAttempts, attempt, err)
+		}
 		if p.OnRetry != nil {
 			p.OnRetry(attempt, err)
 		}
 		sleep := backoff/2 + rand.N(backoff/2+1)
+		var a after
+		if errors.As(err, &a) && a.d > sleep {
+			sleep = min(a.d, p.Max)
+		}
 		if logger != nil && (lastLog.IsZero() || time.Since(lastLog) >= p.LogEvery) {
 			logger.Warn("retrying", append([]any{"op", what, "attempt", attempt,
 				"failing_for", time.Since(started).Round(time.Millisecond), "next_in", sleep.Round(time.Millisecond),

@@ -151,3 +151,38 @@ func TestDoLogsNothingWhenTheFirstTrySucceeds(t *testing.T) {
 		t.Errorf("logged %q", buf.String())
 	}
 }
+
+func TestDoGivesUpAfterMaxAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Time
+		err := Do(t.Context(), Policy{Initial: 10 * time.Millisecond, MaxAttempts: 3}, nil, "post", failing(5, &at))
+		if !errors.Is(err, ErrAttempts) || !errors.Is(err, errDown) || len(at) != 3 {
+			t.Fatalf("Do = %v after %d tries; want ErrAttempts wrapping %v after 3", err, len(at), errDown)
+		}
+		at = nil
+		if err := Do(t.Context(), Policy{Initial: 10 * time.Millisecond, MaxAttempts: 3}, nil, "post", failing(2, &at)); err != nil || len(at) != 3 {
+			t.Fatalf("Do = %v after %d tries; want nil after 3", err, len(at))
+		}
+	})
+}
+
+func TestDoWaitsWhatTheServerAsksUpToMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Time
+		asks := []time.Duration{3 * time.Second, time.Minute}
+		op := func(context.Context) error {
+			at = append(at, time.Now())
+			if n := len(at); n <= len(asks) {
+				return After(errDown, asks[n-1])
+			}
+			return nil
+		}
+		if err := Do(t.Context(), Policy{Initial: 10 * time.Millisecond, Max: 10 * time.Second}, nil, "post", op); err != nil {
+			t.Fatal(err)
+		}
+		// 3 s as asked; a minute asked, capped at Max.
+		if g1, g2 := at[1].Sub(at[0]), at[2].Sub(at[1]); g1 != 3*time.Second || g2 != 10*time.Second {
+			t.Fatalf("waits %v, %v; want 3s, 10s", g1, g2)
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pulse-presence/pulse/internal/domain/presence"
+	"github.com/pulse-presence/pulse/internal/domain/records"
+	"github.com/pulse-presence/pulse/pkg/pb/pulsev1"
+	"github.com/pulse-presence/pulse/pkg/webhook"
+)
+
+// change is one decoded record of presence.changes.
+type change struct {
+	// id is the causing event's position in presence.events, "<partition>:<offset>":
+	// the aggregator emits one change per event, and a replay after its crash emits
+	// the same change at the same position, so receivers de-duplicate by it.
+	id                string
+	userID            string
+	previous, current presence.Status
+	at, publicAt      time.Time
+	timeout           bool
+	custom            presence.CustomStatus
+	customOnly        bool
+	group             string
+	left              bool
+	groups            []string
+	// produced is when the aggregator wrote the record: delivery latency counts from it.
+	produced time.Time
+	offset   int64
+
+	rendered [2][]byte // by view: public, operator
+}
+
+// decodeChange reads a presence.changes record; a record without Pulse's schema
+// header, or whose value is not a valid change, is an error.
+func decodeChange(r *kgo.Record) (*change, error) {
+	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
+		return nil, err
+	}
+	var p pulsev1.Change
+	if err := proto.Unmarshal(r.Value, &p); err != nil {
+		return nil, fmt.Errorf("decoding change: %w", err)
+	}
+	if err := presence.ValidateID(p.GetUserId(), presence.MaxUserIDLen); err != nil {
+		return nil, fmt.Errorf("user id: %w", err)
+	}
+	if string(r.Key) != p.GetUserId() {
+		return nil, fmt.Errorf("record key %q differs from user id %q", r.Key, p.GetUserId())
+	}
+	c := &change{
+		id:         strconv.Itoa(int(p.GetSourcePartition())) + ":" + strconv.FormatInt(p.GetSourceOffset(), 10),
+		userID:     p.GetUserId(),
+		previous:   presence.StatusFromPB(p.GetPrevious()),
+		current:    presence.StatusFromPB(p.GetCurrent()),
+		at:         presence.FromMicros(p.GetChangedAtUs()),
+		publicAt:   presence.FromMicros(p.GetChangedAtUs()),
+		timeout:    p.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
+		customOnly: p.GetCustomOnly(),
+		group:      p.GetGroupId(),
+		left:       p.GetLeft(),
+		groups:     p.GetGroups(),
+		produced:   r.Timestamp,
+		offset:     r.Offset,
+	}
+	if c.group != "" {
+		if err := presence.ValidateGroupID(c.group); err != nil {
+			return nil, fmt.Errorf("group id: %w", err)
+		}
+	}
+	for _, g := range c.groups {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return nil, fmt.Errorf("groups: %w", err)
+		}
+	}
+	if c.previous == presence.StatusUnknown || c.current == presence.StatusUnknown || (c.previous == c.current) != (c.customOnly || c.group != "") {
+		return nil, fmt.Errorf("transition %v -> %v is not a change", p.GetPrevious(), p.GetCurrent())
+	}
+	if cs := presence.CustomFromPB(p.GetCustom()); cs != nil {
+		if err := cs.Validate(); err != nil {
+			return nil, fmt.Errorf("custom: %w", err)
+		}
+		c.custom = *cs
+	}
+	if c.at.IsZero() {
+		return nil, errors.New("no changed_at")
+	}
+	if pa := p.GetPublicChangedAtUs(); pa != 0 {
+		c.publicAt = presence.FromMicros(pa)
+	}
+	return c, nil
+}
+
+// filterType is the change's type as filters name it.
+func (c *change) filterType() string {
+	switch {
+	case c.group != "":
+		return typeMember
+	case c.customOnly:
+		return typeCustom
+	default:
+		return typeStatus
+	}
+}
+
+func (c *change) cause() string {
+	if c.timeout {
+		return "timeout"
+	}
+	return "event"
+}
+
+// status is the user's status after the change as the view shows it.
+func (c *change) status(operator bool) presence.Status {
+	if operator {
+		return c.current
+	}
+	return c.current.Public()
+}
+
+// visible reports whether the view sees the change at all: a public view sees
+// invisible and offline alike, and no custom status of a user who reads as offline.
+func (c *change) visible(operator bool) bool {
+	if operator || c.group != "" {
+		return true
+	}
+	if c.customOnly {
+		return publicCustom(c.current)
+	}
+	return c.previous.Public() != c.current.Public()
+}
+
+func publicCustom(st presence.Status) bool {
+	st = st.Public()
+	return st == presence.Online || st == presence.Idle
+}
+
+// json is the change as the view shows it, rendered once per view. A custom status
+// whose until has passed by then shows as none; its clearing follows as a change.
+func (c *change) json(operator bool, now time.Time) []byte {
+	v := 0
+	if operator {
+		v = 1
+	}
+	if c.rendered[v] != nil {
+		return c.rendered[v]
+	}
+	w := webhook.Change{ID: c.id, UserID: c.userID, Status: c.status(operator).String(), At: c.at}
+	if len(c.groups) > 0 {
+		w.Groups = c.groups
+	}
+	if c.group != "" {
+		joined := !c.left
+		w.Type, w.GroupID, w.Joined = webhook.TypeMember, c.group, &joined
+	} else {
+		w.Type, w.Cause = webhook.TypeChange, c.cause()
+		w.Previous = c.previous.String()
+		custom := c.custom
+		if !operator {
+			w.Previous = c.previous.Public().String()
+			if !c.customOnly {
+				w.At = c.publicAt
+			}
+			if !publicCustom(c.current) {
+				custom = presence.CustomStatus{}
+			}
+		}
+		if !custom.IsZero() && !custom.Expired(now) {
+			w.Data = &webhook.Custom{Text: custom.Text, Emoji: custom.Emoji}
+			if !custom.Until.IsZero() {
+				u := custom.Until
+				w.Data.Until = &u
+			}
+		}
+	}
+	b, _ := json.Marshal(w) // cannot fail: strings, times and a custom status
+	c.rendered[v] = b
+	return b
+}
