@@ -12,7 +12,7 @@ MODULE := github.com/pulse-presence/pulse
 # Every module but tests/. Unit tests run anywhere; the few that use Redis skip without
 # it, except under `make test` and CI, which start the stack first and fail such a test
 # instead of skipping it (internal/platform/servertest).
-UNIT_PKGS := $(MODULE)/internal/... $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/...
+UNIT_PKGS := $(MODULE)/internal/... $(MODULE)/pkg/... $(MODULE)/cmd/... $(MODULE)/services/... $(MODULE)/examples/...
 STACK := deploy/local/stack.sh
 # TOPOLOGY=single (the default): one node of each server. TOPOLOGY=cluster: Redis
 # Cluster (3 masters, 3 replicas), three Kafka brokers, two Cassandra nodes and two
