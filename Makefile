@@ -1,7 +1,7 @@
 # Pulse — make help lists the targets.
 #
 # The two commands a new machine needs:
-#   make run    start Kafka, Cassandra, Redis and the four services on this machine
+#   make run    start Kafka, Cassandra, Redis and the five services on this machine
 #   make test   lint, unit tests, the local stack, integration tests against it
 
 SHELL := /usr/bin/env bash
@@ -72,7 +72,7 @@ clean: ## Stop everything and remove the stack's data and logs (the jar cache st
 logs: ## Follow the logs of the stack and services (make logs S=kafka for one)
 	@$(STACK) logs $(S)
 
-run: ## Start the stack and the four services, print their URLs; Ctrl-C stops all
+run: ## Start the stack and the five services, print their URLs; Ctrl-C stops all
 	@$(STACK) run
 
 .PHONY: bench
