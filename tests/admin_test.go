@@ -18,7 +18,7 @@ import (
 func TestAdminListenerServesMetricsAlone(t *testing.T) {
 	p := harness.NewTopics(t, 2)
 	admin := map[string]string{}
-	for _, name := range []string{"ingest", "aggregator", "history", "query"} {
+	for _, name := range []string{"ingest", "aggregator", "history", "query", "notifier"} {
 		admin[name] = fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
 		p.Env["PULSE_ADMIN_ADDR"] = admin[name]
 		p.Env["PULSE_PPROF"] = "true"

@@ -55,6 +55,7 @@ func TestServicesAreReadyAgainstTheStack(t *testing.T) {
 		"aggregator": {"kafka", "redis", "state"},
 		"history":    {"kafka", "cassandra"},
 		"query":      {"redis", "state"},
+		"notifier":   {"kafka"},
 	}
 	// Topics, groups and Redis prefix of their own: a service under test must not join
 	// the groups of a pipeline running on the same stack, nor write its state.

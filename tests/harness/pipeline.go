@@ -26,9 +26,11 @@ import (
 // Pipeline is the four services running against the stack with topics, consumer
 // groups and a Redis prefix of their own, so tests never see each other's data.
 type Pipeline struct {
-	Run        string // unique id of this pipeline, also a prefix for user ids
-	Events     string
-	Changes    string
+	Run     string // unique id of this pipeline, also a prefix for user ids
+	Events  string
+	Changes string
+	// Webhooks is the notifier's replay topic; its dead letters go to Webhooks+".dlq".
+	Webhooks   string
 	Partitions int
 	Env        map[string]string
 	Svc        map[string]*Service
@@ -64,13 +66,15 @@ func NewTopics(t *testing.T, partitions int) *Pipeline {
 		Run:        run,
 		Events:     "it." + run + ".events",
 		Changes:    "it." + run + ".changes",
+		Webhooks:   "it." + run + ".webhooks",
 		Partitions: partitions,
 		Svc:        map[string]*Service{},
 	}
 	adm := KafkaAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopics(ctx, int32(partitions), BrokerReplication, nil, p.Events, p.Changes, deadletter.Topic(p.Events), deadletter.Topic(p.Changes))
+	topics := []string{p.Events, p.Changes, p.Webhooks, deadletter.Topic(p.Events), deadletter.Topic(p.Changes), deadletter.Topic(p.Webhooks)}
+	resp, err := adm.CreateTopics(ctx, int32(partitions), BrokerReplication, nil, topics...)
 	if err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}
@@ -82,7 +86,7 @@ func NewTopics(t *testing.T, partitions int) *Pipeline {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, p.Events, p.Changes, deadletter.Topic(p.Events), deadletter.Topic(p.Changes))
+		_, _ = adm.DeleteTopics(ctx, topics...)
 	})
 	// A new topic reaches the broker's metadata a moment after it is created, and its
 	// partitions take writes once each has a leader and, when replicated, every replica
@@ -110,6 +114,8 @@ func NewTopics(t *testing.T, partitions int) *Pipeline {
 		"PULSE_TOPIC_CHANGES":    p.Changes,
 		"PULSE_AGGREGATOR_GROUP": "it-" + run + "-aggregator",
 		"PULSE_HISTORY_GROUP":    "it-" + run + "-history",
+		"PULSE_NOTIFIER_GROUP":   "it-" + run + "-notifier",
+		"PULSE_TOPIC_WEBHOOKS":   p.Webhooks,
 		"PULSE_REDIS_PREFIX":     "it-" + run,
 		// Timeouts are tested on their own; elsewhere they would race the model.
 		"PULSE_OFFLINE_AFTER": "24h",
@@ -117,6 +123,7 @@ func NewTopics(t *testing.T, partitions int) *Pipeline {
 		// A killed member holds its partitions until its session times out.
 		"PULSE_AGGREGATOR_SESSION_TIMEOUT": "6s",
 		"PULSE_HISTORY_SESSION_TIMEOUT":    "6s",
+		"PULSE_NOTIFIER_SESSION_TIMEOUT":   "6s",
 	} {
 		p.Env[k] = v
 	}
