@@ -132,6 +132,18 @@ var valueSets = map[string][]string{
 	},
 	// Without the admin listener: /metrics on the service ports, as before it existed.
 	"noadmin": {"--set", "admin.enabled=false", "--set", "serviceMonitor.enabled=true"},
+	// The notifier's endpoints given inline, in a Secret the chart makes.
+	"webhooks": {"--set-json", `notifier.endpointsJSON="{\"endpoints\": [{\"id\": \"crm\", \"url\": \"https://crm.example.com/hook\"}]}"`},
+	// Without the notifier.
+	"nonotifier": {"--set", "notifier.enabled=false", "--set", "serviceMonitor.enabled=true"},
+}
+
+// components are the Deployments a value set renders.
+func components(valueSet string) int {
+	if valueSet == "nonotifier" {
+		return 4
+	}
+	return 5
 }
 
 // adminEnabled reports whether a value set keeps the chart's admin listener.
@@ -145,25 +157,33 @@ func TestRenderedManifestsDecodeIntoTheAPITypes(t *testing.T) {
 			for _, m := range ms {
 				count[m.kind]++
 			}
-			services := 4
+			deployments, services := components(name), components(name)
 			if adminEnabled(name) {
-				services = 8 // each component's public Service and its admin Service
+				services *= 2 // each component's public Service and its admin Service
 			}
-			if count["Deployment"] != 4 || count["Service"] != services {
-				t.Errorf("rendered %v: want 4 Deployments and %d Services", count, services)
+			if count["Deployment"] != deployments || count["Service"] != services {
+				t.Errorf("rendered %v: want %d Deployments and %d Services", count, deployments, services)
 			}
 			switch name {
 			case "defaults":
-				want := map[string]int{"Deployment": 4, "Service": 8, "PodDisruptionBudget": 4, "HorizontalPodAutoscaler": 2, "Job": 2, "Secret": 1}
+				want := map[string]int{"Deployment": 5, "Service": 10, "PodDisruptionBudget": 5, "HorizontalPodAutoscaler": 2, "Job": 2, "Secret": 1}
 				if fmt.Sprint(count) != fmt.Sprint(want) {
 					t.Errorf("rendered %v, want %v", count, want)
+				}
+			case "webhooks":
+				if count["Secret"] != 2 {
+					t.Errorf("rendered %v with notifier.endpointsJSON, want its Secret beside query's", count)
+				}
+			case "nonotifier":
+				if count["PodDisruptionBudget"] != 4 {
+					t.Errorf("rendered %v without the notifier, want no budget for it", count)
 				}
 			case "production":
 				if count["ServiceMonitor"] != 1 {
 					t.Errorf("rendered %d ServiceMonitors with TLS on the edges, want 1 (the admin listeners speak plain HTTP)", count["ServiceMonitor"])
 				}
 			case "corners":
-				if count["Job"] != 0 || count["HorizontalPodAutoscaler"] != 0 || count["PodDisruptionBudget"] != 3 {
+				if count["Job"] != 0 || count["HorizontalPodAutoscaler"] != 0 || count["PodDisruptionBudget"] != 4 {
 					t.Errorf("rendered %v with hooks, autoscaling and the aggregator's budget off", count)
 				}
 			}
@@ -202,12 +222,15 @@ func ports(t *testing.T) map[string]int32 {
 			return true
 		})
 	}
+	if _, ok := got["notifier"]; !ok && !notifierLanded(t) {
+		got["notifier"] = notifierPort
+	}
 	return got
 }
 
 // documentedVariables are the PULSE_* names docs/configuration.md documents: the
 // services' tables are generated from the code, so a name missing there is one no
-// service reads.
+// service reads (the notifier's aside while its code is not in the tree: notifier_test.go).
 func documentedVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repo, "docs", "configuration.md"))
@@ -218,6 +241,7 @@ func documentedVariables(t *testing.T) map[string]bool {
 	for _, m := range regexp.MustCompile("`(PULSE_[A-Z0-9_]+)`").FindAllStringSubmatch(string(b), -1) {
 		vars[m[1]] = true
 	}
+	withPendingNotifier(t, vars, notifierVariables)
 	return vars
 }
 
@@ -305,6 +329,10 @@ var wantEnv = map[string]map[string]map[string]string{
 		"ingest":     {"PULSE_AUTH": "", "PULSE_API_KEYS_FILE": "", "PULSE_KAFKA_BROKERS": "pulse-kafka-kafka-bootstrap:9092"},
 		"aggregator": {"PULSE_AGGREGATOR_INSTANCE_ID": "", "PULSE_REDIS_ADDR": "pulse-redis-leader:6379"},
 		"history":    {"PULSE_INGEST_MAX_SKEW": "", "PULSE_CASSANDRA_HOSTS": "pulse-dc1-service"},
+		"notifier": {
+			"PULSE_TOPIC_WEBHOOKS": "presence.webhooks", "PULSE_TOPIC_CHANGES": "presence.changes", "PULSE_NOTIFIER_ENDPOINTS_FILE": "",
+			"PULSE_HTTP_ADDR": ":18084", "PULSE_REDIS_ADDR": "", "PULSE_CASSANDRA_HOSTS": "", "PULSE_AUTH": "", "PULSE_API_KEYS_FILE": "",
+		},
 	},
 	"production": {
 		"ingest": {
@@ -314,8 +342,12 @@ var wantEnv = map[string]map[string]map[string]string{
 		},
 		"query": {
 			"PULSE_REDIS_PASSWORD_FILE": "/etc/pulse/redis/password/password", "PULSE_CASSANDRA_USERNAME": "pulse",
-			"PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest-admin:18090/metrics,aggregator=http://pulse-aggregator-admin:18090/metrics,history=http://pulse-history-admin:18090/metrics",
+			"PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest-admin:18090/metrics,aggregator=http://pulse-aggregator-admin:18090/metrics,history=http://pulse-history-admin:18090/metrics,notifier=http://pulse-notifier-admin:18090/metrics",
 			"PULSE_ADMIN_ADDR":         ":18090",
+		},
+		"notifier": {
+			"PULSE_NOTIFIER_ENDPOINTS_FILE": "/etc/pulse/notifier/endpoints/endpoints.json", "PULSE_KAFKA_SASL_PASSWORD_FILE": "/etc/pulse/kafka/password/password",
+			"PULSE_TLS_CERT_FILE": "",
 		},
 		"history": {"PULSE_INGEST_MAX_SKEW": "5m", "PULSE_HISTORY_BATCH_PARTITIONS": "1", "PULSE_REDIS_ADDR": "", "PULSE_API_KEYS_FILE": ""},
 	},
@@ -327,7 +359,13 @@ var wantEnv = map[string]map[string]map[string]string{
 	},
 	"noadmin": {
 		"ingest": {"PULSE_ADMIN_ADDR": ""},
-		"query":  {"PULSE_ADMIN_ADDR": "", "PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest:18080/metrics,aggregator=http://pulse-aggregator:18082/metrics,history=http://pulse-history:18083/metrics"},
+		"query":  {"PULSE_ADMIN_ADDR": "", "PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest:18080/metrics,aggregator=http://pulse-aggregator:18082/metrics,history=http://pulse-history:18083/metrics,notifier=http://pulse-notifier:18084/metrics"},
+	},
+	"webhooks": {
+		"notifier": {"PULSE_NOTIFIER_ENDPOINTS_FILE": "/etc/pulse/notifier/endpoints/endpoints.json"},
+	},
+	"nonotifier": {
+		"query": {"PULSE_QUERY_PEER_METRICS": "ingest=http://pulse-ingest-admin:18090/metrics,aggregator=http://pulse-aggregator-admin:18090/metrics,history=http://pulse-history-admin:18090/metrics"},
 	},
 }
 
@@ -401,10 +439,95 @@ func TestQueryCursorSecret(t *testing.T) {
 	}
 }
 
+// The notifier reads its endpoints (URLs and signing secrets) from a file in a Secret:
+// the one named, or the one the chart makes from notifier.endpointsJSON, never both;
+// the JSON given inline must parse. The topics hook creates the webhooks topic and its
+// dead letters only with the notifier.
+func TestNotifierEndpoints(t *testing.T) {
+	const inline = `{"endpoints": [{"id": "crm", "url": "https://crm.example.com/hook", "secret": "s"}]}`
+	find := func(ms []manifest) (secret *corev1.Secret, notifier *appsv1.Deployment, topics string) {
+		for _, m := range ms {
+			switch o := m.obj.(type) {
+			case *corev1.Secret:
+				if o.Name == "pulse-notifier-endpoints" {
+					secret = o
+				}
+			case *appsv1.Deployment:
+				if o.Name == "pulse-notifier" {
+					notifier = o
+				}
+			case *batchv1.Job:
+				if o.Name == "pulse-topics" {
+					for _, a := range o.Spec.Template.Spec.Containers[0].Args {
+						if v, ok := strings.CutPrefix(a, "-topics="); ok {
+							topics = v
+						}
+					}
+				}
+			}
+		}
+		return
+	}
+	// mounted is the Secret and key PULSE_NOTIFIER_ENDPOINTS_FILE names, by way of its volume.
+	mounted := func(d *appsv1.Deployment) string {
+		c := d.Spec.Template.Spec.Containers[0]
+		file := envMap(c)["PULSE_NOTIFIER_ENDPOINTS_FILE"]
+		for _, vm := range c.VolumeMounts {
+			if vm.MountPath != filepath.Dir(file) {
+				continue
+			}
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == vm.Name && v.Secret != nil {
+					return v.Secret.SecretName + "/" + filepath.Base(file)
+				}
+			}
+		}
+		return ""
+	}
+
+	secret, d, topics := find(render(t, "--set-json", "notifier.endpointsJSON="+strconv.Quote(inline)))
+	if secret == nil || string(secret.Data["endpoints.json"]) != inline {
+		t.Fatalf("with notifier.endpointsJSON: Secret %+v, want pulse-notifier-endpoints holding the JSON under endpoints.json", secret)
+	}
+	if d == nil || mounted(d) != "pulse-notifier-endpoints/endpoints.json" {
+		t.Errorf("with notifier.endpointsJSON the notifier reads %q", mounted(d))
+	}
+	if want := "presence.events,presence.changes,presence.webhooks,presence.events.dlq,presence.changes.dlq,presence.webhooks.dlq"; topics != want {
+		t.Errorf("the topics hook creates %q, want %q", topics, want)
+	}
+
+	secret, d, _ = find(render(t, "--set", "notifier.endpointsSecret.name=hooks", "--set", "notifier.endpointsSecret.key=e.json"))
+	if secret != nil || d == nil || mounted(d) != "hooks/e.json" {
+		t.Errorf("with notifier.endpointsSecret: the chart's Secret %v, the notifier reads %q, want hooks/e.json", secret, mounted(d))
+	}
+
+	secret, d, _ = find(render(t))
+	if secret != nil || d == nil || envMap(d.Spec.Template.Spec.Containers[0])["PULSE_NOTIFIER_ENDPOINTS_FILE"] != "" {
+		t.Errorf("with no endpoints: the chart's Secret %v, the notifier %v", secret, d)
+	}
+
+	_, d, topics = find(render(t, "--set", "notifier.enabled=false"))
+	if d != nil || topics != "presence.events,presence.changes,presence.events.dlq,presence.changes.dlq" {
+		t.Errorf("without the notifier: Deployment %v, topics %q", d, topics)
+	}
+
+	for _, c := range []struct{ args []string }{
+		{[]string{"--set", "notifier.endpointsSecret.name=hooks", "--set-json", `notifier.endpointsJSON="[]"`}},
+		{[]string{"--set-json", `notifier.endpointsJSON="{\"endpoints\": ["`}},
+		{[]string{"--set-json", `notifier.endpointsJSON="[1], \"x\": 2"`}},
+	} {
+		out, err := exec.Command(helm(t), append([]string{"template", "pulse", chartDir}, c.args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "notifier.endpoints") {
+			t.Errorf("helm template %v: %v, want a refusal naming the value\n%.300s", c.args, err, out)
+		}
+	}
+}
+
 // values.schema.json refuses a misspelt key and a variable that is not Pulse's, instead
 // of rendering without them.
 func TestValuesSchemaRefusesMistakes(t *testing.T) {
-	for _, set := range []string{"ingest.replica=3", "kafka.sasl.passwordSecret.nme=x", "env.LOG_LEVEL=debug", "cassandra.consistency=MOST"} {
+	for _, set := range []string{"ingest.replica=3", "kafka.sasl.passwordSecret.nme=x", "env.LOG_LEVEL=debug", "cassandra.consistency=MOST",
+		"notifier.endpointSecret.name=x", "notifier.endpointsJSON.endpoints=x"} {
 		cmd := exec.Command(helm(t), "template", "pulse", chartDir, "--set", set)
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "schema") {

@@ -8,7 +8,8 @@
 // The package also serves GET /v1/dashboard/pipeline, the operator's view of the
 // pipeline's health: it scrapes the /metrics endpoints of the other services
 // (PULSE_QUERY_PEER_METRICS) and of this one, and answers with the figures the page
-// shows — consumer lag, freshness, dead letters, rebuilds.
+// shows — consumer lag, freshness, dead letters, rebuilds, and with the notifier among
+// the peers each webhook endpoint's health.
 package dashboard
 
 import (

@@ -98,6 +98,12 @@ type Pipeline struct {
 	// while the aggregators rebuild shards from the log, or why it could not be read.
 	state  func(context.Context) error
 	logger *slog.Logger
+	// now is the clock of the reads (time.Now; tests set their own).
+	now func() time.Time
+	// mu guards endpointReads: by peer and endpoint, the notifier's counters at the
+	// earlier reads the recent figures compare with (webhooks.go).
+	mu            sync.Mutex
+	endpointReads map[string]map[string]*endpointReads
 }
 
 // NewPipeline builds the pipeline view over cfg's peers and this service's own
@@ -111,7 +117,7 @@ func NewPipeline(cfg Config, self prometheus.Gatherer, state func(context.Contex
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	return &Pipeline{peers: peers, timeout: timeout, self: self, state: state, logger: logger,
+	return &Pipeline{peers: peers, timeout: timeout, self: self, state: state, logger: logger, now: time.Now,
 		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}, nil
 }
 
@@ -150,6 +156,11 @@ type ServiceHealth struct {
 	Dependencies map[string]bool `json:"dependencies,omitempty"`
 	// Freshness is how far behind the live edge each stage runs: latency histograms.
 	Freshness []Freshness `json:"freshness,omitempty"`
+	// Endpoints is, for the notifier, each webhook endpoint's health by id
+	// (pulse_notifier_*), and EndpointsConfigured how many endpoints it read from its
+	// endpoints file.
+	Endpoints           []EndpointHealth `json:"endpoints,omitempty"`
+	EndpointsConfigured *float64         `json:"endpointsConfigured,omitempty"`
 }
 
 // Freshness is one latency histogram, cumulative since the service started; the page
@@ -187,7 +198,7 @@ func (p *Pipeline) serve(c echo.Context) error {
 func (p *Pipeline) Read(ctx context.Context) Health {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	h := Health{At: time.Now().UTC(), Services: make([]ServiceHealth, 1+len(p.peers))}
+	h := Health{At: p.now().UTC(), Services: make([]ServiceHealth, 1+len(p.peers))}
 	var wg sync.WaitGroup
 	for i, pr := range p.peers {
 		wg.Go(func() {
@@ -197,7 +208,9 @@ func (p *Pipeline) Read(ctx context.Context) Health {
 				s.Error = err.Error()
 			} else {
 				s.Up = true
-				summarize(&s, fams)
+				if endpoints := summarize(&s, fams); endpoints != nil {
+					p.judgeEndpoints(pr.name, &s, endpoints, h.At)
+				}
 			}
 			h.Services[1+i] = s
 		})
@@ -261,8 +274,9 @@ func (p *Pipeline) scrape(ctx context.Context, target string) ([]*dto.MetricFami
 	}
 }
 
-// summarize picks the figures the page shows out of a service's metric families.
-func summarize(s *ServiceHealth, fams []*dto.MetricFamily) {
+// summarize picks the figures the page shows out of a service's metric families, and
+// returns the notifier's counters by endpoint (nil for another service).
+func summarize(s *ServiceHealth, fams []*dto.MetricFamily) map[string]*endpointCounters {
 	add := func(dst **float64, v float64) {
 		if *dst == nil {
 			*dst = new(float64)
@@ -319,6 +333,7 @@ func summarize(s *ServiceHealth, fams []*dto.MetricFamily) {
 		}
 		return fmt.Sprint(s.Freshness[i].Labels) < fmt.Sprint(s.Freshness[j].Labels)
 	})
+	return summarizeNotifier(s, fams)
 }
 
 func labelsOf(m *dto.Metric) map[string]string {

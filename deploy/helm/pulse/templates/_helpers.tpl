@@ -26,6 +26,28 @@ variables name.
 {{- printf "%s-%s" (include "pulse.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+The Secret holding the notifier's endpoints file: the one named, or the one the chart
+makes from notifier.endpointsJSON; empty when neither is set. Both set is a mistake: which
+would the notifier read?
+*/}}
+{{- define "pulse.notifierEndpointsSecretName" -}}
+{{- $n := .Values.notifier }}
+{{- if and $n.endpointsSecret.name $n.endpointsJSON }}
+{{- fail "notifier.endpointsSecret.name and notifier.endpointsJSON are both set: set one" }}
+{{- end }}
+{{- if $n.endpointsJSON }}
+{{- /* Wrapped in an object, so that fromJson takes any JSON value and says what is wrong. */}}
+{{- $parsed := fromJson (printf "{\"endpoints\": %s}" $n.endpointsJSON) }}
+{{- if not (and (hasKey $parsed "endpoints") (eq (len $parsed) 1)) }}
+{{- fail (printf "notifier.endpointsJSON is not one JSON value%s" (ternary (printf ": %v" (get $parsed "Error")) "" (hasKey $parsed "Error"))) }}
+{{- end }}
+{{- printf "%s-endpoints" (include "pulse.componentName" (dict "root" . "component" "notifier")) }}
+{{- else }}
+{{- $n.endpointsSecret.name }}
+{{- end }}
+{{- end }}
+
 {{/* The Secret query signs cursors with: the user's, or the one the chart makes. */}}
 {{- define "pulse.cursorSecretName" -}}
 {{- .Values.query.cursorSecret.name | default (printf "%s-cursor" (include "pulse.componentName" (dict "root" . "component" "query"))) }}
@@ -66,7 +88,7 @@ app.kubernetes.io/part-of: pulse
 {{/*
 The Secrets a set of engines needs, as a YAML list of {volume, secret, dir}: the
 volumes, the mounts and the PULSE_*_FILE variables all come from it, so they agree.
-Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls).
+Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls, notifier).
 */}}
 {{- define "pulse.secretFiles" -}}
 {{- $v := .root.Values }}
@@ -95,6 +117,11 @@ Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls).
 {{- end }}
 {{- if $v.auth.jwt.jwksSecret.name }}
 {{- $files = append $files (dict "volume" "jwt-jwks" "secret" $v.auth.jwt.jwksSecret.name "dir" "/etc/pulse/auth/jwks") }}
+{{- end }}
+{{- end }}
+{{- if eq $g "notifier" }}
+{{- with include "pulse.notifierEndpointsSecretName" $.root }}
+{{- $files = append $files (dict "volume" "notifier-endpoints" "secret" . "dir" "/etc/pulse/notifier/endpoints") }}
 {{- end }}
 {{- end }}
 {{- if eq $g "tls" }}
@@ -245,6 +272,17 @@ Arguments: root, groups (a list of kafka, redis, cassandra, auth, tls).
 {{- end }}
 {{- end }}
 {{- include "pulse.env.engineTLS" (dict "root" .root "engine" "cassandra") }}
+{{- end }}
+
+{{/* The notifier's own variables: the replay topic and the endpoints file. */}}
+{{- define "pulse.env.notifier" -}}
+{{- $v := .Values }}
+- name: PULSE_TOPIC_WEBHOOKS
+  value: {{ $v.kafka.topics.webhooks | quote }}
+{{- if include "pulse.notifierEndpointsSecretName" . }}
+- name: PULSE_NOTIFIER_ENDPOINTS_FILE
+  value: {{ printf "/etc/pulse/notifier/endpoints/%s" $v.notifier.endpointsSecret.key | quote }}
+{{- end }}
 {{- end }}
 
 {{/* Credentials and TLS of ingest and query. */}}

@@ -1,7 +1,8 @@
 {{/*
 The Deployment of one service. Arguments: root, component (ingest, query, aggregator,
-history), groups (the engines and edge settings it reads: kafka, redis, cassandra, auth,
-tls), edge (whether it is an HTTP edge: ingest, query).
+history, notifier), groups (the engines and edge settings it reads: kafka, redis,
+cassandra, auth, tls; notifier: its endpoints file), edge (whether it is an HTTP edge:
+ingest, query).
 */}}
 {{- define "pulse.deployment" -}}
 {{- $root := .root }}
@@ -91,6 +92,7 @@ earlier one, so values always win over what the chart derives.
 {{- if has "redis" .groups }}{{ $all = concat $all (include "pulse.env.redis" $root | fromYamlArray) }}{{ end }}
 {{- if has "cassandra" .groups }}{{ $all = concat $all (include "pulse.env.cassandra" (dict "root" $root) | fromYamlArray) }}{{ end }}
 {{- if .edge }}{{ $all = concat $all (include "pulse.env.edge" $root | fromYamlArray) }}{{ end }}
+{{- if has "notifier" .groups }}{{ $all = concat $all (include "pulse.env.notifier" $root | fromYamlArray) }}{{ end }}
 {{- if and (eq .component "aggregator") $svc.staticMembership }}
 {{- $all = append $all (dict "name" "PULSE_AGGREGATOR_INSTANCE_ID" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name"))) }}
 {{- end }}
@@ -103,7 +105,9 @@ earlier one, so values always win over what the chart derives.
 {{- end }}
 {{- if and (eq .component "query") $svc.peerMetrics }}
 {{- $peers := list }}
-{{- range $c := list "ingest" "aggregator" "history" }}
+{{- $others := list "ingest" "aggregator" "history" }}
+{{- if $v.notifier.enabled }}{{ $others = append $others "notifier" }}{{ end }}
+{{- range $c := $others }}
 {{- if $v.admin.enabled }}
 {{- /* /metrics is only on the admin listener, reached through the cluster-internal admin Service. */}}
 {{- $peers = append $peers (printf "%s=http://%s-admin:%v/metrics" $c (include "pulse.componentName" (dict "root" $root "component" $c)) $v.admin.port) }}

@@ -730,6 +730,56 @@
         deps.textContent = s.dependencies ? Object.entries(s.dependencies).map(([d, ok]) => d + (ok ? ' \u2713' : ' \u2717')).join('  ') : '—';
         if (s.dependencies && Object.values(s.dependencies).includes(false)) deps.className = 'bad';
       }
+      this.endpoints(h.services);
+    },
+    // endpoints shows the notifier's webhook endpoints, as the query service judged them
+    // (state ok, behind or failing, with its reason) over their recent span.
+    endpoints(services) {
+      const notifiers = services.filter((s) => s.endpoints || s.endpointsConfigured != null);
+      $('pipe-webhooks').hidden = !notifiers.length;
+      const tb = $('pipe-endpoints');
+      tb.textContent = '';
+      const span = (r) => (r.windowSeconds == null ? 'since start' : 'last ' + fmtDur(r.windowSeconds));
+      for (const s of notifiers) {
+        const eps = s.endpoints || [];
+        if (!eps.length) {
+          const td = tb.insertRow().insertCell();
+          td.colSpan = 8;
+          td.textContent = `${s.name}: ${fmtN(s.endpointsConfigured)} endpoints configured, none has had a change yet`;
+          continue;
+        }
+        for (const e of eps) {
+          const r = e.recent || {};
+          const tr = tb.insertRow();
+          tr.dataset.endpoint = e.id;
+          tr.dataset.state = e.state;
+          tr.insertCell().textContent = notifiers.length > 1 ? s.name + ' ' + e.id : e.id;
+          const st = tr.insertCell();
+          const badge = document.createElement('span');
+          badge.className = 'badge ' + (e.state === 'ok' ? 'live' : e.state === 'behind' ? 'warn' : 'bad');
+          badge.textContent = e.state;
+          st.append(badge);
+          if (e.reason) {
+            const why = document.createElement('span');
+            why.className = 'hint';
+            why.textContent = e.reason;
+            st.append(why);
+          }
+          tr.insertCell().textContent = fmtN(e.delivered);
+          const dead = tr.insertCell();
+          dead.textContent = fmtN(e.dead);
+          if (r.dead > 0) dead.className = 'bad';
+          tr.insertCell().textContent = fmtN(e.backlog);
+          const oldest = tr.insertCell();
+          oldest.textContent = fmtDur(e.oldestPendingSeconds);
+          if (e.state === 'behind') oldest.className = 'bad';
+          tr.insertCell().textContent = r.latencyP99Seconds == null ? '\u2014'
+            : `${r.latencyP99AboveBuckets ? '> ' : '\u2264 '}${fmtDur(r.latencyP99Seconds)} / ${fmtDur(r.latencyMeanSeconds)} (${span(r)})`;
+          const failed = tr.insertCell();
+          failed.textContent = `${fmtN(r.attemptsFailed)} of ${fmtN(r.attemptsFailed + r.attemptsDelivered)} (${span(r)})`;
+          if (r.attemptsFailed > r.attemptsDelivered) failed.className = 'bad';
+        }
+      }
     },
   };
 
