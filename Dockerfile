@@ -26,7 +26,7 @@ COPY services/ services/
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     mkdir -p /out && \
     go build -ldflags='-s -w' -o /out/ \
-        ./services/ingest ./services/query ./services/aggregator ./services/history ./cmd/pulsectl
+        ./services/ingest ./services/query ./services/aggregator ./services/history ./services/notifier ./cmd/pulsectl
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -60,8 +61,22 @@ func TestDashboard(t *testing.T) {
 	for _, name := range []string{"aggregator", "history", "ingest"} {
 		p.Start(t, name)
 	}
-	p.Env["PULSE_QUERY_PEER_METRICS"] = fmt.Sprintf("ingest=%s/metrics,aggregator=%s/metrics,history=%s/metrics",
-		p.Svc["ingest"].URL, p.Svc["aggregator"].URL, p.Svc["history"].URL)
+	// A notifier with an endpoint that takes everything and one that takes nothing,
+	// whose health the pipeline view shows.
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(good.Close)
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	t.Cleanup(bad.Close)
+	endpoints := filepath.Join(t.TempDir(), "endpoints.json")
+	writeEndpoints(t, endpoints, []map[string]any{
+		{"id": "good", "url": good.URL, "secret": "0123456789abcdef", "batch": map[string]any{"maxWait": "100ms"}},
+		{"id": "bad", "url": bad.URL, "secret": "0123456789abcdef", "batch": map[string]any{"maxWait": "100ms"},
+			"retry": map[string]any{"attempts": 1}},
+	})
+	p.Env["PULSE_NOTIFIER_ENDPOINTS_FILE"] = endpoints
+	p.Start(t, "notifier")
+	p.Env["PULSE_QUERY_PEER_METRICS"] = fmt.Sprintf("ingest=%s/metrics,aggregator=%s/metrics,history=%s/metrics,notifier=%s/metrics",
+		p.Svc["ingest"].URL, p.Svc["aggregator"].URL, p.Svc["history"].URL, p.Svc["notifier"].URL)
 	p.Start(t, "query")
 	query, ingest := p.Svc["query"].URL, p.Svc["ingest"].URL
 
@@ -325,7 +340,11 @@ func TestDashboard(t *testing.T) {
 	t.Run("pipeline view reads every service", func(t *testing.T) {
 		now.eval(t, `location.hash = '#pipeline'`)
 		now.wait(t, `(() => { const rows = [...document.querySelectorAll('#pipe-services tr[data-service]')];
-			return rows.length === 4 && rows.every(r => r.cells[1].textContent === 'up') })()`, 15*time.Second)
+			return rows.length === 5 && rows.every(r => r.cells[1].textContent === 'up') })()`, 15*time.Second)
+		// The endpoint that takes everything is ok; the one whose batches are all
+		// dead-lettered is failing.
+		now.wait(t, `(() => { const st = id => document.querySelector('#pipe-endpoints tr[data-endpoint="' + id + '"]')?.dataset.state;
+			return !document.getElementById('pipe-webhooks').hidden && st('good') === 'ok' && st('bad') === 'failing' })()`, 15*time.Second)
 		if got := now.eval(t, `document.getElementById('pipe-rebuild').textContent`); got != "whole" {
 			t.Errorf("presence state shown as %q, want whole", got)
 		}

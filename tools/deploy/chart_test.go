@@ -222,15 +222,12 @@ func ports(t *testing.T) map[string]int32 {
 			return true
 		})
 	}
-	if _, ok := got["notifier"]; !ok && !notifierLanded(t) {
-		got["notifier"] = notifierPort
-	}
 	return got
 }
 
 // documentedVariables are the PULSE_* names docs/configuration.md documents: the
 // services' tables are generated from the code, so a name missing there is one no
-// service reads (the notifier's aside while its code is not in the tree: notifier_test.go).
+// service reads.
 func documentedVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repo, "docs", "configuration.md"))
@@ -241,7 +238,6 @@ func documentedVariables(t *testing.T) map[string]bool {
 	for _, m := range regexp.MustCompile("`(PULSE_[A-Z0-9_]+)`").FindAllStringSubmatch(string(b), -1) {
 		vars[m[1]] = true
 	}
-	withPendingNotifier(t, vars, notifierVariables)
 	return vars
 }
 

@@ -43,6 +43,7 @@ func DefaultPeers() []string {
 		"ingest=" + ports.LocalURL(ports.Ingest) + "/metrics",
 		"aggregator=" + ports.LocalURL(ports.Aggregator) + "/metrics",
 		"history=" + ports.LocalURL(ports.History) + "/metrics",
+		"notifier=" + ports.LocalURL(ports.Notifier) + "/metrics",
 	}
 }
 
