@@ -28,7 +28,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fs := flag.NewFlagSet("dlq "+args[0], flag.ContinueOnError)
 	brokers := fs.String("brokers", ports.LocalAddr(ports.Kafka), "comma-separated broker addresses")
-	topic := fs.String("topic", deadletter.Topic(kafkax.DefaultEventsTopic), "the dead-letter topic ("+deadletter.Topic(kafkax.DefaultChangesTopic)+" for history's)")
+	topic := fs.String("topic", deadletter.Topic(kafkax.DefaultEventsTopic), "the dead-letter topic ("+deadletter.Topic(kafkax.DefaultChangesTopic)+" for history's, "+deadletter.Topic(kafkax.DefaultWebhooksTopic)+" for webhook batches)")
 	asCSV := fs.Bool("csv", false, "print CSV instead of an aligned table (list)")
 	offsets := fs.String("offsets", "", "dead letters to replay, as partition:offset of the dead-letter topic, comma-separated (replay)")
 	all := fs.Bool("all", false, "replay every dead letter of the topic (replay)")
