@@ -226,3 +226,56 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// Past PULSE_NOTIFIER_MAX_BACKLOG, a stuck endpoint's oldest changes go to the
+// dead-letter topic, keyed by the endpoint, and the partition keeps moving.
+func TestBacklogPastTheLimitIsDeadLettered(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	eps, err := ParseEndpoints([]byte(`{"endpoints":[{"id":"stuck","url":"` + srv.URL + `","secret":"` + secret + `","view":"operator","batch":{"maxChanges":2,"maxWait":"0s"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var dead []*kgo.Record
+	n := &notifier{cfg: Config{CommitInterval: time.Hour, MaxBacklog: 3, RevokeTimeout: time.Second, WebhooksTopic: "presence.webhooks"}, logger: slog.New(slog.DiscardHandler)}
+	n.m = newMetrics(prometheus.NewRegistry(), n)
+	n.sender = newSender(n.logger, n.m)
+	n.setEndpoints(eps)
+	n.produce = func(_ context.Context, recs ...*kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		dead = append(dead, recs...)
+		return nil
+	}
+	w := &worker{n: n, topic: "presence.changes", partition: 2, logger: n.logger, lanes: map[string]*lane{}, last: -1, committed: -1}
+	w.sync(context.Background())
+	on, idle := pulsev1.Status_STATUS_ONLINE, pulsev1.Status_STATUS_IDLE
+	w.route(context.Background(), changeRecord(t, 0, "alice", idle, on))
+	waitFor(t, func() bool { l := w.lanes["stuck"]; l.mu.Lock(); defer l.mu.Unlock(); return len(l.sending) == 1 })
+	for i := int64(1); i <= 4; i++ {
+		w.route(context.Background(), changeRecord(t, i, "alice", []pulsev1.Status{idle, on}[i%2], []pulsev1.Status{on, idle}[i%2]))
+	}
+	// One change is being sent; of the four queued behind it, the oldest two went to
+	// the dead-letter topic when the backlog passed three.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dead) != 1 || string(dead[0].Key) != "stuck" || dead[0].Topic != "presence.webhooks.dlq" {
+		t.Fatalf("dead letters %v, want one batch of the stuck endpoint on presence.webhooks.dlq", dead)
+	}
+	b, err := webhook.Decode(dead[0].Value)
+	if err != nil || len(b.Changes) != 2 || b.Changes[0].ID != "2:101" || b.Changes[1].ID != "2:102" || b.ID != "2-1-2" {
+		t.Fatalf("dead batch %+v (%v), want changes 2:101 and 2:102 as batch 2-1-2", b, err)
+	}
+	if _, n, _, _ := w.lanes["stuck"].pending(); n != 3 {
+		t.Errorf("%d changes pending, want 3", n)
+	}
+	w.lanes["stuck"].cancel()
+}
