@@ -87,6 +87,7 @@ var quickValues = map[string]string{
 	"groups-online":  "30000",
 	"groups-rooms":   "1000",
 	"groups-calls":   "500",
+	"webhooks-time":  "10s",
 }
 
 func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
@@ -106,8 +107,8 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 	cfg.Ports = harness.Ports{
 		Ingest: envInt("PULSE_INGEST_PORT", pulseports.Ingest), Query: envInt("PULSE_QUERY_PORT", pulseports.Query),
 		Aggregator: envInt("PULSE_AGGREGATOR_PORT", pulseports.Aggregator), History: envInt("PULSE_HISTORY_PORT", pulseports.History),
-		Kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka), Redis: envInt("PULSE_REDIS_PORT", pulseports.Redis),
-		Cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
+		Notifier: envInt("PULSE_NOTIFIER_PORT", pulseports.Notifier), Kafka: envInt("PULSE_KAFKA_PORT", pulseports.Kafka),
+		Redis: envInt("PULSE_REDIS_PORT", pulseports.Redis), Cassandra: envInt("PULSE_CASSANDRA_PORT", pulseports.Cassandra),
 	}
 	fs.StringVar(&cfg.Keyspace, "keyspace", cmp.Or(os.Getenv("PULSE_KEYSPACE"), "pulse"), "Cassandra keyspace of the services bench starts")
 	fs.StringVar(&cfg.Prefix, "redis-prefix", "pulse", "Pulse's Redis prefix (services bench starts use it)")
@@ -180,6 +181,14 @@ func parseFlags(args []string, stderr io.Writer) (harness.Config, error) {
 	fs.StringVar(&g.Centrifugo, "groups-centrifugo", "", "groups phase: a Centrifugo v6 `binary` whose presence_stats is timed on a channel of as many presence entries, on a private redis-server (empty: not compared)")
 	fs.IntVar(&g.CentrifugoEntries, "groups-centrifugo-entries", 0, "groups phase: presence entries of Centrifugo's channel (0: -groups-members)")
 	fs.IntVar(&g.CentrifugoCalls, "groups-centrifugo-calls", 5, "groups phase: presence_stats calls timed, after one untimed")
+
+	w := &cfg.Webhooks
+	fs.Float64Var(&w.Rate, "webhooks-rate", 5000, "webhooks phase: offered batched `events/s` when no batched step ran in this run (after batched steps: half the highest that kept up, the half phase's rate)")
+	fs.DurationVar(&w.Time, "webhooks-time", 30*time.Second, "webhooks phase: length of the load")
+	fs.DurationVar(&w.Wait, "webhooks-wait", 2*time.Minute, "webhooks phase: longest wait, once the load's changes are read, for every endpoint to have received them")
+	fs.StringVar(&w.View, "webhooks-view", "public", "webhooks phase: both endpoints' view, public or operator")
+	fs.DurationVar(&w.Reload, "webhooks-reload", 10*time.Second, "webhooks phase: the notifier's PULSE_NOTIFIER_ENDPOINTS_RELOAD; the phase waits up to three of them for its endpoints to be in force")
+	fs.StringVar(&w.NotifierGroup, "notifier-group", "pulse-notifier", "the notifier's consumer group")
 
 	fs.BoolVar(&cfg.Profile, "profile", false, "take CPU profiles of aggregator, ingest and query during the half-max phase (needs /debug/pprof: PULSE_PPROF=1)")
 	fs.DurationVar(&cfg.ProfileTime, "profile-time", 20*time.Second, "length of each CPU profile")
@@ -276,6 +285,10 @@ func validate(c harness.Config) error {
 	bad(len(c.LimitsEchoRates) == 0 && c.Phases["limits"], "-limits-echo: at least one rate")
 	bad(c.LimitsRedisUsers < 1 || c.LimitsCQLUsers < 1, "-limits-redis-users and -limits-cql-users must be at least 1")
 	validateGroups(&p, c.Groups)
+	w := c.Webhooks
+	bad(!(w.Rate > 0) || math.IsInf(w.Rate, 0), "-webhooks-rate must be above 0")
+	bad(w.Time <= 0 || w.Wait <= 0 || w.Reload <= 0, "-webhooks-time, -webhooks-wait and -webhooks-reload must be above 0")
+	bad(w.View != "public" && w.View != "operator", "-webhooks-view %q: want public or operator", w.View)
 	return p.Err()
 }
 

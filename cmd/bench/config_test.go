@@ -33,6 +33,9 @@ func TestQuickDefaultsYieldToExplicitFlags(t *testing.T) {
 	if g := cfg.Groups; g.Users != 1_000_000 || g.Members != 100_000 || g.Online != 30_000 || g.Rooms != 1000 || g.RoomSize != 100 || g.Calls != 500 {
 		t.Errorf("-quick groups: %+v", g)
 	}
+	if cfg.Webhooks.Time != 10*time.Second {
+		t.Errorf("-quick webhooks load %v", cfg.Webhooks.Time)
+	}
 	for _, p := range allPhases {
 		if !cfg.Phases[p] {
 			t.Errorf("phase %s off by default", p)
@@ -55,6 +58,9 @@ func TestFullDefaults(t *testing.T) {
 		g.Rooms != 10_000 || g.RoomSize != 100 || g.Centrifugo != "" || g.CentrifugoEntries != 0 {
 		t.Errorf("groups defaults: %+v", g)
 	}
+	if w := cfg.Webhooks; w.Rate != 5000 || w.Time != 30*time.Second || w.Wait != 2*time.Minute || w.View != "public" || w.NotifierGroup != "pulse-notifier" {
+		t.Errorf("webhooks defaults: %+v", w)
+	}
 	if !cfg.Services {
 		t.Error("every phase on, yet no services")
 	}
@@ -74,6 +80,9 @@ func TestBadFlags(t *testing.T) {
 		{"-groups-batch", "100001"},
 		{"-groups-members", "20", "-groups-users", "10"},
 		{"-groups-room-size", "0"},
+		{"-webhooks-view", "admin"},
+		{"-webhooks-rate", "0"},
+		{"-webhooks-time", "0s"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
@@ -110,6 +119,7 @@ func TestServicesByPhase(t *testing.T) {
 		{"groups", false},
 		{"groups,scale", true},
 		{"present", true},
+		{"webhooks", true},
 	} {
 		cfg, err := parseFlags([]string{"-phases", tt.phases, "-root", t.TempDir()}, io.Discard)
 		if err != nil {

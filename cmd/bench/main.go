@@ -32,6 +32,14 @@
 //	        aggregator of the phase's own: count and page-of-100 latency, Redis bytes
 //	        per member, member events/s; then -groups-rooms small rooms; optionally
 //	        Centrifugo's presence_stats at the same size (-groups-centrifugo)
+//	webhooks
+//	        the stack's notifier delivering presence.changes to two endpoints served
+//	        by bench (batches of 100 changes or 100 ms, and of 100 or 1 s), written
+//	        into the stack's endpoints file for the phase: under batched load at half
+//	        the highest batched rate that kept up (-webhooks-rate without batched
+//	        steps), each endpoint's delivery latency from the change's record in
+//	        presence.changes, changes/s, and whether it got every change of the load
+//	        in its view, each request signed (duplicates counted)
 //
 // A step falls behind when ingest accepted less than 95% of the offered events, more
 // than 1% of its requests failed or were dropped, the aggregator's consumer lag grew
@@ -52,7 +60,7 @@
 //
 // main parses the flags, opens the harness (internal/harness) and runs the enabled
 // phases in order, each a harness.Phase of its own package (internal/steps, rebuild,
-// limits, scaleout, scale, present, groups) recording into one report.Results; internal/report and
+// limits, scaleout, scale, present, groups, webhooks) recording into one report.Results; internal/report and
 // internal/plot write the folder, internal/probe samples CPU, lag and /metrics.
 //
 // Usage:
@@ -74,12 +82,13 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scale"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/scaleout"
 	"github.com/pulse-presence/pulse/cmd/bench/internal/steps"
+	"github.com/pulse-presence/pulse/cmd/bench/internal/webhooks"
 	"github.com/pulse-presence/pulse/cmd/internal/cli"
 )
 
 // phaseList is the phases in the order they run; allPhases names them for -phases.
 var (
-	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase, groups.Phase}
+	phaseList = []harness.Phase{steps.Batch, steps.Single, steps.Half, rebuild.Phase, limits.Phase, scaleout.Phase, scale.Phase, present.Phase, groups.Phase, webhooks.Phase}
 	allPhases []string
 )
 

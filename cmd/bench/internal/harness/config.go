@@ -53,6 +53,7 @@ type Config struct {
 	LimitsEchoRates                  []float64
 	LimitsRedisUsers, LimitsCQLUsers int
 	Groups                           GroupsConfig
+	Webhooks                         WebhooksConfig
 	Profile                          bool
 	ProfileTime                      time.Duration
 	KeepServices                     bool
@@ -71,14 +72,25 @@ type GroupsConfig struct {
 	CentrifugoCalls         int
 }
 
+// WebhooksConfig is the webhooks phase's flags (cmd/bench's -webhooks-* flags say what
+// each field is).
+type WebhooksConfig struct {
+	Rate          float64 // events/s when no batched step ran in this run
+	Time, Wait    time.Duration
+	View          string // public or operator, both endpoints
+	Reload        time.Duration
+	NotifierGroup string
+}
+
 // Ports of the stack and the services: stack.sh's, moved by the same PULSE_*_PORT.
 type Ports struct {
 	Ingest, Query, Aggregator, History int
+	Notifier                           int
 	Kafka, Redis, Cassandra            int
 }
 
 func (p Ports) Service(name string) int {
-	return map[string]int{"ingest": p.Ingest, "query": p.Query, "aggregator": p.Aggregator, "history": p.History}[name]
+	return map[string]int{"ingest": p.Ingest, "query": p.Query, "aggregator": p.Aggregator, "history": p.History, "notifier": p.Notifier}[name]
 }
 
 // Transport is bench's HTTP transport: no proxy (bench measures Pulse, never a proxy

@@ -19,10 +19,12 @@ import (
 	"github.com/pulse-presence/pulse/cmd/bench/internal/report"
 )
 
-// The stack's servers and Pulse's services, in stack.sh's names.
+// The stack's servers and Pulse's services, in stack.sh's names. The optional services
+// run on the stack too, but only a phase that asks for one (UseService) needs it.
 var (
-	serverNames  = []string{"redis", "kafka", "cassandra"}
-	serviceNames = []string{"ingest", "aggregator", "history", "query"}
+	serverNames      = []string{"redis", "kafka", "cassandra"}
+	serviceNames     = []string{"ingest", "aggregator", "history", "query"}
+	optionalServices = []string{"notifier"}
 )
 
 // process is one process bench watches; pid 0 for a service that answers but has no
@@ -203,14 +205,52 @@ func (s *Stack) ensureServices(ctx context.Context) error {
 			fmt.Fprintf(s.log, "    %-10s running (pid %d), used as is\n", name, p.pid)
 		}
 	}
-	return s.waitReady(ctx)
+	return s.waitReady(ctx, serviceNames...)
 }
 
-// waitReady waits for every service's /readyz, which those found running may not
-// answer yet either.
-func (s *Stack) waitReady(ctx context.Context) error {
+// UseService makes one of the optional services part of the run, for the phase that
+// needs it: a running one is used as is, one that does not answer is started by
+// stack.sh and stopped at the end with the others bench started. Its CPU is watched
+// from then on.
+func (s *Stack) UseService(ctx context.Context, name string) error {
+	if !slices.Contains(optionalServices, name) {
+		return fmt.Errorf("%s is not an optional service of the stack", name)
+	}
+	if _, ok := s.procs[name]; ok {
+		return nil
+	}
+	started := !s.healthy(ctx, s.URL(name)+"/healthz")
+	if started {
+		if err := s.script(ctx, "services", name).Run(); err != nil {
+			return fmt.Errorf("starting %s with stack.sh: %w", name, err)
+		}
+		s.started = append(s.started, name)
+	}
+	pids, err := s.pids(ctx)
+	if err != nil {
+		return err
+	}
+	p := process{pid: pids[name], started: started}
+	s.procs[name] = p
+	switch {
+	case started:
+		fmt.Fprintf(s.log, "    %-10s started (pid %d), log %s\n", name, p.pid, filepath.Join(s.cfg.Home, "logs", name+".log"))
+	case p.pid == 0:
+		fmt.Fprintf(s.log, "    %-10s answers on %s but has no pid file: its CPU is not measured\n", name, s.URL(name))
+	default:
+		fmt.Fprintf(s.log, "    %-10s running (pid %d), used as is\n", name, p.pid)
+	}
+	return s.waitReady(ctx, name)
+}
+
+// PID is the pid of a watched process of the stack; 0 when unknown.
+func (s *Stack) PID(name string) int { return s.procs[name].pid }
+
+// waitReady waits for the services' /readyz, which those found running may not answer
+// yet either.
+func (s *Stack) waitReady(ctx context.Context, names ...string) error {
 	deadline := time.Now().Add(90 * time.Second)
-	for _, name := range serviceNames {
+	for _, name := range names {
 		for !s.healthy(ctx, s.URL(name)+"/readyz") {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("%s is not ready at %s/readyz after 90s; see %s", name, s.URL(name), filepath.Join(s.cfg.Home, "logs", name+".log"))
@@ -282,7 +322,7 @@ func (s *Stack) watched() map[string]int {
 // now.
 func (s *Stack) processes() []report.ProcessInfo {
 	var out []report.ProcessInfo
-	for _, name := range slices.Concat(serverNames, serviceNames) {
+	for _, name := range slices.Concat(serverNames, serviceNames, optionalServices) {
 		p, ok := s.procs[name]
 		if !ok {
 			continue

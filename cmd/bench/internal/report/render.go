@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pulse-presence/pulse/cmd/internal/loadreport"
 )
@@ -88,6 +89,10 @@ func fmtMargin(t Target) string {
 	if t.Margin < 0 {
 		sign = "−"
 	}
+	if pct := math.Abs(100 * t.Margin); pct != 0 && pct < 0.5 {
+		// A miss this narrow (one change of many) must not read as 0%.
+		return fmt.Sprintf("%s%.2g%%", sign, pct)
+	}
 	return fmt.Sprintf("%s%.0f%%", sign, math.Abs(100*t.Margin))
 }
 
@@ -157,6 +162,9 @@ func markdownOf(r *Results, command string) string {
 	}
 	if r.Groups != nil {
 		m.groups(r.Groups)
+	}
+	if r.Webhooks != nil {
+		m.webhooks(r.Webhooks)
 	}
 	m.list("Profiles", r.Profiles, func(f string) string { return fmt.Sprintf("`%s` (`go tool pprof -top %s`)", f, f) })
 	m.list("Notes", r.Notes, func(n string) string { return n })
@@ -565,4 +573,66 @@ func plural(n int, thing string) string {
 // msPair prints a latency's p50 / p99.
 func msPair(q Quantiles) string {
 	return FmtMs(q.P50, q.Count) + " / " + FmtMs(q.P99, q.Count)
+}
+
+// webhooks renders the webhooks phase: one column per endpoint.
+func (m *markdown) webhooks(w *WebhooksResult) {
+	m.p("## Webhooks\n\n")
+	m.p("The stack's notifier delivering presence.changes to %s served by bench (net/http on loopback, every request's `Pulse-Signature` verified with the endpoint's secret), under batched ingest at %s events/s (%s) for %.0f s: %s accepted. The endpoints file took %.1f s to be reloaded. ",
+		plural(len(w.Endpoints), "endpoint"), Num(w.OfferedEventsPerSec), w.RateSource, w.LoadSeconds, Num(w.AcceptedEventsPerSec), w.ReloadSeconds)
+	m.p("Expected are the %s records of presence.changes from just before the load until the aggregator had folded it (%.1f s after its end; %s distinct change ids, %s undecodable), in each endpoint's view; latency is from a change's record timestamp to its receiver's first receipt of it.\n\n",
+		Num(float64(w.Changes)), w.SettleSeconds, Num(float64(w.ChangeIDs)), Num(float64(w.Undecodable)))
+	if len(w.Endpoints) == 0 {
+		return
+	}
+	m.p("| |")
+	for _, e := range w.Endpoints {
+		m.p(" %s |", e.ID)
+	}
+	m.p("\n|---|%s\n", strings.Repeat("---|", len(w.Endpoints)))
+	row := func(name string, cell func(e WebhookEndpoint) string) {
+		m.p("| %s |", name)
+		for _, e := range w.Endpoints {
+			m.p(" %s |", cell(e))
+		}
+		m.p("\n")
+	}
+	row("view; batch", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("%s; ≤ %d changes or %v", e.View, e.MaxChanges, time.Duration(e.MaxWaitSeconds*float64(time.Second)))
+	})
+	row("delivery latency p50 / p99 / max", func(e WebhookEndpoint) string {
+		l := e.LatencyMs
+		return fmt.Sprintf("**%s / %s** / %s", FmtMs(l.P50, l.Count), FmtMs(l.P99, l.Count), FmtMs(l.Max, l.Count))
+	})
+	row("notifier's own latency p50 / p99 (to its 2xx, bucket bounded)", func(e WebhookEndpoint) string {
+		if e.NotifierP99Ms == 0 {
+			return "–"
+		}
+		return FmtMs(e.NotifierP50Ms, 1) + " / " + FmtMs(e.NotifierP99Ms, 1)
+	})
+	row("changes/s delivered during the load (produced in the view)", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("**%s** (%s)", Num(e.DeliveredPerSec), Num(e.ProducedPerSec))
+	})
+	row("changes expected / delivered / missing", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("%s / %s / %s", Num(float64(e.Expected)), Num(float64(e.Delivered)), Num(float64(e.Missing)))
+	})
+	row("duplicates; received from outside the window", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("%s; %s", Num(float64(e.Duplicates)), Num(float64(e.Outside)))
+	})
+	row("requests (changes per request)", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("%s (%.1f)", Num(float64(e.Requests)), e.ChangesPerRequest)
+	})
+	row("invalid signatures; malformed", func(e WebhookEndpoint) string {
+		return fmt.Sprintf("%d; %d", e.InvalidSignatures, e.Malformed)
+	})
+	row("last change of the window first received, after the load's end", func(e WebhookEndpoint) string { return fmt.Sprintf("%.2f s", e.LastDeliverySeconds) })
+	m.p("\n")
+	if w.NotifierCores > 0 {
+		m.p("The notifier used %.2f cores from the load's start until bench had seen every change delivered (or stopped waiting), %s µs of CPU per change delivered.\n\n", w.NotifierCores, Sig(w.NotifierCPUMicrosPerChange))
+	}
+	for _, e := range w.Endpoints {
+		if len(e.MissingIDs) > 0 {
+			m.p("%s never got %s changes, among them %s.\n\n", e.ID, Num(float64(e.Missing)), strings.Join(e.MissingIDs, ", "))
+		}
+	}
 }

@@ -41,6 +41,9 @@ type Results struct {
 	Present *PresentResult `json:"present,omitempty"`
 	// Groups is a large group and many small rooms: counts, pages, memory, writes.
 	Groups *GroupsResult `json:"groups,omitempty"`
+	// Webhooks is presence changes delivered by the notifier to two endpoints served by
+	// bench: latency, changes/s, every change delivered.
+	Webhooks *WebhooksResult `json:"webhooks,omitempty"`
 	// Ratios are Pulse ÷ its engine's limit for each stage, measured or not.
 	Ratios []LimitRatio `json:"ratios"`
 
@@ -603,4 +606,74 @@ type CentrifugoResult struct {
 	// RedisBytes is MEMORY USAGE of the channel's presence hash and expiry sorted set.
 	RedisBytes    int64   `json:"redisBytes"`
 	BytesPerEntry float64 `json:"bytesPerEntry"`
+}
+
+// WebhooksResult is the webhooks phase: the stack's notifier delivering presence.changes
+// to two endpoints whose receivers run in bench, under batched ingest load.
+type WebhooksResult struct {
+	// OfferedEventsPerSec is the load's batched rate; RateSource says where it came
+	// from. AcceptedEventsPerSec is what ingest accepted of it, over LoadSeconds.
+	OfferedEventsPerSec  float64 `json:"offeredEventsPerSec"`
+	RateSource           string  `json:"rateSource"`
+	AcceptedEventsPerSec float64 `json:"acceptedEventsPerSec"`
+	LoadSeconds          float64 `json:"loadSeconds"`
+	// ReloadSeconds is from writing the endpoints file to the notifier's
+	// pulse_notifier_endpoints showing the phase's endpoints.
+	ReloadSeconds float64 `json:"reloadSeconds"`
+	// Changes is the records of presence.changes from just before the load until the
+	// aggregator had folded it (SettleSeconds after its end): every view's changes.
+	// ChangeIDs is the distinct change ids among them; Undecodable records that are
+	// not changes (the notifier skips them).
+	Changes       int64   `json:"changes"`
+	ChangeIDs     int64   `json:"changeIds"`
+	Undecodable   int64   `json:"undecodable"`
+	SettleSeconds float64 `json:"settleSeconds"`
+	// NotifierCores is the notifier's CPU from the load's start until bench had seen
+	// every change delivered (or stopped waiting), in cores; NotifierCPUMicrosPerChange
+	// its CPU time ÷ the changes delivered to both endpoints.
+	NotifierCores              float64           `json:"notifierCores"`
+	NotifierCPUMicrosPerChange float64           `json:"notifierCpuMicrosPerChange"`
+	Endpoints                  []WebhookEndpoint `json:"endpoints"`
+}
+
+// WebhookEndpoint is what one endpoint's receiver got.
+type WebhookEndpoint struct {
+	ID             string  `json:"id"`
+	View           string  `json:"view"` // public or operator
+	MaxChanges     int     `json:"maxChanges"`
+	MaxWaitSeconds float64 `json:"maxWaitSeconds"`
+	// Expected is the window's change ids the endpoint's view shows; Delivered those
+	// its receiver got (each once however often it came), Missing the others.
+	// Duplicates is the changes received again after their first delivery; Outside
+	// the distinct changes received that are not of the window (produced before it,
+	// or after: timeouts of the load's users, say).
+	Expected   int64 `json:"expected"`
+	Delivered  int64 `json:"delivered"`
+	Missing    int64 `json:"missing"`
+	Duplicates int64 `json:"duplicates"`
+	Outside    int64 `json:"outside"`
+	// MissingIDs are a few of the missing ids, to look for.
+	MissingIDs []string `json:"missingIds,omitempty"`
+	// Requests is the POSTs received; InvalidSignatures those whose Pulse-Signature
+	// did not verify with the endpoint's secret, Malformed those whose body was not a
+	// batch for the endpoint (both answered 400 and not counted as delivered).
+	Requests          int64   `json:"requests"`
+	InvalidSignatures int64   `json:"invalidSignatures"`
+	Malformed         int64   `json:"malformed"`
+	ChangesPerRequest float64 `json:"changesPerRequest"`
+	// LatencyMs is from each expected change's record timestamp in presence.changes to
+	// its receiver's first receipt of it.
+	LatencyMs Quantiles `json:"latencyMs"`
+	// NotifierP50Ms and NotifierP99Ms are the notifier's own
+	// pulse_notifier_latency_seconds over the phase (bucket bounded; to its 2xx).
+	NotifierP50Ms float64 `json:"notifierP50Ms"`
+	NotifierP99Ms float64 `json:"notifierP99Ms"`
+	// ProducedPerSec is the expected changes produced during the load ÷ its length;
+	// DeliveredPerSec the expected changes first received during the load ÷ its length.
+	ProducedPerSec  float64 `json:"producedPerSec"`
+	DeliveredPerSec float64 `json:"deliveredPerSec"`
+	// LastDeliverySeconds is from the load's end until the last expected change was
+	// first received (of those received: Missing never were). The window's last
+	// changes may come after the load, as the aggregator folds its end.
+	LastDeliverySeconds float64 `json:"lastDeliverySeconds"`
 }

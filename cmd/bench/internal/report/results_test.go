@@ -72,12 +72,13 @@ func TestEvaluate(t *testing.T) {
 	r := sampleResults()
 	r.History = historyCheck(r.Batched, 50000)
 	ts := evaluate(r, 10_000_000)
-	if len(ts) != 18 {
-		t.Fatalf("%d targets, want 18", len(ts))
+	if len(ts) != 21 {
+		t.Fatalf("%d targets, want 21", len(ts))
 	}
-	// No limits or groups phase ran: the targets stated against the limits, and the
-	// groups', are not measured.
-	for _, id := range []string{"batched-vs-kafka", "single-vs-echo", "history-vs-gocql", "group-count-p99", "group-page-p99", "group-count-vs-centrifugo"} {
+	// No limits, groups or webhooks phase ran: the targets stated against the limits,
+	// the groups' and the webhooks' are not measured.
+	for _, id := range []string{"batched-vs-kafka", "single-vs-echo", "history-vs-gocql", "group-count-p99", "group-page-p99", "group-count-vs-centrifugo",
+		"webhook-p99-bench-100ms", "webhook-p99-bench-1s", "webhook-delivered"} {
 		if got := target(t, ts, id); got.Measured {
 			t.Errorf("%s measured without the limits phase: %+v", id, got)
 		}
@@ -208,6 +209,8 @@ func TestFmtMargin(t *testing.T) {
 		{Target{Op: "<=", Threshold: 2}, 19, "−850%"},
 		{Target{Op: "<=", Threshold: 2}, 3000, "1,500× the limit"},
 		{Target{Op: "<=", Threshold: 150}, 9930, "66.2× the limit"},
+		{Target{Op: ">=", Threshold: 80000}, 79999, "−0.0013%"},
+		{Target{Op: ">=", Threshold: 80000}, 80000, "+0%"},
 	} {
 		if got := fmtMargin(tt.t.judge(tt.v, "")); got != tt.want {
 			t.Errorf("margin of %v against %s %v = %q, want %q", tt.v, tt.t.Op, tt.t.Threshold, got, tt.want)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // historyCheck picks the batched step closest to rate and reads history's numbers
@@ -38,7 +39,7 @@ func historyCheck(m *ModeResult, rate float64) *HistoryCheck {
 // is listed as not measured.
 func evaluate(r *Results, scaleGoal int) []Target {
 	return slices.Concat(throughputTargets(r), []Target{historyCostTarget(r)}, halfTargets(r.Half), scaleTargets(r.Scale, scaleGoal), historyTargets(r.History),
-		ratioTargets(limitRatios(r)), groupsTargets(r.Groups))
+		ratioTargets(limitRatios(r)), groupsTargets(r.Groups), webhooksTargets(r.Webhooks))
 }
 
 func throughputTargets(r *Results) []Target {
@@ -146,6 +147,65 @@ func groupsTargets(g *GroupsResult) []Target {
 		Target{ID: "group-page-p99", What: "a page of 100 of a group's online members p99 (GET /v1/groups/{id}/online)", Op: "<=", Threshold: 2, Unit: "ms"}.judge(page, note),
 		Target{ID: "group-count-vs-centrifugo", What: "a group's count vs Centrifugo's default presence_stats at as many present users (its p50 ÷ Pulse's)", Op: ">=", Threshold: CentrifugoGoal, Unit: "×"}.judge(speed, speedNote),
 	}
+}
+
+// WebhookEndpoints are the webhooks phase's endpoints: both send batches of at most
+// WebhookMaxChanges changes, one after its first change waited at most 100 ms, the
+// other the notifier's default 1 s.
+var WebhookEndpoints = []struct {
+	ID      string
+	MaxWait time.Duration
+}{{"bench-100ms", 100 * time.Millisecond}, {"bench-1s", time.Second}}
+
+// WebhookMaxChanges is the webhooks phase's batch.maxChanges, the notifier's default.
+const WebhookMaxChanges = 100
+
+// WebhookSlack is what bench's own delivery bound allows beyond an endpoint's maxWait:
+// no target is stated for webhooks' latency, so its p99 is held to maxWait + 1 s.
+const WebhookSlack = time.Second
+
+// webhooksTargets judges each endpoint's delivery p99 against maxWait + WebhookSlack,
+// and that every change of the load reached every endpoint.
+func webhooksTargets(w *WebhooksResult) []Target {
+	byID := map[string]WebhookEndpoint{}
+	var at string
+	if w != nil {
+		for _, e := range w.Endpoints {
+			byID[e.ID] = e
+		}
+		at = fmt.Sprintf("batched load at %s events/s for %.0f s", Num(w.OfferedEventsPerSec), w.LoadSeconds)
+	}
+	var out []Target
+	for _, spec := range WebhookEndpoints {
+		v, note := math.NaN(), ""
+		if e, ok := byID[spec.ID]; ok && e.LatencyMs.Count > 0 {
+			v = e.LatencyMs.P99
+			note = fmt.Sprintf("p50 %s, max %s; %s changes/s delivered of %s produced in its %s view; %s", FmtMs(e.LatencyMs.P50, e.LatencyMs.Count),
+				FmtMs(e.LatencyMs.Max, e.LatencyMs.Count), Num(e.DeliveredPerSec), Num(e.ProducedPerSec), e.View, at)
+		}
+		out = append(out, Target{ID: "webhook-p99-" + spec.ID,
+			What: fmt.Sprintf("webhook delivery p99, batches of ≤ %d changes or %v (bench's own bound, maxWait + %v: no target is stated)", WebhookMaxChanges, spec.MaxWait, WebhookSlack),
+			Op:   "<=", Threshold: float64((spec.MaxWait + WebhookSlack).Milliseconds()), Unit: "ms"}.judge(v, note))
+	}
+	// Every change expected must be delivered: the threshold is their number, which
+	// only the run knows.
+	t := Target{ID: "webhook-delivered", What: "changes of the load delivered to the webhook endpoints, each in its view (distinct ids, both endpoints; required: every one expected)",
+		Op: ">=", Unit: "changes"}
+	if w == nil || len(w.Endpoints) == 0 {
+		return append(out, t.judge(math.NaN(), ""))
+	}
+	var delivered int64
+	var parts []string
+	for _, e := range w.Endpoints {
+		t.Threshold += float64(e.Expected)
+		delivered += e.Delivered
+		parts = append(parts, fmt.Sprintf("%s %s of %s (%d duplicates, %d invalid signatures)", e.ID, Num(float64(e.Delivered)), Num(float64(e.Expected)), e.Duplicates, e.InvalidSignatures))
+	}
+	if t.Threshold == 0 {
+		// No change to deliver: nothing was shown either way.
+		return append(out, t.judge(math.NaN(), "no change of the load was expected: "+strings.Join(parts, "; ")))
+	}
+	return append(out, t.judge(float64(delivered), strings.Join(parts, "; ")))
 }
 
 func historyTargets(h *HistoryCheck) []Target {
