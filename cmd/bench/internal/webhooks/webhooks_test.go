@@ -299,7 +299,7 @@ func TestEndpointsFile(t *testing.T) {
 }
 
 func TestEnvironValue(t *testing.T) {
-	env := []byte("HOME=/root\x00PULSE_NOTIFIER_ENDPOINTS_FILE=/x/endpoints.json\x00PULSE_NOTIFIER_ENDPOINTS_FILE_OLD=/y\x00")
+	env := []byte("HOME=/root\x00PULSE_NOTIFIER_ENDPOINTS_FILE=/x/endpoints.json\x00XPULSE_NOTIFIER_ENDPOINTS_FILE=/y\x00")
 	if got := environValue(env, "PULSE_NOTIFIER_ENDPOINTS_FILE"); got != "/x/endpoints.json" {
 		t.Errorf("got %q", got)
 	}
