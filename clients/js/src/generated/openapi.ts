@@ -1516,6 +1516,38 @@ export interface components {
                     /** @description [upper bound in seconds, cumulative count] pairs; the +Inf bucket is `count`. */
                     buckets: number[][];
                 }[];
+                /** @description For the notifier: each webhook endpoint's health (`pulse_notifier_*`; docs/webhooks.md). */
+                endpoints?: {
+                    id: string;
+                    /**
+                     * @description `failing`: over the recent span more POSTs failed than succeeded, or changes were dead-lettered; `behind`: its oldest pending change is older than 5 minutes.
+                     * @enum {string}
+                     */
+                    state: "ok" | "behind" | "failing";
+                    /** @description Why the state is not `ok`. */
+                    reason?: string;
+                    /** @description Changes delivered since the notifier started. */
+                    delivered: number;
+                    /** @description Changes dead-lettered since the notifier started. */
+                    dead: number;
+                    /** @description Changes waiting for the endpoint. */
+                    backlog: number;
+                    /** @description Age of the oldest of them (0: none): the endpoint's lag. */
+                    oldestPendingSeconds: number;
+                    /** @description The span the state judges: since an earlier read of this query instance (`windowSeconds` ago), or since the notifier started. */
+                    recent: {
+                        windowSeconds?: number;
+                        attemptsDelivered?: number;
+                        attemptsFailed?: number;
+                        dead?: number;
+                        /** @description Upper bound of the latency histogram's bucket holding the 99th percentile. */
+                        latencyP99Seconds?: number;
+                        latencyP99AboveBuckets?: boolean;
+                        latencyMeanSeconds?: number;
+                    };
+                }[];
+                /** @description For the notifier: the endpoints its endpoints file lists. */
+                endpointsConfigured?: number;
             }[];
         };
         /**
