@@ -48,7 +48,7 @@ func (c *Config) vars() []*config.Var {
 			"JSON file of the webhook endpoints (docs/webhooks.md); holds their secrets. Empty: no endpoints"),
 		config.Duration(&c.EndpointsReload, "PULSE_NOTIFIER_ENDPOINTS_RELOAD", 10*time.Second,
 			"how often the endpoints file is read again; a file refused keeps the endpoints in force", config.Positive),
-		config.Int(&c.MaxBacklog, "PULSE_NOTIFIER_MAX_BACKLOG", 100000,
+		config.Int(&c.MaxBacklog, "PULSE_NOTIFIER_MAX_BACKLOG", 10000,
 			"most changes one partition holds for one endpoint; past it the oldest are dead-lettered, so a dead endpoint costs bounded memory", config.Positive),
 		config.Duration(&c.CommitInterval, "PULSE_NOTIFIER_COMMIT_INTERVAL", time.Second,
 			"time between two offset commits of a partition (each up to the oldest change not yet delivered nor dead-lettered)", config.Positive),

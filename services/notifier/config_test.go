@@ -16,7 +16,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	if cfg.HTTP.Addr != ":18084" || cfg.Group != "pulse-notifier" || cfg.WebhooksTopic != "presence.webhooks" ||
-		cfg.EndpointsFile != "" || cfg.EndpointsReload != 10*time.Second || cfg.MaxBacklog != 100000 ||
+		cfg.EndpointsFile != "" || cfg.EndpointsReload != 10*time.Second || cfg.MaxBacklog != 10000 ||
 		cfg.CommitInterval != time.Second || cfg.drainTimeout() != 7500*time.Millisecond {
 		t.Fatalf("defaults = %+v", cfg)
 	}
