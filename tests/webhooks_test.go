@@ -36,8 +36,11 @@ type receiver struct {
 	secret string
 	srv    *httptest.Server
 
-	mu       sync.Mutex
-	failNext int           // answer 500 to this many requests first
+	mu         sync.Mutex
+	failNext   int // answer 500 to this many requests first, asking for retryAfter
+	retryAfter time.Duration
+	// attempts are the times each batch (Pulse-Batch) was posted at.
+	attempts map[string][]time.Time
 	dead     bool          // answer 503 to every request
 	delay    time.Duration // answer after this long
 	requests int
@@ -51,7 +54,7 @@ type receiver struct {
 
 func newReceiver(t *testing.T) *receiver {
 	rv := &receiver{secret: harness.RandomID(t) + harness.RandomID(t) + harness.RandomID(t),
-		order: map[string][]string{}, seen: map[string]int{}, arrived: map[string]time.Time{}, status: map[string]string{}}
+		order: map[string][]string{}, attempts: map[string][]time.Time{}, seen: map[string]int{}, arrived: map[string]time.Time{}, status: map[string]string{}}
 	rv.srv = httptest.NewServer(http.HandlerFunc(rv.serve))
 	t.Cleanup(rv.srv.Close)
 	return rv
@@ -82,9 +85,14 @@ func (rv *receiver) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
+	batch := r.Header.Get("Pulse-Batch")
+	rv.attempts[batch] = append(rv.attempts[batch], now)
 	if rv.failNext > 0 {
 		rv.failNext--
 		rv.refused++
+		if rv.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(rv.retryAfter/time.Second)))
+		}
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
@@ -251,14 +259,14 @@ func TestWebhooksDeliverEveryChange(t *testing.T) {
 	webhooks := p.Webhooks
 
 	fast, flaky, dead, slow := newReceiver(t), newReceiver(t), newReceiver(t), newReceiver(t)
-	flaky.failNext = 3
+	flaky.failNext, flaky.retryAfter = 3, time.Second
 	dead.dead = true
 	slow.delay = 5 * time.Second
 	endpoints := []map[string]any{
 		{"id": "fast", "url": fast.srv.URL, "secret": fast.secret, "batch": map[string]any{"maxWait": "200ms"}},
 		{"id": "flaky", "url": flaky.srv.URL, "secret": flaky.secret, "view": "operator",
 			"batch": map[string]any{"maxChanges": 7, "maxWait": "100ms"},
-			"retry": map[string]any{"attempts": 10, "initialBackoff": "50ms", "maxBackoff": "200ms"}},
+			"retry": map[string]any{"attempts": 10, "initialBackoff": "50ms", "maxBackoff": "2s"}},
 		{"id": "dead", "url": dead.srv.URL, "secret": dead.secret, "batch": map[string]any{"maxChanges": 20, "maxWait": "100ms"},
 			"retry": map[string]any{"attempts": 3, "initialBackoff": "20ms", "maxBackoff": "50ms"}},
 		{"id": "slow", "url": slow.srv.URL, "secret": slow.secret, "batch": map[string]any{"maxChanges": 1000, "maxWait": "100ms"}},
@@ -337,6 +345,20 @@ func TestWebhooksDeliverEveryChange(t *testing.T) {
 	flaky.mu.Lock()
 	if flaky.refused != 3 {
 		t.Errorf("flaky endpoint refused %d requests, want 3", flaky.refused)
+	}
+	// Each refusal asked for a second's wait (Retry-After: 1), longer than the
+	// backoff's 50 ms; the batch's next attempt honoured it.
+	retried := 0
+	for batch, at := range flaky.attempts {
+		for i := 1; i < len(at); i++ {
+			retried++
+			if gap := at[i].Sub(at[i-1]); gap < 950*time.Millisecond {
+				t.Errorf("batch %s was posted again %v after a refusal asking for 1 s", batch, gap)
+			}
+		}
+	}
+	if retried != 3 {
+		t.Errorf("%d retried posts of the flaky endpoint, want 3", retried)
 	}
 	flaky.mu.Unlock()
 

@@ -85,7 +85,8 @@ func (l *lane) pending() (offset int64, n int, produced time.Time, ok bool) {
 	return 0, 0, time.Time{}, false
 }
 
-// run sends batches until the lane is drained or cancelled.
+// run sends batches until the lane is drained or cancelled. A batch goes when it is
+// full, when its first change has waited MaxWait, or at once while draining.
 func (l *lane) run() {
 	defer close(l.done)
 	draining := false
@@ -96,43 +97,34 @@ func (l *lane) run() {
 		ep := l.ep.Load()
 		l.mu.Lock()
 		n := len(l.queue)
-		var oldest time.Time
+		var waited time.Duration
 		if n > 0 {
-			oldest = l.queue[0].routed
+			waited = time.Since(l.queue[0].routed)
 		}
 		l.mu.Unlock()
-		var wait time.Duration
 		switch {
 		case n == 0 && draining:
 			return
-		case n == 0:
-			wait = -1
-		case n < ep.MaxChanges && !draining:
-			wait = ep.MaxWait - time.Since(oldest)
-		}
-		if wait != 0 && (wait > 0 || n == 0) {
-			if wait > 0 {
-				timer.Reset(wait)
-			}
-			select {
-			case <-l.wake:
-			case <-timer.C:
-			case <-l.drain:
-				draining = true
-			case <-l.ctx.Done():
+		case n > 0 && (draining || n >= ep.MaxChanges || waited >= ep.MaxWait):
+			if !l.send(ep) {
 				return
-			}
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
 			}
 			continue
 		}
-		if !l.send(ep) {
+		var due <-chan time.Time
+		if n > 0 {
+			timer.Reset(ep.MaxWait - waited)
+			due = timer.C
+		}
+		select {
+		case <-l.wake:
+		case <-due:
+		case <-l.drain:
+			draining = true
+		case <-l.ctx.Done():
 			return
 		}
+		timer.Stop()
 	}
 }
 
