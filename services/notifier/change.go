@@ -2,13 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/records"
@@ -38,21 +35,12 @@ type change struct {
 	rendered [2][]byte // by view: public, operator
 }
 
-// decodeChange reads a presence.changes record; a record without Pulse's schema
-// header, or whose value is not a valid change, is an error.
+// decodeChange reads a presence.changes record (records.DecodeChange: any flaw is an
+// error).
 func decodeChange(r *kgo.Record) (*change, error) {
-	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
+	p, err := records.DecodeChange(r)
+	if err != nil {
 		return nil, err
-	}
-	var p pulsev1.Change
-	if err := proto.Unmarshal(r.Value, &p); err != nil {
-		return nil, fmt.Errorf("decoding change: %w", err)
-	}
-	if err := presence.ValidateID(p.GetUserId(), presence.MaxUserIDLen); err != nil {
-		return nil, fmt.Errorf("user id: %w", err)
-	}
-	if string(r.Key) != p.GetUserId() {
-		return nil, fmt.Errorf("record key %q differs from user id %q", r.Key, p.GetUserId())
 	}
 	c := &change{
 		id:         strconv.Itoa(int(p.GetSourcePartition())) + ":" + strconv.FormatInt(p.GetSourceOffset(), 10),
@@ -69,27 +57,8 @@ func decodeChange(r *kgo.Record) (*change, error) {
 		produced:   r.Timestamp,
 		offset:     r.Offset,
 	}
-	if c.group != "" {
-		if err := presence.ValidateGroupID(c.group); err != nil {
-			return nil, fmt.Errorf("group id: %w", err)
-		}
-	}
-	for _, g := range c.groups {
-		if err := presence.ValidateGroupID(g); err != nil {
-			return nil, fmt.Errorf("groups: %w", err)
-		}
-	}
-	if c.previous == presence.StatusUnknown || c.current == presence.StatusUnknown || (c.previous == c.current) != (c.customOnly || c.group != "") {
-		return nil, fmt.Errorf("transition %v -> %v is not a change", p.GetPrevious(), p.GetCurrent())
-	}
 	if cs := presence.CustomFromPB(p.GetCustom()); cs != nil {
-		if err := cs.Validate(); err != nil {
-			return nil, fmt.Errorf("custom: %w", err)
-		}
 		c.custom = *cs
-	}
-	if c.at.IsZero() {
-		return nil, errors.New("no changed_at")
 	}
 	if pa := p.GetPublicChangedAtUs(); pa != 0 {
 		c.publicAt = presence.FromMicros(pa)
@@ -131,14 +100,9 @@ func (c *change) visible(operator bool) bool {
 		return true
 	}
 	if c.customOnly {
-		return publicCustom(c.current)
+		return c.current.ShowsCustomPublicly()
 	}
 	return c.previous.Public() != c.current.Public()
-}
-
-func publicCustom(st presence.Status) bool {
-	st = st.Public()
-	return st == presence.Online || st == presence.Idle
 }
 
 // json is the change as the view shows it, rendered once per view. A custom status
@@ -167,7 +131,7 @@ func (c *change) json(operator bool, now time.Time) []byte {
 			if !c.customOnly {
 				w.At = c.publicAt
 			}
-			if !publicCustom(c.current) {
+			if !c.current.ShowsCustomPublicly() {
 				custom = presence.CustomStatus{}
 			}
 		}

@@ -157,7 +157,7 @@ func (l *lane) send(ep *Endpoint) bool {
 		if !errors.Is(err, retry.ErrAttempts) {
 			l.w.logger.Error("webhook batch refused for good", "endpoint", ep.ID, "batch", id, "err", err)
 		}
-		if l.w.deadLetter(l.ctx, ep.ID, batch[0].c.offset, body, err) != nil {
+		if l.w.n.deadLetter(l.ctx, l.w.logger, l.w.partition, ep.ID, batch[0].c.offset, body, len(batch), err) != nil {
 			return false
 		}
 	}

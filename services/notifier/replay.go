@@ -91,12 +91,6 @@ func (w *replayWorker) replay(ctx context.Context, r *kgo.Record) error {
 		w.n.m.changes.WithLabelValues(id, outcomeDelivered).Add(float64(len(b.Changes)))
 		return nil
 	}
-	dl := &worker{n: w.n, partition: w.partition, logger: w.logger}
-	return dl.deadLetter(ctx, id, r.Offset, r.Value, errors.Join(err, errors.New("replayed from "+w.topic+" offset "+strconv.FormatInt(r.Offset, 10))))
-}
-
-// countChanges is the number of changes of a batch's body.
-func countChanges(body []byte) (int, error) {
-	b, err := webhook.Decode(body)
-	return len(b.Changes), err
+	return w.n.deadLetter(ctx, w.logger, w.partition, id, r.Offset, r.Value, len(b.Changes),
+		errors.Join(err, errors.New("replayed from "+w.topic+" offset "+strconv.FormatInt(r.Offset, 10))))
 }

@@ -121,31 +121,30 @@ func (w *worker) route(ctx context.Context, r *kgo.Record) {
 		l.push(item{c: c, json: c.json(ep.Operator, now), routed: now})
 		if shed := l.shed(w.n.cfg.MaxBacklog, ep.MaxChanges); len(shed) > 0 {
 			_, body := batchBody(ep.ID, w.partition, shed)
-			_ = w.deadLetter(ctx, ep.ID, shed[0].c.offset, body,
+			_ = w.n.deadLetter(ctx, w.logger, w.partition, ep.ID, shed[0].c.offset, body, len(shed),
 				fmt.Errorf("more than %d changes waited for the endpoint (PULSE_NOTIFIER_MAX_BACKLOG)", w.n.cfg.MaxBacklog))
 		}
 	}
 }
 
-// deadLetter writes a batch the endpoint did not take to the dead-letter topic, keyed
-// by the endpoint so that its dead batches stay in order, and waits for Kafka's ack;
-// it retries until ctx ends. `pulsectl dlq replay` sends the batch to the replay
-// topic, which the notifier delivers to the endpoint again.
-func (w *worker) deadLetter(ctx context.Context, endpoint string, firstOffset int64, body []byte, reason error) error {
+// deadLetter writes a batch of changes changes the endpoint did not take to the
+// dead-letter topic, keyed by the endpoint so that its dead batches stay in order, and
+// waits for Kafka's ack; it retries until ctx ends. `pulsectl dlq replay` sends the
+// batch to the replay topic, which the notifier delivers to the endpoint again.
+func (n *notifier) deadLetter(ctx context.Context, logger *slog.Logger, partition int32, endpoint string, firstOffset int64, body []byte, changes int, reason error) error {
 	r := deadletter.Record(&kgo.Record{
-		Topic: w.n.cfg.WebhooksTopic, Partition: w.partition, Offset: firstOffset,
+		Topic: n.cfg.WebhooksTopic, Partition: partition, Offset: firstOffset,
 		Key: []byte(endpoint), Value: body,
 	}, "notifier", reason, time.Now())
-	err := retry.Do(ctx, retry.Policy{TryTimeout: 10 * time.Second}, w.logger, "dead-lettering a webhook batch", func(ctx context.Context) error {
-		return w.n.produce(ctx, r)
+	err := retry.Do(ctx, retry.Policy{TryTimeout: 10 * time.Second}, logger, "dead-lettering a webhook batch", func(ctx context.Context) error {
+		return n.produce(ctx, r)
 	}, "endpoint", endpoint)
 	if err != nil {
 		return err
 	}
-	changes, _ := countChanges(body)
-	w.n.m.deliveries.WithLabelValues(endpoint, outcomeDead).Inc()
-	w.n.m.changes.WithLabelValues(endpoint, outcomeDead).Add(float64(changes))
-	w.logger.Warn("webhook batch dead-lettered", "endpoint", endpoint, "changes", changes, "reason", reason)
+	n.m.deliveries.WithLabelValues(endpoint, outcomeDead).Inc()
+	n.m.changes.WithLabelValues(endpoint, outcomeDead).Add(float64(changes))
+	logger.Warn("webhook batch dead-lettered", "endpoint", endpoint, "changes", changes, "reason", reason)
 	return nil
 }
 

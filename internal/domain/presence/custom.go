@@ -229,8 +229,15 @@ func CustomFromPB(p *pulsev1.CustomStatus) *CustomStatus {
 // reads offline to them, so that an invisible user shows no custom status, as an
 // offline one does not (docs/design.md, "Invisible looks offline").
 func (u *User) PublicCustomAt(now time.Time) CustomStatus {
-	if st := u.Status.Public(); st != Online && st != Idle {
+	if !u.Status.ShowsCustomPublicly() {
 		return CustomStatus{}
 	}
 	return u.CustomAt(now)
+}
+
+// ShowsCustomPublicly reports whether readers who are not operators see the custom
+// status of a user whose status is s: only while the user reads online or idle.
+func (s Status) ShowsCustomPublicly() bool {
+	st := s.Public()
+	return st == Online || st == Idle
 }

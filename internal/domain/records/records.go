@@ -89,6 +89,49 @@ func CheckSchema(r *kgo.Record, want string) error {
 	return nil
 }
 
+// DecodeChange reads a presence.changes record; any flaw is an error, never a
+// half-read change: a missing schema header, a value that is not a Change, a user or
+// group id Pulse would not accept, a key that is not the user, a transition that is no
+// change, an invalid custom status or no change time.
+func DecodeChange(r *kgo.Record) (*pulsev1.Change, error) {
+	if err := CheckSchema(r, pulsev1.SchemaChange); err != nil {
+		return nil, err
+	}
+	var c pulsev1.Change
+	if err := proto.Unmarshal(r.Value, &c); err != nil {
+		return nil, fmt.Errorf("decoding change: %w", err)
+	}
+	if err := presence.ValidateID(c.GetUserId(), presence.MaxUserIDLen); err != nil {
+		return nil, fmt.Errorf("user id: %w", err)
+	}
+	if string(r.Key) != c.GetUserId() {
+		return nil, fmt.Errorf("record key %q differs from user id %q", r.Key, c.GetUserId())
+	}
+	if g := c.GetGroupId(); g != "" {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return nil, fmt.Errorf("group id: %w", err)
+		}
+	}
+	for _, g := range c.GetGroups() {
+		if err := presence.ValidateGroupID(g); err != nil {
+			return nil, fmt.Errorf("groups: %w", err)
+		}
+	}
+	prev, cur := presence.StatusFromPB(c.GetPrevious()), presence.StatusFromPB(c.GetCurrent())
+	if prev == presence.StatusUnknown || cur == presence.StatusUnknown || (prev == cur) != (c.GetCustomOnly() || c.GetGroupId() != "") {
+		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v, group: %q)", c.GetPrevious(), c.GetCurrent(), c.GetCustomOnly(), c.GetGroupId())
+	}
+	if cs := presence.CustomFromPB(c.GetCustom()); cs != nil {
+		if err := cs.Validate(); err != nil {
+			return nil, fmt.Errorf("custom: %w", err)
+		}
+	}
+	if c.GetChangedAtUs() == 0 {
+		return nil, errors.New("no changed_at")
+	}
+	return &c, nil
+}
+
 // DecodeEvent reads a presence.events record; any flaw is an error, never a
 // half-read event.
 func DecodeEvent(r *kgo.Record) (presence.Event, error) {

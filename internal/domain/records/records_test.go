@@ -54,3 +54,41 @@ func TestDecodeEventRefusesForeignRecords(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeChangeRefusesWhatIsNoChange(t *testing.T) {
+	on, idle := pulsev1.Status_STATUS_ONLINE, pulsev1.Status_STATUS_IDLE
+	good := func() *pulsev1.Change {
+		return &pulsev1.Change{UserId: "alice", Previous: idle, Current: on, ChangedAtUs: 1_795_000_000_000_000}
+	}
+	r, err := Change("presence.changes", good())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := DecodeChange(r); err != nil || c.GetUserId() != "alice" || c.GetCurrent() != on {
+		t.Fatalf("DecodeChange = %v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*pulsev1.Change, *kgo.Record)
+		want string
+	}{
+		{"no header", func(_ *pulsev1.Change, r *kgo.Record) { r.Headers = nil }, "no " + pulsev1.SchemaHeader},
+		{"key", func(_ *pulsev1.Change, r *kgo.Record) { r.Key = []byte("bob") }, `record key "bob" differs`},
+		{"same status", func(c *pulsev1.Change, _ *kgo.Record) { c.Current = idle }, "is not a change"},
+		{"group id", func(c *pulsev1.Change, _ *kgo.Record) { c.Current, c.GroupId = idle, "a b" }, "group id"},
+		{"groups", func(c *pulsev1.Change, _ *kgo.Record) { c.Groups = []string{""} }, "groups"},
+		{"no time", func(c *pulsev1.Change, _ *kgo.Record) { c.ChangedAtUs = 0 }, "no changed_at"},
+	} {
+		c := good()
+		r, _ := Change("presence.changes", c)
+		tc.edit(c, r)
+		if tc.name != "no header" && tc.name != "key" {
+			key := r.Key
+			r, _ = Change("presence.changes", c)
+			r.Key = key
+		}
+		if _, err := DecodeChange(r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: DecodeChange = %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -2,13 +2,10 @@ package feed
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pulse-presence/pulse/internal/api/customjson"
 	"github.com/pulse-presence/pulse/internal/domain/presence"
@@ -53,39 +50,23 @@ type entry struct {
 
 // publicNoop reports whether readers other than operators see no change at all:
 // invisible and offline both read as offline, and a user who reads as offline shows
-// no custom status (presence.User.PublicCustomAt).
+// no custom status (presence.Status.ShowsCustomPublicly).
 func (e *entry) publicNoop() bool {
 	if e.group != "" {
 		return false // a membership change is news whatever the status
 	}
 	if e.customOnly {
-		return !publicCustom(e.current)
+		return !e.current.ShowsCustomPublicly()
 	}
 	return e.previous.Public() == e.current.Public()
 }
 
-// publicCustom reports whether readers other than operators see the custom status of
-// a user whose status is st.
-func publicCustom(st presence.Status) bool {
-	st = st.Public()
-	return st == presence.Online || st == presence.Idle
-}
-
-// decodeChange reads a presence.changes record; a record without Pulse's schema
-// header, or whose value is not a valid change, is an error.
+// decodeChange reads a presence.changes record (records.DecodeChange: any flaw is an
+// error) into the entry the hub shares.
 func decodeChange(r *kgo.Record) (*entry, error) {
-	if err := records.CheckSchema(r, pulsev1.SchemaChange); err != nil {
+	c, err := records.DecodeChange(r)
+	if err != nil {
 		return nil, err
-	}
-	var c pulsev1.Change
-	if err := proto.Unmarshal(r.Value, &c); err != nil {
-		return nil, fmt.Errorf("decoding change: %w", err)
-	}
-	if err := presence.ValidateID(c.GetUserId(), presence.MaxUserIDLen); err != nil {
-		return nil, fmt.Errorf("user id: %w", err)
-	}
-	if string(r.Key) != c.GetUserId() {
-		return nil, fmt.Errorf("record key %q differs from user id %q", r.Key, c.GetUserId())
 	}
 	e := &entry{
 		partition:       r.Partition,
@@ -99,30 +80,14 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 		sourcePartition: c.GetSourcePartition(),
 		sourceOffset:    c.GetSourceOffset(),
 		customOnly:      c.GetCustomOnly(),
+		group:           c.GetGroupId(),
+		groups:          c.GetGroups(),
 	}
-	if g := c.GetGroupId(); g != "" {
-		if err := presence.ValidateGroupID(g); err != nil {
-			return nil, fmt.Errorf("group id: %w", err)
-		}
-		e.group, e.left = g, c.GetLeft()
-	}
-	for _, g := range c.GetGroups() {
-		if err := presence.ValidateGroupID(g); err != nil {
-			return nil, fmt.Errorf("groups: %w", err)
-		}
-	}
-	e.groups = c.GetGroups()
-	if e.previous == presence.StatusUnknown || e.current == presence.StatusUnknown || (e.previous == e.current) != (e.customOnly || e.group != "") {
-		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v, group: %q)", c.GetPrevious(), c.GetCurrent(), e.customOnly, e.group)
+	if e.group != "" {
+		e.left = c.GetLeft()
 	}
 	if cs := presence.CustomFromPB(c.GetCustom()); cs != nil {
-		if err := cs.Validate(); err != nil {
-			return nil, fmt.Errorf("custom: %w", err)
-		}
 		e.custom = *cs
-	}
-	if e.at.IsZero() {
-		return nil, errors.New("no changed_at")
 	}
 	if p := c.GetPublicChangedAtUs(); p != 0 {
 		e.publicAt = presence.FromMicros(p)
@@ -172,7 +137,7 @@ func (e *entry) render(operator bool, cursor string, now time.Time) []byte {
 		if !e.customOnly {
 			m.At = e.publicAt
 		}
-		if !publicCustom(e.current) {
+		if !e.current.ShowsCustomPublicly() {
 			custom = presence.CustomStatus{}
 		}
 	}
