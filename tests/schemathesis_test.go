@@ -45,7 +45,7 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 		budget = schemathesisBudget
 	}
 	// History runs too, so a past instant is answered from its rows (200 or 404), not
-	// only with "not final yet".
+	// only with "not written yet".
 	p := harness.NewTopics(t, 2)
 	for _, name := range []string{"ingest", "aggregator", "history", "query"} {
 		p.Start(t, name)

@@ -88,6 +88,16 @@ type Config struct {
 	SnapshotInterval      time.Duration
 	SnapshotRetention     time.Duration
 	ShardChangesRetention time.Duration
+	// Lateness is how far out of time order two users' changes may reach a changes
+	// partition: an instant becomes final this long after the partition's latest change
+	// or clock (docs/design.md, History). 0: twice MaxSkew, the most two clients'
+	// clocks can be apart within what ingest accepts.
+	Lateness time.Duration
+	// QuietAfter is how long a changes partition that has read all its log has had
+	// nothing new before its fold is moved to the clock, so that a quiet shard's past
+	// becomes final by time (0: never, for loading logs of the past, which the clock
+	// would overtake).
+	QuietAfter time.Duration
 }
 
 // PULSE_HISTORY_EVENT_ROWS values.
@@ -148,6 +158,12 @@ func (c *Config) vars() []*config.Var {
 			"how long shard_snapshots rows are kept (their TTL); point-in-time reads reach back this far", wholeSeconds),
 		config.Duration(&c.ShardChangesRetention, "PULSE_HISTORY_SHARD_CHANGES_RETENTION", 30*24*time.Hour,
 			"how long shard_changes rows are kept (their TTL); keep at least PULSE_HISTORY_SNAPSHOT_RETENTION", wholeSeconds),
+		config.Duration(&c.Lateness, "PULSE_HISTORY_LATENESS", 0,
+			"how far out of time order two users' changes may arrive: an instant's rollups and point-in-time answers become final this long after it (a change later than that is moved up and counted late); 0: twice PULSE_INGEST_MAX_SKEW (10m by default)",
+			config.NotNegative),
+		config.Duration(&c.QuietAfter, "PULSE_HISTORY_QUIET_AFTER", 2*time.Second,
+			"how long a presence.changes partition that has read everything its log holds waits with nothing new before history moves its fold to the clock, so a quiet shard's past becomes final by time; 0: never (when loading logs of the past, whose times the clock would overtake)",
+			config.NotNegative),
 	)...)
 }
 
@@ -179,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if c.StatusInterval > c.Horizon/2 {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_STATUS_INTERVAL=%v: must be at most half of PULSE_HISTORY_HORIZON (%v): after a crash the horizon re-read plans the user_status rows that were held", c.StatusInterval, c.Horizon))
+	}
+	if c.Lateness != 0 && c.Lateness < c.MaxSkew {
+		errs = append(errs, fmt.Errorf("PULSE_HISTORY_LATENESS=%v: must be at least PULSE_INGEST_MAX_SKEW (%v), or every event of a client whose clock is behind would arrive late", c.Lateness, c.MaxSkew))
 	}
 	if c.Horizon < 2*c.MaxSkew {
 		errs = append(errs, fmt.Errorf("PULSE_HISTORY_HORIZON=%v: must be at least 2×PULSE_INGEST_MAX_SKEW (%v), or events made stale by an event received up to that long before would not be flagged", c.Horizon, 2*c.MaxSkew))

@@ -52,9 +52,13 @@ func (h *history) newRollup(partition int32) *rollupState {
 }
 
 // lateness bounds how far out of changed_at order changes of different users arrive:
-// ingest keeps occurred-at within MaxSkew of its clock either way.
+// PULSE_HISTORY_LATENESS, or by default twice MaxSkew, as ingest keeps occurred-at
+// within MaxSkew of its clock either way.
 func (h *history) lateness() time.Duration {
-	return max(rollup.DefaultLateness, 2*h.cfg.MaxSkew)
+	if h.cfg.Lateness > 0 {
+		return h.cfg.Lateness
+	}
+	return 2 * h.cfg.MaxSkew
 }
 
 // apply folds c, found at offset, unless it was folded already: at or before the

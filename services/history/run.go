@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -48,9 +50,29 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		produce: func(ctx context.Context, recs ...*kgo.Record) error {
 			return cons.Client().ProduceSync(ctx, recs...).FirstErr()
 		},
+		committed: func(topic string, partition int32) (int64, bool) {
+			o, ok := cons.Client().CommittedOffsets()[topic][partition]
+			return o.Offset, ok
+		},
 		logger: logger,
 		m:      m,
 	}
+	h.ends = &endOffsets{maxAge: cfg.QuietAfter / 2, list: func(ctx context.Context) (map[int32]int64, error) {
+		listed, err := kadm.NewClient(cons.Client()).ListEndOffsets(ctx, cfg.Kafka.ChangesTopic)
+		if err != nil {
+			return nil, err
+		}
+		ends := map[int32]int64{}
+		var errs []error
+		listed.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil {
+				errs = append(errs, fmt.Errorf("partition %d: %w", o.Partition, o.Err))
+				return
+			}
+			ends[o.Partition] = o.Offset
+		})
+		return ends, errors.Join(errs...)
+	}}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,
 		Topics:         []string{cfg.Kafka.EventsTopic, cfg.Kafka.ChangesTopic},

@@ -34,6 +34,10 @@ type history struct {
 	checkpoints checkpointLoader
 	// produce writes dead letters (presence.changes.dlq) and waits for the acks.
 	produce func(ctx context.Context, recs ...*kgo.Record) error
+	// ends lists presence.changes' end offsets for quiet partitions, and committed is
+	// the group's committed offset of a partition, if any (quiet.go).
+	ends      *endOffsets
+	committed func(topic string, partition int32) (int64, bool)
 	logger  *slog.Logger
 	m       *metrics
 }
@@ -68,6 +72,14 @@ type worker struct {
 	plan      *batchPlan  // gathered since the last flush; nil: nothing
 	planned   *kgo.Record // the last record in plan
 	lastFlush time.Time
+
+	// started: the partition's state is rebuilt (from its first record, or for a quiet
+	// changes partition from its end offset); next is the offset after the last record
+	// gathered, lastRecord when it came, lastQuiet the last quiet check (quiet.go).
+	started    bool
+	next       int64
+	lastRecord time.Time
+	lastQuiet  time.Time
 
 	// status is the user_status rows gathered since they were last written (at
 	// lastStatus, when statusFrom was the log time of the first record they held),
@@ -107,15 +119,18 @@ var _ consume.Worker = (*worker)(nil)
 func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 	defer w.h.m.windowEntries.Sub(float64(w.windowLen))
 	defer w.dropRollupGauges()
-	w.lastCheckpoint, w.lastFlush, w.lastStatus, w.lastRollup = time.Now(), time.Now(), time.Now(), time.Now()
+	now := time.Now()
+	w.lastCheckpoint, w.lastFlush, w.lastStatus, w.lastRollup, w.lastRecord = now, now, now, now, now
 	w.status = &statusPlan{}
-	// One timer serves the three deadlines: the gathered batches' flush, the pending
-	// commit and the rollups' checkpoint (a partition whose records stop still gets all
-	// three once their interval passes).
+	// One timer serves every deadline: the gathered batches' flush, the pending commit,
+	// the rollups' checkpoint and a changes partition's quiet check (a partition whose
+	// records stop still gets them all once their interval passes).
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	started := false
+	if !w.events && w.h.cfg.QuietAfter > 0 {
+		timer.Reset(w.h.cfg.QuietAfter)
+	}
 	for {
 		select {
 		case batch, ok := <-recs:
@@ -130,8 +145,8 @@ func (w *worker) Run(ctx context.Context, recs <-chan []*kgo.Record) error {
 				w.commitPending(ctx)
 				return nil
 			}
-			if !started {
-				started = true
+			if !w.started {
+				w.started = true
 				rebuild := w.rebuild
 				if !w.events {
 					rebuild = w.restoreRollup
@@ -209,6 +224,27 @@ func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 			w.commitPending(ctx)
 		}
 	}
+	if !w.events && cfg.QuietAfter > 0 {
+		since := w.lastRecord
+		if w.lastQuiet.After(since) {
+			since = w.lastQuiet
+		}
+		if wait := cfg.QuietAfter - time.Since(since); wait > 0 {
+			soonest(wait)
+		} else {
+			w.lastQuiet = time.Now()
+			moved, err := w.quiet(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if moved && w.plan == nil {
+				if err := w.h.writer.write(ctx, []*historystore.Batch{w.provisionalRow()}); err != nil {
+					return 0, err
+				}
+			}
+			soonest(cfg.QuietAfter)
+		}
+	}
 	return next, nil
 }
 
@@ -228,6 +264,7 @@ func (w *worker) gather(batch []*kgo.Record) {
 		}
 	}
 	w.planned = batch[len(batch)-1]
+	w.next, w.lastRecord = w.planned.Offset+1, time.Now()
 	if w.window != nil {
 		n := w.window.Len()
 		w.h.m.windowEntries.Add(float64(n - w.windowLen))
@@ -256,9 +293,13 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 	if rollupDue {
 		st.fold.Advance(st.maxAt)
 		rows := st.fold.Flush()
-		plan.addRollup(&rows, w.partition, st.flushTimestamp(), historystore.Retention{
-			Snapshots: cfg.SnapshotRetention, Changes: cfg.ShardChangesRetention})
+		plan.addRollup(&rows, w.partition, st.flushTimestamp(), w.retention())
 		w.reportRollup()
+	} else if st != nil {
+		// The changes go out with every flush, ahead of the rollups, so that readers
+		// of the recent past see every change that has arrived.
+		rows := st.fold.TakeChanges()
+		plan.addRollup(&rows, w.partition, st.flushTimestamp(), w.retention())
 	}
 	keys := plan.keys()
 	if statusDue {
@@ -267,11 +308,16 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 	if err := w.h.writer.write(ctx, historystore.Pack(keys, w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
 		return err
 	}
-	if rollupDue && !st.fold.Frontier().IsZero() {
-		// Only once the flush's rows are written: readers trust every change dated
-		// before it to be there.
-		progress := historystore.Single(historystore.ProgressRow(w.partition, st.fold.Frontier(), st.flushTimestamp()))
+	// Progress only once the flush's rows are written: readers trust every change dated
+	// before it to be there.
+	switch {
+	case rollupDue && !st.fold.Frontier().IsZero():
+		progress := historystore.Single(historystore.ProgressRow(w.partition, st.fold.Frontier(), st.maxAt, st.flushTimestamp()))
 		if err := w.h.writer.write(ctx, []*historystore.Batch{progress}); err != nil {
+			return err
+		}
+	case st != nil && !st.maxAt.IsZero():
+		if err := w.h.writer.write(ctx, []*historystore.Batch{w.provisionalRow()}); err != nil {
 			return err
 		}
 	}
@@ -285,6 +331,11 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 		w.status, w.lastStatus = &statusPlan{}, time.Now()
 	}
 	return nil
+}
+
+// retention is the TTLs of the point-in-time rows.
+func (w *worker) retention() historystore.Retention {
+	return historystore.Retention{Snapshots: w.h.cfg.SnapshotRetention, Changes: w.h.cfg.ShardChangesRetention}
 }
 
 // statusOverdue reports whether an events partition's held user_status rows are due:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"time"
 
@@ -63,36 +64,71 @@ func (a *api) or(err error, past func() error) error {
 }
 
 // atReader is the history store with the request's deadline and read slots (up to
-// want reads at once, limits.go), once the instant is known to be final for every
-// shard; otherwise the error to answer. done ends the deadline and gives the slots
-// back.
-func (a *api) atReader(c echo.Context, at time.Time, shards, want int) (r *historystore.Store, ctx context.Context, ls *lease, done func(), err error) {
+// want reads at once, limits.go), once history has written every shard's changes up to
+// the instant; otherwise the error to answer. final says whether the answer is final: at
+// or before every shard's final mark, no change can alter it any more; after it (inside
+// history's lateness) the answer is provisional, what history has received so far.
+// done ends the deadline and gives the slots back.
+func (a *api) atReader(c echo.Context, at time.Time, shards, want int) (r *historystore.Store, ctx context.Context, ls *lease, done func(), final bool, err error) {
 	r = a.history.get()
 	if r == nil {
-		return nil, nil, nil, nil, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
+		return nil, nil, nil, nil, false, httpserver.Unavailable("history (Cassandra) is not reachable right now", historyRetryAfter)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), a.historyTimeout)
 	if ls, err = a.limits.lease(ctx, want); err != nil {
 		cancel()
-		return nil, nil, nil, nil, a.atErr(err)
+		return nil, nil, nil, nil, false, a.atErr(err)
 	}
 	done = func() { ls.end(); cancel() }
-	final, err := r.FinalThrough(ctx, int32(shards))
+	p, err := a.progressFor(ctx, r, at, shards)
 	if err != nil {
 		done()
-		return nil, nil, nil, nil, a.atErr(err)
+		return nil, nil, nil, nil, false, a.atErr(err)
 	}
-	if at.After(final) || final.IsZero() {
+	if p.Provisional.IsZero() {
 		done()
-		wait := time.Until(at.Add(10 * time.Minute)).Round(time.Second)
-		msg := fmt.Sprintf("the state at %s is not final yet: history has every change up to %s (changes may arrive up to 10 minutes late)",
-			at.Format(time.RFC3339Nano), final.Format(time.RFC3339Nano))
-		if final.IsZero() {
-			msg = "history has not written the state of every shard yet"
-		}
-		return nil, nil, nil, nil, httpserver.Unavailable(msg, max(wait, time.Second))
+		return nil, nil, nil, nil, false, httpserver.Unavailable("history has not written the state of every shard yet", progressRetryAfter)
 	}
-	return r, ctx, ls, done, nil
+	if at.After(p.Provisional) {
+		done()
+		wait := time.Duration(math.Ceil(at.Sub(p.Provisional).Seconds())) * time.Second
+		return nil, nil, nil, nil, false, httpserver.Unavailable(fmt.Sprintf(
+			"the state at %s is not written yet: history has every shard's changes up to %s (%v ago)",
+			at.Format(time.RFC3339Nano), p.Provisional.Format(time.RFC3339Nano), time.Since(p.Provisional).Round(time.Millisecond)),
+			max(wait, time.Second))
+	}
+	return r, ctx, ls, done, !at.After(p.Final), nil
+}
+
+// progressRetryAfter is the wait suggested while a shard has no progress mark: history
+// writes one for every shard within seconds of taking it, quiet or not.
+const progressRetryAfter = 5 * time.Second
+
+// freshWait bounds how long a reader of an instant history has not written yet waits
+// for it: history writes each shard's changes about every second
+// (PULSE_HISTORY_FLUSH_INTERVAL), so an instant a second or two old is answered
+// after its next write rather than refused. freshPoll is how often it looks.
+const (
+	freshWait = 3 * time.Second
+	freshPoll = 200 * time.Millisecond
+)
+
+// progressFor reads how far history has written shards 0 to shards-1, waiting up to
+// freshWait (within ctx) for the provisional mark to reach at when at is that recent.
+func (a *api) progressFor(ctx context.Context, r *historystore.Store, at time.Time, shards int) (historystore.Progress, error) {
+	deadline := time.Now().Add(freshWait)
+	for {
+		p, err := r.Progress(ctx, int32(shards))
+		if err != nil || p.Provisional.IsZero() || !at.After(p.Provisional) ||
+			time.Since(at) > freshWait || time.Now().Add(freshPoll).After(deadline) {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return p, nil
+		case <-time.After(freshPoll):
+		}
+	}
 }
 
 // atErr turns a failed point-in-time read into its answer; a limit's refusal is
@@ -113,6 +149,8 @@ type pastCountView struct {
 	Total    uint64            `json:"total"`
 	ByStatus map[string]uint64 `json:"byStatus"`
 	At       time.Time         `json:"at"`
+	// Final is false while At is inside history's lateness (see atReader).
+	Final bool `json:"final"`
 }
 
 func (a *api) pastCount(c echo.Context, at time.Time) error {
@@ -120,12 +158,12 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	counts, err := a.countsAt(c, at, n, nil)
+	counts, final, err := a.countsAt(c, at, n, nil)
 	if err != nil {
 		return err
 	}
 	on, idle, inv := counts[0], counts[1], counts[2]
-	v := pastCountView{Total: on + idle, ByStatus: map[string]uint64{"online": on, "idle": idle}, At: at}
+	v := pastCountView{Total: on + idle, ByStatus: map[string]uint64{"online": on, "idle": idle}, At: at, Final: final}
 	if auth.OperatorView(c) {
 		v.Total += inv
 		v.ByStatus["invisible"] = inv
@@ -136,11 +174,11 @@ func (a *api) pastCount(c echo.Context, at time.Time) error {
 // countsAt is the number of users online, idle and invisible at at in n shards. With
 // members (one bitmap per shard, a group's), only the users of members[shard] count,
 // and a shard where members is empty is not read.
-func (a *api) countsAt(c echo.Context, at time.Time, n int, members []*roaring.Bitmap) (counts [3]uint64, err error) {
+func (a *api) countsAt(c echo.Context, at time.Time, n int, members []*roaring.Bitmap) (counts [3]uint64, final bool, err error) {
 	shards := shardsToRead(n, members)
-	r, ctx, ls, done, err := a.atReader(c, at, n, len(shards))
+	r, ctx, ls, done, final, err := a.atReader(c, at, n, len(shards))
 	if err != nil {
-		return counts, err
+		return counts, false, err
 	}
 	defer done()
 	states := make([]*historystore.ShardState, len(shards))
@@ -149,7 +187,7 @@ func (a *api) countsAt(c echo.Context, at time.Time, n int, members []*roaring.B
 		return err
 	})
 	if err != nil {
-		return counts, a.atErr(err)
+		return counts, false, a.atErr(err)
 	}
 	for i, st := range states {
 		var m *roaring.Bitmap
@@ -160,7 +198,7 @@ func (a *api) countsAt(c echo.Context, at time.Time, n int, members []*roaring.B
 			counts[k] += c
 		}
 	}
-	return counts, nil
+	return counts, final, nil
 }
 
 // shardsToRead is the shards of n that hold a member; every shard when members is nil.
@@ -207,6 +245,8 @@ type pastStatusView struct {
 	UserID string    `json:"userId"`
 	Status string    `json:"status"`
 	At     time.Time `json:"at"`
+	// Final is false while At is inside history's lateness (see atReader).
+	Final bool `json:"final"`
 }
 
 // pastStatuses reads the statuses of ids at at, in the reader's view.
@@ -215,7 +255,7 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	if err != nil {
 		return nil, err
 	}
-	r, ctx, ls, done, err := a.atReader(c, at, n, len(ids))
+	r, ctx, ls, done, final, err := a.atReader(c, at, n, len(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +293,7 @@ func (a *api) pastStatusesOf(c echo.Context, at time.Time, ids []string) ([]past
 	operator := auth.OperatorView(c)
 	out := make([]pastStatusView, len(ids))
 	for i, id := range ids {
-		out[i] = pastStatusView{UserID: id, Status: presence.Offline.String(), At: at}
+		out[i] = pastStatusView{UserID: id, Status: presence.Offline.String(), At: at, Final: final}
 		if locs[i].found { // else never changed status: offline at every instant
 			out[i].Status = viewStatus(byShard[locs[i].shard].Status(locs[i].index), operator)
 		}
@@ -305,7 +345,8 @@ func (a *api) pastStatuses(c echo.Context, at time.Time, ids []string) error {
 	if err != nil {
 		return err
 	}
-	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out, "at": at})
+	// Every status of one answer is read at the same progress: the first says for all.
+	return httpserver.JSON(c, http.StatusOK, map[string]any{"statuses": out, "at": at, "final": len(out) == 0 || out[0].Final})
 }
 
 // pastList is GET /v1/online?at=: the listing's walk in (shard, index) order over the
@@ -321,12 +362,12 @@ func (a *api) pastList(c echo.Context, at time.Time, n int, q listQuery, members
 		pos = q.cursor.Pos
 	}
 	// The walk reads one shard after another: one read slot.
-	r, ctx, _, done, err := a.atReader(c, at, n, 1)
+	r, ctx, _, done, final, err := a.atReader(c, at, n, 1)
 	if err != nil {
 		return err
 	}
 	defer done()
-	res := onlineList{Users: []onlineUser{}, At: &at}
+	res := onlineList{Users: []onlineUser{}, At: &at, Final: &final}
 	for pos.Shard < n && len(res.Users) < q.limit {
 		if members != nil && members[pos.Shard].IsEmpty() {
 			pos = online.Position{Shard: pos.Shard + 1}

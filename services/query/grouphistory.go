@@ -65,6 +65,8 @@ type groupPastCountView struct {
 	ByStatus map[string]uint64 `json:"byStatus"`
 	Members  uint64            `json:"members"`
 	At       time.Time         `json:"at"`
+	// Final is false while At is inside history's lateness (see atReader).
+	Final bool `json:"final"`
 }
 
 // pastGroupCount is GET /v1/groups/{groupId}/online/count?at=.
@@ -77,11 +79,13 @@ func (h *groups) pastGroupCount(c echo.Context, g string, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	counts, err := h.countsAt(c, at, n, members)
+	counts, final, err := h.countsAt(c, at, n, members)
 	if err != nil {
 		return err
 	}
-	return httpserver.JSON(c, http.StatusOK, groupPastCount(g, at, cardinality(members), counts, auth.OperatorView(c)))
+	v := groupPastCount(g, at, cardinality(members), counts, auth.OperatorView(c))
+	v.Final = final
+	return httpserver.JSON(c, http.StatusOK, v)
 }
 
 // groupPastCount is the answer for m members of which counts were online, idle and

@@ -59,8 +59,10 @@ type onlineList struct {
 	Users []onlineUser `json:"users"`
 	// NextCursor is null once the walk is complete.
 	NextCursor *string `json:"nextCursor"`
-	// At is the instant a listing of the past (at=) describes.
-	At *time.Time `json:"at,omitempty"`
+	// At is the instant a listing of the past (at=) describes, and Final whether the
+	// page is final (see atReader).
+	At    *time.Time `json:"at,omitempty"`
+	Final *bool      `json:"final,omitempty"`
 }
 
 // badListCursor is what a client whose cursor the listing cannot read is told.

@@ -257,6 +257,7 @@ func (f *Fold) Advance(t time.Time) {
 	f.frontier = max(f.frontier, w-f.lateness)
 	f.now = max(f.now, w)
 	f.extend(f.now)
+	f.startPIT()
 }
 
 // Apply folds in c, the next change of the shard in log order. Until the first

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -27,15 +28,28 @@ import (
 // everywhere in this package (a change takes effect at its instant). A snapshot is
 // handed out once its boundary is at or before the frontier, when no change dated
 // before it can come any more, so it never changes once written; a change is handed
-// out at the Flush after it was applied, at the time the fold gave it (a late change
-// moved up to the frontier is written there), so snapshots and changes always agree.
-// UserIndex rows name the user behind each index; a user's index never changes.
+// out at the Flush after it was applied (or sooner, by TakeChanges), at the time the
+// fold gave it (a late change moved up to the frontier is written there), so snapshots
+// and changes always agree. UserIndex rows name the user behind each index; a user's
+// index never changes.
+//
+// Boundaries after the frontier, up to the watermark, are handed out too, marked
+// Provisional: the state as the fold knows it, which only a late change (one dated
+// before the boundary, arriving after it was handed out) can still alter. A Flush
+// hands out again every provisional boundary such a change touched, and each boundary
+// once more when it becomes final, under the same key: the last write wins. Readers
+// of the recent past (inside the lateness) read them instead of the changes of the
+// whole lateness. The first boundary is the first after the frontier of the first
+// Advance, so a shard that never saw a change still has snapshots (of nobody) from
+// then on: it is final by the clock.
 
 // Snapshot is the users of a shard in each status just before At.
 type Snapshot struct {
 	Shard                   int32
 	At                      time.Time
 	Online, Idle, Invisible *roaring.Bitmap // the row's own copies
+	// Provisional: At is after the frontier, so a late change may still alter it.
+	Provisional bool
 }
 
 // ShardChange is one effective change of a shard, at the time the fold applied it.
@@ -68,38 +82,65 @@ type pit struct {
 	status  [3]*roaring.Bitmap
 	pending []pitChange // not yet in status, in the order applied
 
-	// Since the last Flush:
+	// Since the last Flush (or TakeChanges):
 	changes []ShardChange
 	users   []UserIndex
+
+	// provDone is the latest boundary handed out provisionally (noFrontier: none),
+	// dirtyAt the earliest time of a change recorded since the last Flush
+	// (math.MaxInt64: none): the provisional boundaries after it are stale. Neither is
+	// in a checkpoint: a restored fold hands every provisional boundary out again.
+	provDone, dirtyAt int64
 }
 
 func newPIT(every time.Duration) pit {
 	return pit{every: int64(every / time.Microsecond), next: noFrontier,
-		status: [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()}}
+		status:   [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()},
+		provDone: noFrontier, dirtyAt: math.MaxInt64}
+}
+
+// startPIT sets the first boundary, the first after the frontier, once there is one.
+func (f *Fold) startPIT() {
+	if p := &f.pit; p.next == noFrontier && f.frontier != noFrontier {
+		p.next = (floorDiv(f.frontier, p.every) + 1) * p.every
+	}
 }
 
 // record notes an effective change; c.Index is its user's index.
 func (f *Fold) recordPIT(userID string, index uint32, prev, cur presence.Status, at int64, newUser bool) {
 	p := &f.pit
-	if p.next == noFrontier {
-		// The first change: nobody of the shard was present before it, so the first
-		// boundary after the frontier holds the empty state plus what came since.
-		p.next = (floorDiv(f.frontier, p.every) + 1) * p.every
-	}
+	// Before the first change nobody of the shard was present, so the first boundary
+	// after the frontier holds the empty state plus what came since.
+	f.startPIT()
 	p.pending = append(p.pending, pitChange{at: at, index: index, prev: prev, cur: cur})
+	p.dirtyAt = min(p.dirtyAt, at)
 	p.changes = append(p.changes, ShardChange{Shard: f.shard, At: time.UnixMicro(at).UTC(), Index: index, Status: cur})
 	if newUser {
 		p.users = append(p.users, UserIndex{Shard: f.shard, Index: index, UserID: userID})
 	}
 }
 
-// flushPIT hands out the changes and user indexes recorded since the last Flush and a
-// Snapshot for every boundary at or before the frontier.
+// TakeChanges hands out the changes and user indexes recorded since they were last
+// handed out, and nothing else. They are written once and never rewritten, so they
+// can be written as soon as they are known, ahead of the rows a Flush gathers: readers
+// of the recent past then see every change that has arrived.
+func (f *Fold) TakeChanges() Rows {
+	var r Rows
+	p := &f.pit
+	r.Changes, p.changes = p.changes, nil
+	r.UserIndexes, p.users = p.users, nil
+	return r
+}
+
+// flushPIT hands out the changes and user indexes recorded since the last Flush, a
+// Snapshot for every boundary at or before the frontier, and a provisional one for
+// every later boundary up to the watermark that is new or that a change since the last
+// Flush altered.
 func (f *Fold) flushPIT(r *Rows) {
 	p := &f.pit
 	r.Changes, p.changes = p.changes, nil
 	r.UserIndexes, p.users = p.users, nil
-	if p.next == noFrontier || p.next > f.frontier {
+	if p.next == noFrontier {
 		return
 	}
 	slices.SortStableFunc(p.pending, func(a, b pitChange) int { return cmp.Compare(a.at, b.at) })
@@ -118,6 +159,46 @@ func (f *Fold) flushPIT(r *Rows) {
 			Online: p.status[0].Clone(), Idle: p.status[1].Clone(), Invisible: p.status[2].Clone()})
 	}
 	p.pending = slices.Delete(p.pending, 0, i)
+	f.flushProvisional(r)
+}
+
+// flushProvisional hands out the provisional boundaries in (frontier, watermark] that
+// are new since the last Flush or after a change recorded since.
+func (f *Fold) flushProvisional(r *Rows) {
+	p := &f.pit
+	defer func() { p.dirtyAt = math.MaxInt64 }()
+	if f.watermark < p.next {
+		return
+	}
+	first := p.provDone + p.every
+	if p.dirtyAt != math.MaxInt64 {
+		first = min(first, (floorDiv(p.dirtyAt, p.every)+1)*p.every)
+	}
+	last := floorDiv(f.watermark, p.every) * p.every
+	if first > last {
+		return
+	}
+	var work [3]*roaring.Bitmap
+	for k, bm := range p.status {
+		work[k] = bm.Clone()
+	}
+	i := 0
+	for b := p.next; b <= last; b += p.every {
+		for ; i < len(p.pending) && p.pending[i].at < b; i++ {
+			c := p.pending[i]
+			if k := slot(c.prev); k >= 0 {
+				work[k].Remove(c.index)
+			}
+			if k := slot(c.cur); k >= 0 {
+				work[k].Add(c.index)
+			}
+		}
+		if b >= first {
+			r.Snapshots = append(r.Snapshots, Snapshot{Shard: f.shard, At: time.UnixMicro(b).UTC(), Provisional: true,
+				Online: work[0].Clone(), Idle: work[1].Clone(), Invisible: work[2].Clone()})
+		}
+	}
+	p.provDone = max(p.provDone, last)
 }
 
 func (p *pit) marshal(b []byte) ([]byte, error) {
@@ -154,7 +235,7 @@ func (p *pit) marshal(b []byte) ([]byte, error) {
 }
 
 func (d *decoder) pit(shard int32) pit {
-	p := pit{every: d.varint(), next: d.varint()}
+	p := pit{every: d.varint(), next: d.varint(), provDone: noFrontier, dirtyAt: math.MaxInt64}
 	if d.err == nil && (p.every <= 0 || usHour%p.every != 0) {
 		d.fail("bad snapshot interval")
 	}

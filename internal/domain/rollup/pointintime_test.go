@@ -52,7 +52,7 @@ func TestPointInTimeAgainstModel(t *testing.T) {
 		var changes []rollup.ShardChange
 		names := map[uint32]string{}
 		for _, rows := range do(t, newFold(t), r.ops) {
-			snaps = append(snaps, rows.Snapshots...)
+			snaps = upsertSnapshots(snaps, rows.Snapshots)
 			changes = append(changes, rows.Changes...)
 			for _, u := range rows.UserIndexes {
 				if prev, ok := names[u.Index]; ok && prev != u.UserID {
@@ -103,6 +103,100 @@ func TestPointInTimeAgainstModel(t *testing.T) {
 		}
 		t.Logf("seed %d: %d snapshots, %d changes, %d instants checked", seed, len(snaps), len(changes), checked)
 	}
+}
+
+// upsertSnapshots is what shard_snapshots holds after writing more in order: one row
+// per instant, the last written, sorted by instant.
+func upsertSnapshots(table, more []rollup.Snapshot) []rollup.Snapshot {
+	for _, s := range more {
+		i, found := sort.Find(len(table), func(i int) int { return s.At.Compare(table[i].At) })
+		if found {
+			table[i] = s
+		} else {
+			table = slices.Insert(table, i, s)
+		}
+	}
+	return table
+}
+
+// TestProvisionalSnapshotsHoldWhatIsKnown: after every Flush, every snapshot row the
+// table holds, final or provisional, equals the state computed from scratch from every
+// change handed out so far dated before its instant. So a provisional snapshot is wrong
+// only until the Flush after a late change, and once final it equals the last
+// provisional write of its instant unless such a change came in between.
+func TestProvisionalSnapshotsHoldWhatIsKnown(t *testing.T) {
+	for seed := range uint64(3) {
+		r := genRun(rand.New(rand.NewPCG(seed, 91)), 150)
+		f := newFold(t)
+		var (
+			table          []rollup.Snapshot
+			changes        []rollup.ShardChange
+			provisional    = map[int64]rollup.Snapshot{} // the last provisional write of each instant
+			same, differed int
+		)
+		for i, o := range r.ops {
+			rows := do(t, f, r.ops[i:i+1])
+			if o.kind != opFlush {
+				continue
+			}
+			changes = append(changes, rows[0].Changes...)
+			for _, s := range rows[0].Snapshots {
+				at := s.At.UnixMicro()
+				if s.Provisional {
+					if s.At.After(f.Watermark()) || !s.At.After(f.Frontier()) {
+						t.Fatalf("seed %d: provisional snapshot at %v outside (frontier %v, watermark %v]", seed, s.At, f.Frontier(), f.Watermark())
+					}
+					provisional[at] = s
+				} else if p, ok := provisional[at]; ok {
+					if sameSnapshot(p, s) {
+						same++
+					} else {
+						differed++
+					}
+				}
+			}
+			table = upsertSnapshots(table, rows[0].Snapshots)
+			// The model: walk the changes in time order, taking the state at each instant.
+			sorted := sortedChanges(changes)
+			state := map[uint32]presence.Status{}
+			k := 0
+			for _, s := range table {
+				for ; k < len(sorted) && sorted[k].At.Before(s.At); k++ {
+					state[sorted[k].Index] = sorted[k].Status
+				}
+				want := [3]*roaring.Bitmap{roaring.New(), roaring.New(), roaring.New()}
+				for idx, st := range state {
+					switch st {
+					case presence.Online:
+						want[0].Add(idx)
+					case presence.Idle:
+						want[1].Add(idx)
+					case presence.Invisible:
+						want[2].Add(idx)
+					}
+				}
+				if !want[0].Equals(s.Online) || !want[1].Equals(s.Idle) || !want[2].Equals(s.Invisible) {
+					t.Fatalf("seed %d, op %d: snapshot at %v (provisional %v) holds %v/%v/%v, the changes say %v/%v/%v", seed, i,
+						s.At, s.Provisional, s.Online.ToArray(), s.Idle.ToArray(), s.Invisible.ToArray(),
+						want[0].ToArray(), want[1].ToArray(), want[2].ToArray())
+				}
+			}
+		}
+		if len(provisional) == 0 || same == 0 {
+			t.Fatalf("seed %d: %d provisional instants, %d finalized unchanged: the run does not exercise them", seed, len(provisional), same)
+		}
+		t.Logf("seed %d: %d instants written provisionally; once final, %d unchanged and %d altered by a late change", seed, len(provisional), same, differed)
+	}
+}
+
+func sortedChanges(cs []rollup.ShardChange) []rollup.ShardChange {
+	out := slices.Clone(cs)
+	slices.SortStableFunc(out, func(a, b rollup.ShardChange) int { return a.At.Compare(b.At) })
+	return out
+}
+
+func sameSnapshot(a, b rollup.Snapshot) bool {
+	return a.Online.Equals(b.Online) && a.Idle.Equals(b.Idle) && a.Invisible.Equals(b.Invisible)
 }
 
 // A snapshot interval that does not divide an hour is refused.

@@ -88,7 +88,7 @@ const (
 	shardChangesCQL = `SELECT at_us, user_index, status FROM shard_changes WHERE shard = ? AND minute IN ? AND at_us >= ? AND at_us < ?`
 	userNamesCQL    = `SELECT user_index, user_id FROM shard_users WHERE shard = ? AND block = ? AND user_index IN ?`
 	locateCQL       = `SELECT shard, user_index FROM user_indexes WHERE user_id = ?`
-	progressCQL     = `SELECT shard, final_through FROM shard_progress`
+	progressCQL     = `SELECT shard, final_through, provisional_through FROM shard_progress`
 )
 
 // StateAt is the state of shard at instant at.
@@ -238,30 +238,55 @@ func (s *Store) Locate(ctx context.Context, userID string) (shard int32, index u
 	return int32(sh), uint32(i), true, nil
 }
 
+// Progress is how far the point-in-time rows of shards 0 to n-1 are written: Final is
+// the instant up to which every shard's rows are final, Provisional the instant up to
+// which every shard has written every change it has received. Each is the earliest of
+// the shards' marks, zero when a shard has none yet.
+type Progress struct {
+	Final, Provisional time.Time
+}
+
+// Progress reads how far the point-in-time rows of shards 0 to n-1 are written.
+func (s *Store) Progress(ctx context.Context, n int32) (Progress, error) {
+	it := s.session.Query(progressCQL).IterContext(ctx)
+	type marks struct{ final, provisional time.Time }
+	byShard := map[int32]marks{}
+	var (
+		shard              int
+		final, provisional time.Time
+	)
+	for it.Scan(&shard, &final, &provisional) {
+		byShard[int32(shard)] = marks{final.UTC(), provisional.UTC()}
+	}
+	if err := it.Close(); err != nil {
+		return Progress{}, fmt.Errorf("reading shard_progress: %w", err)
+	}
+	var p Progress
+	earliest := func(acc *time.Time, t time.Time, first bool) {
+		if first || t.Before(*acc) {
+			*acc = t
+		}
+	}
+	for sh := range n {
+		m, ok := byShard[sh]
+		if !ok {
+			return Progress{}, nil
+		}
+		earliest(&p.Final, m.final, sh == 0)
+		// A row written before provisional_through existed has none: its final mark
+		// is as far as it is written.
+		prov := m.provisional
+		if prov.Before(m.final) {
+			prov = m.final
+		}
+		earliest(&p.Provisional, prov, sh == 0)
+	}
+	return p, nil
+}
+
 // FinalThrough is the instant up to which the rows of all shards 0 to n-1 are final:
 // the earliest of their progress marks (zero when a shard has none yet).
 func (s *Store) FinalThrough(ctx context.Context, n int32) (time.Time, error) {
-	it := s.session.Query(progressCQL).IterContext(ctx)
-	marks := map[int32]time.Time{}
-	var (
-		shard int
-		at    time.Time
-	)
-	for it.Scan(&shard, &at) {
-		marks[int32(shard)] = at.UTC()
-	}
-	if err := it.Close(); err != nil {
-		return time.Time{}, fmt.Errorf("reading shard_progress: %w", err)
-	}
-	var final time.Time
-	for sh := range n {
-		m, ok := marks[sh]
-		if !ok {
-			return time.Time{}, nil
-		}
-		if final.IsZero() || m.Before(final) {
-			final = m
-		}
-	}
-	return final, nil
+	p, err := s.Progress(ctx, n)
+	return p.Final, err
 }

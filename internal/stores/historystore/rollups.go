@@ -37,7 +37,8 @@ const (
 	insertShardUserCQL = `INSERT INTO shard_users (shard, block, user_index, user_id) VALUES (?, ?, ?, ?) USING TIMESTAMP ?`
 	insertUserIndexCQL = `INSERT INTO user_indexes (user_id, shard, user_index) VALUES (?, ?, ?) USING TIMESTAMP ?`
 	// How far the shard's point-in-time rows are final (0008_shard_progress.cql).
-	upsertProgressCQL = `INSERT INTO shard_progress (shard, final_through) VALUES (?, ?) USING TIMESTAMP ?`
+	upsertProgressCQL    = `INSERT INTO shard_progress (shard, final_through, provisional_through) VALUES (?, ?, ?) USING TIMESTAMP ?`
+	upsertProvisionalCQL = `INSERT INTO shard_progress (shard, provisional_through) VALUES (?, ?) USING TIMESTAMP ?`
 )
 
 // Retention is how long the point-in-time rows live (their TTL), in whole seconds.
@@ -141,11 +142,18 @@ func UserIndexRows(shard int32, index uint32, userID string, ts int64) []Write {
 	}
 }
 
-// ProgressRow records that shard's point-in-time rows are final up to finalThrough,
-// written at ts. It is written only once the rows of the flush it follows are:
-// readers trust every change dated before it to be there.
-func ProgressRow(shard int32, finalThrough time.Time, ts int64) Write {
-	return Write{UpsertProgress, fmt.Sprintf("%s\x00%d", TableProgress, shard), []any{int(shard), finalThrough, ts}}
+// ProgressRow records that shard's point-in-time rows are final up to finalThrough and
+// written, provisionally, up to provisionalThrough (0014_shard_progress_provisional.cql),
+// at ts. It is written only once the rows of the flush it follows are: readers trust
+// every change dated before them to be there.
+func ProgressRow(shard int32, finalThrough, provisionalThrough time.Time, ts int64) Write {
+	return Write{UpsertProgress, fmt.Sprintf("%s\x00%d", TableProgress, shard), []any{int(shard), finalThrough, provisionalThrough, ts}}
+}
+
+// ProvisionalRow moves shard's provisional_through alone, at ts: every change of the
+// shard history has received dated up to provisionalThrough is written.
+func ProvisionalRow(shard int32, provisionalThrough time.Time, ts int64) Write {
+	return Write{UpsertProvisional, fmt.Sprintf("%s\x00%d", TableProgress, shard), []any{int(shard), provisionalThrough, ts}}
 }
 
 func ints(v []uint32) []int {

@@ -30,6 +30,7 @@ const (
 	InsertShardUser
 	InsertUserIndex
 	UpsertProgress
+	UpsertProvisional
 	InsertCheckpointChunk
 	InsertCheckpointHeader
 	UpdateCustom
@@ -55,6 +56,7 @@ var statements = [...]struct{ table, cql string }{
 	InsertShardUser:        {TableShardUsers, insertShardUserCQL},
 	InsertUserIndex:        {TableUserIndexes, insertUserIndexCQL},
 	UpsertProgress:         {TableProgress, upsertProgressCQL},
+	UpsertProvisional:      {TableProgress, upsertProvisionalCQL},
 	InsertCheckpointChunk:  {TableCheckpoints, insertCheckpointChunkCQL},
 	InsertCheckpointHeader: {TableCheckpoints, insertCheckpointHeaderCQL},
 	UpdateCustom:           {TableStatus, updateCustomCQL},
