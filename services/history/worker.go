@@ -38,8 +38,8 @@ type history struct {
 	// the group's committed offset of a partition, if any (quiet.go).
 	ends      *endOffsets
 	committed func(topic string, partition int32) (int64, bool)
-	logger  *slog.Logger
-	m       *metrics
+	logger    *slog.Logger
+	m         *metrics
 }
 
 // newWorker is the consumer's consume.NewWorker: events partitions get a horizon, and
