@@ -1,6 +1,7 @@
 // Command pulsectl runs Pulse's operational chores against real servers: waiting for
-// the local stack to become ready, creating the Kafka topics and applying the Cassandra
-// migrations. deploy/local/stack.sh drives it; operators can run it against any cluster.
+// the local stack to become ready, creating the Kafka topics, applying the Cassandra
+// migrations and changing the tables' retention. deploy/local/stack.sh drives it;
+// operators can run it against any cluster.
 // For analysts, history, sessions and stats print what the query service's history
 // routes answer (docs/analytics.md); groups writes and reads groups' members.
 package main
@@ -29,6 +30,7 @@ func commands() []command {
 		{"wait", "wait until Kafka, Cassandra or Redis answers real requests", runWait},
 		{"topics", "create Pulse's Kafka topics (idempotent)", runTopics},
 		{"migrate", "apply pending Cassandra migrations", runMigrate},
+		{"retention", "how long Cassandra keeps each table's rows, or set one's (retention set TABLE DURATION)", runRetention},
 		{"history", "a user's timeline (history user ID) or daily totals (history daily ID)", runHistory},
 		{"sessions", "a user's sessions (sessions ID)", runSessions},
 		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
@@ -71,7 +73,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: pulsectl <command> [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'pulsectl <command> -h' for a command's flags.")
 }

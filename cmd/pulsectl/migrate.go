@@ -8,12 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
-	"github.com/pulse-presence/pulse/internal/platform/ports"
 )
 
 // migrateFlags are pulsectl migrate's settings.
@@ -26,24 +24,12 @@ type migrateFlags struct {
 	dryRun      bool
 }
 
-// passwordEnv names the variable the Cassandra password is read from: a flag would show
-// it in ps and in shell history.
-const passwordEnv = "PULSE_CASSANDRA_PASSWORD"
-
 func parseMigrateFlags(args []string, getenv func(string) string) (migrateFlags, error) {
-	var (
-		f     migrateFlags
-		hosts string
-	)
+	var f migrateFlags
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.StringVar(&hosts, "hosts", "127.0.0.1", "comma-separated Cassandra contact points")
-	fs.IntVar(&f.cass.Port, "port", ports.Cassandra, "Cassandra CQL port (the default is the local stack's)")
-	fs.StringVar(&f.cass.Username, "username", "", "Cassandra user, if authentication is on (password from $"+passwordEnv+")")
-	fs.StringVar(&f.cass.Consistency, "consistency", cassx.DefaultConsistency, "consistency of the migrator's reads and writes")
-	fs.StringVar(&f.keyspace, "keyspace", "pulse", "keyspace to migrate, substituted for {{keyspace}}")
+	cf := addCassandraFlags(fs, "keyspace to migrate, substituted for {{keyspace}}")
 	fs.StringVar(&f.replication, "replication", migrate.DefaultReplication, "CQL replication map for a new keyspace, substituted for {{replication}}")
 	fs.StringVar(&f.dir, "dir", "migrations", "directory holding the NNNN_name.cql files")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline of each statement (schema changes wait for every node to agree)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "list the pending migrations without applying them")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -51,25 +37,10 @@ func parseMigrateFlags(args []string, getenv func(string) string) (migrateFlags,
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
 	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			f.cass.Hosts = append(f.cass.Hosts, h)
-		}
-	}
-	if f.timeout <= 0 {
-		return f, fmt.Errorf("migrate -timeout: %v must be positive", f.timeout)
-	}
-	// The driver's own request timeout must not cut a statement short of -timeout.
-	f.cass.Timeout = f.timeout
-	f.cass.ConnectTimeout = 10 * time.Second
-	f.cass.Password = getenv(passwordEnv)
-	if err := f.cass.Validate(); err != nil {
-		return f, err
-	}
-	if !cassx.ValidKeyspace(f.keyspace) {
-		return f, fmt.Errorf("migrate -keyspace: %q is not a valid keyspace name (lower-case letter, then up to 47 lower-case letters, digits or underscores)", f.keyspace)
-	}
-	return f, nil
+	var err error
+	f.cass, err = cf.config("migrate", getenv)
+	f.keyspace, f.timeout = cf.keyspace, cf.timeout
+	return f, err
 }
 
 // runMigrate applies the pending Cassandra migrations, printing one line per migration.

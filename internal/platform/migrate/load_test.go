@@ -241,6 +241,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{10, "0010_user_activity_custom.cql", 1},
 		{11, "0011_user_status_custom.cql", 1},
 		{12, "0012_user_status_groups.cql", 1},
+		{13, "0013_retention.cql", 6},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
