@@ -268,7 +268,7 @@ func assertColumns(t *testing.T, got map[string]column) {
 }
 
 // repoVersions are the versions of the repository's migrations/, in order.
-var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
 
 func TestMigrateCreatesSchema(t *testing.T) {
 	session := migCassandra(t)

@@ -242,6 +242,7 @@ func TestRepositoryMigrations(t *testing.T) {
 		{11, "0011_user_status_custom.cql", 1},
 		{12, "0012_user_status_groups.cql", 1},
 		{13, "0013_retention.cql", 6},
+		{14, "0014_shard_progress_provisional.cql", 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("migrations = %+v, want %+v", got, want)
