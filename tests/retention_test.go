@@ -9,13 +9,16 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
+	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/tests/harness"
 )
 
@@ -226,4 +229,39 @@ func TestEveryHistoryTableHasARetention(t *testing.T) {
 			t.Errorf("TTL(entry_type) of a user_activity row written after set 30d = %d s, want about %d s", ttl, 30*retentionDay)
 		}
 	})
+}
+
+// TestShardUsersOutliveAnExpiredBlock: with shard_users' retention a block can empty
+// while later ones hold users (every user of indexes 0–4095 silent for 400 days);
+// reading a shard's users for a rebuild of Redis from history must find the later
+// blocks all the same.
+func TestShardUsersOutliveAnExpiredBlock(t *testing.T) {
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	ctx := migCtx(t)
+	if _, err := m.Apply(ctx); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	rows := []struct {
+		shard, index int
+		user         string
+	}{{2, 4096, "b"}, {2, 3*historystore.ShardUsersBlock + 5, "c"}, {3, 0, "x"}}
+	for _, r := range rows {
+		if err := session.Query("INSERT INTO "+ks+".shard_users (shard, block, user_index, user_id) VALUES (?, ?, ?, ?)",
+			r.shard, r.index/historystore.ShardUsersBlock, r.index, r.user).ExecContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port, _ := strconv.Atoi(harness.CassandraPort())
+	store, err := historystore.Open(cassx.Config{Hosts: []string{harness.CassandraHost()}, Port: port, Keyspace: ks,
+		Consistency: "ONE", Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	got, err := store.ShardUsers(ctx, 2)
+	if err != nil || !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("users of shard 2, whose block 0 is empty = %v, %v; want [b c]", got, err)
+	}
 }

@@ -48,27 +48,39 @@ const (
 	shardUsersCQL = `SELECT user_id FROM shard_users WHERE shard = ? AND block = ?`
 	userStatusCQL = `SELECT user_id, status, last_updated, last_active, last_seen,
  custom_text, custom_emoji, custom_until_us, custom_set_at_us, groups FROM user_status WHERE user_id IN ?`
+	// Every partition of shard_users: a scan of partition keys alone.
+	shardBlocksCQL = `SELECT DISTINCT shard, block FROM shard_users`
 )
 
-// ShardUsers is every user history ever indexed in shard: shard_users holds dense
-// indexes from 0 in blocks of ShardUsersBlock, so the first empty block ends them.
+// ShardUsers is every user history indexes in shard: the rows of every block of
+// shard_users. Blocks are found by listing the table's partitions, not by counting up
+// from 0: rows expire with the table's retention (a block whose users were all silent
+// that long is empty), so an empty block does not end them.
 func (s *Store) ShardUsers(ctx context.Context, shard int32) ([]string, error) {
+	var blocks []int
+	it := s.session.Query(shardBlocksCQL).IterContext(ctx)
+	var sh, block int
+	for it.Scan(&sh, &block) {
+		if int32(sh) == shard {
+			blocks = append(blocks, block)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("listing the blocks of shard_users: %w", err)
+	}
+	slices.Sort(blocks)
 	var ids []string
-	for block := 0; ; block++ {
+	for _, block := range blocks {
 		it := s.session.Query(shardUsersCQL, int(shard), block).PageSize(ShardUsersBlock).IterContext(ctx)
-		n := 0
 		var id string
 		for it.Scan(&id) {
 			ids = append(ids, id)
-			n++
 		}
 		if err := it.Close(); err != nil {
 			return nil, fmt.Errorf("reading the users of shard %d, block %d: %w", shard, block, err)
 		}
-		if n == 0 {
-			return ids, nil
-		}
 	}
+	return ids, nil
 }
 
 // LastKnownStates reads the last known state of each of ids; a user without a
