@@ -54,7 +54,8 @@ type Change struct {
 	Status   string    `json:"status"`
 	Previous string    `json:"previous,omitempty"`
 	At       time.Time `json:"at"`
-	// Cause is "event" or "timeout" (type change only).
+	// Cause is "event", "timeout" or "erase" (type change only; "erase": the user was
+	// erased, docs/changes.md, and the receiver should erase them too).
 	Cause string `json:"cause,omitempty"`
 	// Data is the user's custom status after the change (type change; null: none).
 	Data *Custom `json:"data,omitempty"`

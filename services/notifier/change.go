@@ -23,6 +23,7 @@ type change struct {
 	previous, current presence.Status
 	at, publicAt      time.Time
 	timeout           bool
+	erased            bool // an erasure (cause erase, docs/design.md "Erasure")
 	custom            presence.CustomStatus
 	customOnly        bool
 	group             string
@@ -50,6 +51,7 @@ func decodeChange(r *kgo.Record) (*change, error) {
 		at:         presence.FromMicros(p.GetChangedAtUs()),
 		publicAt:   presence.FromMicros(p.GetChangedAtUs()),
 		timeout:    p.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
+		erased:     p.GetCause() == pulsev1.Cause_CAUSE_ERASE,
 		customOnly: p.GetCustomOnly(),
 		group:      p.GetGroupId(),
 		left:       p.GetLeft(),
@@ -79,8 +81,11 @@ func (c *change) filterType() string {
 }
 
 func (c *change) cause() string {
-	if c.timeout {
+	switch {
+	case c.timeout:
 		return "timeout"
+	case c.erased:
+		return "erase"
 	}
 	return "event"
 }
@@ -96,7 +101,8 @@ func (c *change) status(operator bool) presence.Status {
 // visible reports whether the view sees the change at all: a public view sees
 // invisible and offline alike, and no custom status of a user who reads as offline.
 func (c *change) visible(operator bool) bool {
-	if operator || c.group != "" {
+	if operator || c.group != "" || c.erased {
+		// An erasure is news to every receiver: it must erase the user too.
 		return true
 	}
 	if c.customOnly {

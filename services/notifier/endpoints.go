@@ -204,7 +204,7 @@ func (fe fileEndpoint) endpoint() (*Endpoint, error) {
 	}
 	e.Filter.Users = set(fe.Filter.Users, func(s string) error { return presence.ValidateID(s, presence.MaxUserIDLen) }, "filter.users", bad)
 	e.Filter.Groups = set(fe.Filter.Groups, presence.ValidateGroupID, "filter.groups", bad)
-	e.Filter.Causes = set(fe.Filter.Causes, oneOf("event", "timeout"), "filter.causes", bad)
+	e.Filter.Causes = set(fe.Filter.Causes, oneOf("event", "timeout", "erase"), "filter.causes", bad)
 	e.Filter.Types = set(fe.Filter.Types, oneOf(typeStatus, typeCustom, typeMember), "filter.types", bad)
 	if len(fe.Filter.Statuses) > 0 {
 		e.Filter.Statuses = map[presence.Status]bool{}

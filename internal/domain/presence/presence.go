@@ -71,9 +71,15 @@ const (
 	// KindMember makes the user join or leave a group (docs/design.md, "Groups"). It
 	// is membership, not presence: the user's status and times stay as they are.
 	KindMember
+	// KindErase erases the user (docs/design.md, "Erasure"): the aggregator and
+	// history forget everything they hold of them, and drop the user's events dated at
+	// or before the erase event's time that come after it in the log. Only query's
+	// DELETE /v1/users/{id} makes it, with source system, device AllDevices and
+	// OccurredAt the server's time.
+	KindErase
 )
 
-var kindNames = [...]string{"", "status", "heartbeat", "activity", "custom", "member"}
+var kindNames = [...]string{"", "status", "heartbeat", "activity", "custom", "member", "erase"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -259,6 +265,17 @@ func (e *Event) Validate() error {
 		}
 		if e.Status != StatusUnknown {
 			return fmt.Errorf("status: only status events carry a status")
+		}
+	case KindErase:
+		switch {
+		case e.Source != SourceSystem:
+			return fmt.Errorf("kind: only Pulse itself erases a user (source system)")
+		case e.Status != StatusUnknown:
+			return fmt.Errorf("status: only status events carry a status")
+		case e.DeviceID != AllDevices:
+			return fmt.Errorf("device id: an erasure is of every device (%q)", AllDevices)
+		case e.OccurredAt.IsZero():
+			return fmt.Errorf("occurred at: an erasure needs the time it cuts the user's events at")
 		}
 	default:
 		return fmt.Errorf("kind: unknown kind %d", e.Kind)

@@ -92,7 +92,8 @@ func CheckSchema(r *kgo.Record, want string) error {
 // DecodeChange reads a presence.changes record; any flaw is an error, never a
 // half-read change: a missing schema header, a value that is not a Change, a user or
 // group id Pulse would not accept, a key that is not the user, a transition that is no
-// change, an invalid custom status or no change time.
+// change (but an erasure, which may find the user offline), an invalid custom status
+// or no change time.
 func DecodeChange(r *kgo.Record) (*pulsev1.Change, error) {
 	if err := CheckSchema(r, pulsev1.SchemaChange); err != nil {
 		return nil, err
@@ -118,7 +119,13 @@ func DecodeChange(r *kgo.Record) (*pulsev1.Change, error) {
 		}
 	}
 	prev, cur := presence.StatusFromPB(c.GetPrevious()), presence.StatusFromPB(c.GetCurrent())
-	if prev == presence.StatusUnknown || cur == presence.StatusUnknown || (prev == cur) != (c.GetCustomOnly() || c.GetGroupId() != "") {
+	if c.GetCause() == pulsev1.Cause_CAUSE_ERASE {
+		// An erasure (docs/design.md, "Erasure") ends the user whatever their status
+		// was, offline included: previous may equal current.
+		if prev == presence.StatusUnknown || cur != presence.Offline || c.GetCustomOnly() || c.GetGroupId() != "" {
+			return nil, fmt.Errorf("erasure %v -> %v is not to offline alone (custom only: %v, group: %q)", c.GetPrevious(), c.GetCurrent(), c.GetCustomOnly(), c.GetGroupId())
+		}
+	} else if prev == presence.StatusUnknown || cur == presence.StatusUnknown || (prev == cur) != (c.GetCustomOnly() || c.GetGroupId() != "") {
 		return nil, fmt.Errorf("transition %v -> %v is not a change (custom only: %v, group: %q)", c.GetPrevious(), c.GetCurrent(), c.GetCustomOnly(), c.GetGroupId())
 	}
 	if cs := presence.CustomFromPB(c.GetCustom()); cs != nil {

@@ -92,3 +92,65 @@ func TestDecodeChangeRefusesWhatIsNoChange(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeChangeTakesErasures(t *testing.T) {
+	rec := func(c *pulsev1.Change) *kgo.Record {
+		r, err := Change("presence.changes", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	base := func(prev pulsev1.Status) *pulsev1.Change {
+		return &pulsev1.Change{UserId: "u", EventId: "e", Previous: prev, Current: pulsev1.Status_STATUS_OFFLINE,
+			ChangedAtUs: 1, Cause: pulsev1.Cause_CAUSE_ERASE, DeviceId: presence.AllDevices}
+	}
+	for _, prev := range []pulsev1.Status{pulsev1.Status_STATUS_OFFLINE, pulsev1.Status_STATUS_ONLINE, pulsev1.Status_STATUS_INVISIBLE} {
+		c, err := DecodeChange(rec(base(prev)))
+		if err != nil || c.GetCause() != pulsev1.Cause_CAUSE_ERASE || c.GetPrevious() != prev {
+			t.Fatalf("erasure from %v: %v, %v", prev, c, err)
+		}
+	}
+	bad := base(pulsev1.Status_STATUS_ONLINE)
+	bad.Current = pulsev1.Status_STATUS_IDLE
+	if _, err := DecodeChange(rec(bad)); err == nil {
+		t.Fatal("an erasure to idle was taken")
+	}
+	bad = base(pulsev1.Status_STATUS_OFFLINE)
+	bad.GroupId = "g"
+	if _, err := DecodeChange(rec(bad)); err == nil {
+		t.Fatal("an erasure with a group was taken")
+	}
+	// Any other cause still needs a transition.
+	same := base(pulsev1.Status_STATUS_OFFLINE)
+	same.Cause = pulsev1.Cause_CAUSE_EVENT
+	if _, err := DecodeChange(rec(same)); err == nil {
+		t.Fatal("offline -> offline with cause event was taken")
+	}
+}
+
+func TestEraseEventRoundTrips(t *testing.T) {
+	now := time.UnixMicro(1_700_000_000_000_000).UTC()
+	e := presence.Event{ID: "x", UserID: "u", Kind: presence.KindErase, DeviceID: presence.AllDevices,
+		OccurredAt: now, ReceivedAt: now, Source: presence.SourceSystem}
+	r, err := Event("presence.events", &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeEvent(r)
+	if err != nil || got.Kind != presence.KindErase || !got.OccurredAt.Equal(now) {
+		t.Fatalf("DecodeEvent = %+v, %v", got, err)
+	}
+	for name, mut := range map[string]func(*presence.Event){
+		"source api":  func(e *presence.Event) { e.Source = presence.SourceAPI },
+		"one device":  func(e *presence.Event) { e.DeviceID = "d" },
+		"no time":     func(e *presence.Event) { e.OccurredAt = time.Time{} },
+		"with status": func(e *presence.Event) { e.Status = presence.Online },
+	} {
+		b := e
+		mut(&b)
+		if err := b.Validate(); err == nil {
+			t.Errorf("%s: an invalid erase event validates", name)
+		}
+	}
+}

@@ -119,6 +119,11 @@ const (
 	// A user joins or leaves a group (docs/design.md, "Groups"): group_id names it,
 	// leave says which. Not presence: the user's status and times stay as they are.
 	Kind_KIND_MEMBER Kind = 5
+	// The user is erased (docs/design.md, "Erasure"): every state and history Pulse
+	// holds of them goes, and their events dated at or before this one's occurred_at
+	// that come later in the log are dropped. Made by query's DELETE /v1/users/{id}
+	// only, with source SOURCE_SYSTEM, device "*" and occurred_at_us the server's time.
+	Kind_KIND_ERASE Kind = 6
 )
 
 // Enum value maps for Kind.
@@ -130,6 +135,7 @@ var (
 		3: "KIND_ACTIVITY",
 		4: "KIND_CUSTOM",
 		5: "KIND_MEMBER",
+		6: "KIND_ERASE",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -138,6 +144,7 @@ var (
 		"KIND_ACTIVITY":    3,
 		"KIND_CUSTOM":      4,
 		"KIND_MEMBER":      5,
+		"KIND_ERASE":       6,
 	}
 )
 
@@ -233,6 +240,10 @@ const (
 	Cause_CAUSE_EVENT Cause = 1
 	// An offline_after or idle_after deadline passed.
 	Cause_CAUSE_TIMEOUT Cause = 2
+	// The user was erased (KIND_ERASE): current is offline, previous the status the
+	// user had; it is the last change of that user. A later change of the same user id
+	// is of a new user, with a new user_index.
+	Cause_CAUSE_ERASE Cause = 3
 )
 
 // Enum value maps for Cause.
@@ -241,11 +252,13 @@ var (
 		0: "CAUSE_UNSPECIFIED",
 		1: "CAUSE_EVENT",
 		2: "CAUSE_TIMEOUT",
+		3: "CAUSE_ERASE",
 	}
 	Cause_value = map[string]int32{
 		"CAUSE_UNSPECIFIED": 0,
 		"CAUSE_EVENT":       1,
 		"CAUSE_TIMEOUT":     2,
+		"CAUSE_ERASE":       3,
 	}
 )
 
@@ -1018,24 +1031,27 @@ const file_pulse_v1_presence_proto_rawDesc = "" +
 	"\rSTATUS_ONLINE\x10\x01\x12\x0f\n" +
 	"\vSTATUS_IDLE\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_OFFLINE\x10\x03\x12\x14\n" +
-	"\x10STATUS_INVISIBLE\x10\x04*v\n" +
+	"\x10STATUS_INVISIBLE\x10\x04*\x86\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_STATUS\x10\x01\x12\x12\n" +
 	"\x0eKIND_HEARTBEAT\x10\x02\x12\x11\n" +
 	"\rKIND_ACTIVITY\x10\x03\x12\x0f\n" +
 	"\vKIND_CUSTOM\x10\x04\x12\x0f\n" +
-	"\vKIND_MEMBER\x10\x05*W\n" +
+	"\vKIND_MEMBER\x10\x05\x12\x0e\n" +
+	"\n" +
+	"KIND_ERASE\x10\x06*W\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"SOURCE_API\x10\x01\x12\x12\n" +
 	"\x0eSOURCE_TIMEOUT\x10\x02\x12\x11\n" +
-	"\rSOURCE_SYSTEM\x10\x03*B\n" +
+	"\rSOURCE_SYSTEM\x10\x03*S\n" +
 	"\x05Cause\x12\x15\n" +
 	"\x11CAUSE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vCAUSE_EVENT\x10\x01\x12\x11\n" +
-	"\rCAUSE_TIMEOUT\x10\x02B8Z6github.com/pulse-presence/pulse/pkg/pb/pulsev1;pulsev1b\x06proto3"
+	"\rCAUSE_TIMEOUT\x10\x02\x12\x0f\n" +
+	"\vCAUSE_ERASE\x10\x03B8Z6github.com/pulse-presence/pulse/pkg/pb/pulsev1;pulsev1b\x06proto3"
 
 var (
 	file_pulse_v1_presence_proto_rawDescOnce sync.Once

@@ -26,6 +26,7 @@ type entry struct {
 	// see it take effect (the same but after a period the user spent invisible).
 	at, publicAt time.Time
 	timeout      bool
+	erased       bool // an erasure (cause erase, docs/design.md "Erasure")
 	// custom is the user's custom status after the change (zero: none); customOnly
 	// says the change is to it alone, previous and current being equal.
 	custom     presence.CustomStatus
@@ -52,8 +53,10 @@ type entry struct {
 // invisible and offline both read as offline, and a user who reads as offline shows
 // no custom status (presence.Status.ShowsCustomPublicly).
 func (e *entry) publicNoop() bool {
-	if e.group != "" {
-		return false // a membership change is news whatever the status
+	if e.group != "" || e.erased {
+		// A membership change is news whatever the status; so is an erasure, which
+		// tells whoever keeps the user's data to erase it too.
+		return false
 	}
 	if e.customOnly {
 		return !e.current.ShowsCustomPublicly()
@@ -77,6 +80,7 @@ func decodeChange(r *kgo.Record) (*entry, error) {
 		at:              presence.FromMicros(c.GetChangedAtUs()),
 		publicAt:        presence.FromMicros(c.GetChangedAtUs()),
 		timeout:         c.GetCause() == pulsev1.Cause_CAUSE_TIMEOUT,
+		erased:          c.GetCause() == pulsev1.Cause_CAUSE_ERASE,
 		sourcePartition: c.GetSourcePartition(),
 		sourceOffset:    c.GetSourceOffset(),
 		customOnly:      c.GetCustomOnly(),
@@ -123,8 +127,11 @@ func (e *entry) message(operator bool, cursor string, now time.Time) []byte {
 // does; its clearing follows as a change of its own.
 func (e *entry) render(operator bool, cursor string, now time.Time) []byte {
 	m := changeMessage{Type: TypeChange, UserID: e.userID, At: e.at, Cause: "event", Cursor: cursor}
-	if e.timeout {
+	switch {
+	case e.timeout:
 		m.Cause = "timeout"
+	case e.erased:
+		m.Cause = "erase"
 	}
 	custom := e.custom
 	if custom.Expired(now) {
