@@ -35,6 +35,7 @@ func commands() []command {
 		{"sessions", "a user's sessions (sessions ID)", runSessions},
 		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
 		{"online", "who is online, now or at an instant of the past (online -at TIME [-count])", runOnline},
+		{"forget", "erase a user everywhere, as an event in the log (forget USER; needs PULSE_OPERATOR_KEY)", runForget},
 		{"groups", "a group's members and who of them is online (groups set|add|remove|delete|show|online GROUP)", runGroups},
 		{"dlq", "list dead letters, or replay them to their topic (dlq list|replay)", runDLQ},
 		{"rebuild", "have the aggregators rebuild the state in Redis from the log, with progress (rebuild [-shard N])", runRebuild},

@@ -81,7 +81,9 @@ func newTestServerWith(tb testing.TB, store *statestore.Store, env map[string]st
 		tb.Fatal(err)
 	}
 	tb.Cleanup(kc.Close)
-	a.groupRoutes(srv.Echo, eventlog.NewProducer(kc, "presence.events", time.Second, "pulse_test_produce_seconds", reg))
+	writes := eventlog.NewProducer(kc, "presence.events", time.Second, "pulse_test_produce_seconds", reg)
+	a.groupRoutes(srv.Echo, writes)
+	a.eraseRoutes(srv.Echo, writes)
 	if err := openapi.Register(srv.Echo, "query"); err != nil {
 		tb.Fatal(err)
 	}

@@ -41,7 +41,8 @@ var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 // scope, and the operator scope for ?view=operator. installTickets adds the feed's
 // tickets to the Guard it returns.
 func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) *auth.Guard {
-	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...)
+	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...).
+		RouteScope(auth.ScopeOperator, operatorWriteRoutes...)
 	g.Install(e)
 	e.Use(auth.Views)
 	return g
@@ -136,8 +137,11 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	installTickets(srv.Echo, installAuth(srv.Echo, authn, reg),
 		auth.NewTickets(redisTickets{rdb: rdb, prefix: cfg.RedisPrefix}, cfg.Feed.TicketTTL, ticketTimeout))
 	a.routes(srv.Echo)
-	a.groupRoutes(srv.Echo, eventlog.NewProducer(producer, cfg.Kafka.EventsTopic, cfg.Present.AckTimeout,
-		"pulse_query_groups_produce_duration_seconds", reg))
+	// Member events and erasures share one producer and its latency metric.
+	writes := eventlog.NewProducer(producer, cfg.Kafka.EventsTopic, cfg.Present.AckTimeout,
+		"pulse_query_groups_produce_duration_seconds", reg)
+	a.groupRoutes(srv.Echo, writes)
+	a.eraseRoutes(srv.Echo, writes)
 	if err := openapi.Register(srv.Echo, "query"); err != nil {
 		return err
 	}

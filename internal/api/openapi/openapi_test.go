@@ -478,17 +478,17 @@ func TestCheckRoutesNamesEveryDifference(t *testing.T) {
 		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily", "/v1/dashboard/pipeline"} {
 		e.GET(p, echo.NotFoundHandler)
 	}
+	e.DELETE("/v1/users/:userId", echo.NotFoundHandler)
 	if err := CheckRoutes("query", e.Routes()); err != nil {
 		t.Fatalf("CheckRoutes(query) = %v", err)
 	}
-
-	e.DELETE("/v1/users/:userId", echo.NotFoundHandler)
+	e.DELETE("/v1/users/:userId/status", echo.NotFoundHandler)
 	err := CheckRoutes("ingest", e.Routes())
 	if err == nil {
 		t.Fatal("CheckRoutes(ingest) accepted query's routes")
 	}
 	for _, want := range []string{
-		"ingest serves DELETE /v1/users/{userId}, which the OpenAPI document lacks",
+		"ingest serves DELETE /v1/users/{userId}/status, which the OpenAPI document lacks",
 		"ingest serves GET /v1/online, which the OpenAPI document lacks",
 		"the OpenAPI document has POST /v1/events for ingest, which does not serve it",
 		"the OpenAPI document has POST /status for ingest, which does not serve it",

@@ -108,6 +108,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{userId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erase a user
+         * @description Erases everything Pulse holds of the user, as an erase event in `presence.events`, so that no replay or rebuild brings them back (docs/design.md, Erasure): their state, devices, custom status, group memberships and index in Redis, their rows in every history table. Their events dated at or before `erasedAt` that arrive later are dropped; one dated after starts a new user. The answer comes once Kafka acknowledged the erase event (`202`); the aggregator applies it within a window (about 100 ms) and emits a change to offline with cause `erase`; history deletes the user's rows as it reads it. Erasing a user Pulse never saw, or one already erased, is harmless. Each erasure is logged as one `msg=audit action=erase` line naming the user and the key.
+         *
+         *     Needs an API key with the `operator` scope; user tokens may not erase (403).
+         *
+         *     **Cost:** 1 read, charged from the key's `PULSE_QUERY_KEY_RATE` (429 with `Retry-After` past it).
+         */
+        delete: operations["eraseUser"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users/{userId}/status": {
         parameters: {
             query?: never;
@@ -1699,6 +1723,18 @@ export interface components {
             /** @description Users who leave the group (a user who is not a member changes nothing). */
             remove?: components["schemas"]["UserId"][];
         };
+        /** @description An erasure Kafka acknowledged. */
+        Erasure: {
+            /** @description The user erased. */
+            userId: string;
+            /** @description The erase event's id in presence.events. */
+            eventId: string;
+            /**
+             * Format: date-time
+             * @description The server's time of the erasure: the user's events dated at or before it that arrive later are dropped.
+             */
+            erasedAt: string;
+        };
         /**
          * @example {
          *       "groupId": "team-a",
@@ -2402,6 +2438,44 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["RedisUnavailable"];
+        };
+    };
+    eraseUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The user id (URL-encoded): 1–128 bytes of UTF-8 without a character of Unicode category Cc or Cf (`UserId`); any other is a 400.
+                 * @example alice
+                 */
+                userId: components["parameters"]["UserIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The erase event was posted. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "userId": "bob",
+                     *       "eventId": "01936b2e-7c4a-7def-8a3b-5f0e2d9c1a47",
+                     *       "erasedAt": "2026-11-22T07:20:00.5Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Erasure"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["QueryRateLimited"];
+            503: components["responses"]["KafkaUnavailable"];
         };
     };
     getUserStatus: {
