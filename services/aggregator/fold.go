@@ -1,6 +1,9 @@
 package main
 
 import (
+	"slices"
+	"time"
+
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
@@ -28,6 +31,28 @@ type shardState struct {
 	// staged is the last fold's group changes, which the caller commits once the
 	// window is written.
 	staged *groupFold
+	// tombstones remembers erasures within the duplicate horizon (the worker's
+	// dedupe.Window); nil: none are remembered (unit tests of other things).
+	tombstones tombstones
+}
+
+// tombstones is the part of dedupe.Window that remembers erasures.
+type tombstones interface {
+	Erase(user string, t, at time.Time)
+	Erased(user string, t, at time.Time) bool
+}
+
+// inFlight reports whether e is an event of an erased user dated at or before the
+// erasure (docs/design.md, "Erasure"): sent before it, it must not bring them back. A
+// timeout counts by its basis too: it was decided on the state the erasure removed.
+func (st *shardState) inFlight(e *presence.Event) bool {
+	if st.tombstones == nil {
+		return false
+	}
+	if e.Source == presence.SourceTimeout && !e.LastSeen.IsZero() && st.tombstones.Erased(e.UserID, e.LastSeen, e.ReceivedAt) {
+		return true
+	}
+	return st.tombstones.Erased(e.UserID, e.Time(), e.ReceivedAt)
 }
 
 // foldStats counts what a window did, for metrics.
@@ -37,6 +62,9 @@ type foldStats struct {
 	devicesDropped int
 	// groupJoinsRefused counts joins past presence.MaxGroupsPerUser.
 	groupJoinsRefused int
+	// erased counts users erased; inFlight the events of erased users dated at or
+	// before their erasure, dropped.
+	erased, inFlight int
 }
 
 // fold applies a window's records, in log order, to users (the current states of
@@ -94,6 +122,21 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 		// already applied.
 		if e.Source != presence.SourceTimeout && duplicate(e) {
 			stats.duplicates++
+			continue
+		}
+		if e.Kind == presence.KindErase {
+			if st.tombstones != nil {
+				st.tombstones.Erase(e.UserID, e.OccurredAt, e.ReceivedAt)
+			}
+			if u, ok := users[e.UserID]; ok {
+				stats.erased++
+				w.Outbox.Changes = append(w.Outbox.Changes, erase(w, groups, bitmap, st.partition, r.offset, e, u))
+				delete(users, e.UserID)
+			}
+			continue
+		}
+		if st.inFlight(e) {
+			stats.inFlight++
 			continue
 		}
 		u, ok := users[e.UserID]
@@ -191,6 +234,35 @@ func fold(st *shardState, recs []record, users map[string]*presence.User, duplic
 	w.Outbox.LastOffset = w.LastOffset
 	stats.groupJoinsRefused = groups.refused
 	return w, stats
+}
+
+// erase removes user u of e, an erase event at offset, from the window: their state
+// and id -> index entry are deleted with the window's write, their index leaves every
+// status bitmap and group, and the caller forgets them, so that a later event of the
+// same id registers a new user with a new index (docs/design.md, "Erasure"). It
+// returns the erasure's change: to offline from the status the user had.
+func erase(w *statestore.Window, groups *groupFold, bitmap func(presence.Status) *roaring.Bitmap,
+	partition int32, offset int64, e *presence.Event, u *presence.User) *pulsev1.Change {
+	if bm := bitmap(u.Status); bm != nil {
+		bm.Remove(u.Index)
+	}
+	groups.forget(u)
+	delete(w.Users, e.UserID)
+	// A user registered in this window leaves no id -> index entry to write.
+	w.NewIDs = slices.DeleteFunc(w.NewIDs, func(n statestore.NewID) bool { return n.Index == u.Index })
+	w.Erased = append(w.Erased, statestore.Erased{UserID: e.UserID, Index: u.Index, State: u})
+	return &pulsev1.Change{
+		UserId:          e.UserID,
+		EventId:         e.ID,
+		Previous:        presence.StatusToPB(u.Status),
+		Current:         presence.StatusToPB(presence.Offline),
+		ChangedAtUs:     presence.Micros(e.OccurredAt),
+		Cause:           pulsev1.Cause_CAUSE_ERASE,
+		DeviceId:        presence.AllDevices,
+		SourcePartition: partition,
+		SourceOffset:    offset,
+		UserIndex:       u.Index,
+	}
 }
 
 func trackedIndex(s presence.Status) int {

@@ -149,3 +149,11 @@ func (f *groupFold) commit() {
 		f.base.memberOf[i] = l
 	}
 }
+
+// forget makes u leave every group it is a member of, as a leave of each would: the
+// user is erased (docs/design.md, "Erasure").
+func (f *groupFold) forget(u *presence.User) {
+	for _, id := range slices.Clone(f.of(u.Index)) {
+		f.apply(&presence.Event{GroupID: id, Leave: true}, u)
+	}
+}

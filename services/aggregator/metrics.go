@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pulse_aggregator_events_total",
-			Help: "Events folded, by outcome: applied, stale (older than the device's newest) or duplicate.",
+			Help: "Events folded, by outcome: applied, stale (older than the device's newest), duplicate, erased (an erase event that found the user) or in_flight (an event of an erased user dated at or before the erasure, dropped).",
 		}, []string{"outcome"}),
 		undecodable: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_aggregator_undecodable_records_total",
@@ -102,4 +102,6 @@ func (m *metrics) observeWindow(events int, s foldStats, changes int) {
 	m.records.WithLabelValues("duplicate").Add(float64(s.duplicates))
 	m.devicesDropped.Add(float64(s.devicesDropped))
 	m.groupRefused.Add(float64(s.groupJoinsRefused))
+	m.records.WithLabelValues("erased").Add(float64(s.erased))
+	m.records.WithLabelValues("in_flight").Add(float64(s.inFlight))
 }

@@ -232,6 +232,10 @@ func (w *worker) rebuildDedupe(ctx context.Context, first *kgo.Record) error {
 		Now:   w.now,
 	}, w.logger, first, func(win *dedupe.Window, e *presence.Event) {
 		win.Duplicate(e.UserID, e.ID, e.ReceivedAt)
+		if e.Kind == presence.KindErase {
+			// The erasure's tombstone survives a restart (docs/design.md, "Erasure").
+			win.Erase(e.UserID, e.OccurredAt, e.ReceivedAt)
+		}
 	})
 	if err != nil {
 		return err
@@ -326,6 +330,9 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 			// duplicates of it that come later.
 			if err == nil {
 				w.dedupe.Duplicate(e.UserID, e.ID, e.ReceivedAt)
+				if e.Kind == presence.KindErase {
+					w.dedupe.Erase(e.UserID, e.OccurredAt, e.ReceivedAt)
+				}
 			}
 			continue
 		}
@@ -366,6 +373,7 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 	}); err != nil {
 		return nil, err
 	}
+	w.st.tombstones = w.dedupe
 	win, stats := fold(&w.st, recs, users, func(e *presence.Event) bool {
 		return w.dedupe.Duplicate(e.UserID, e.ID, e.ReceivedAt)
 	})
@@ -382,6 +390,9 @@ func (w *worker) foldAndWrite(ctx context.Context, batch []*kgo.Record, rebuildi
 	w.st.written = last + 1
 	w.st.next, w.st.bitmaps = win.Next, win.Bitmaps
 	w.st.staged.commit()
+	for _, e := range win.Erased {
+		w.timeouts.Forget(e.UserID, e.State)
+	}
 	for id, u := range win.Users {
 		w.timeouts.Update(id, u)
 	}

@@ -303,6 +303,8 @@ func decodeChange(r *kgo.Record) (change, error) {
 		c.Cause = "event"
 	case pulsev1.Cause_CAUSE_TIMEOUT:
 		c.Cause = "timeout"
+	case pulsev1.Cause_CAUSE_ERASE:
+		c.Cause = "erase"
 	}
 	if err := presence.ValidateID(c.UserID, presence.MaxUserIDLen); err != nil {
 		return change{}, fmt.Errorf("invalid change: user id: %w", err)

@@ -373,9 +373,10 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 		w.poison(r, err)
 		return
 	}
-	if e.Kind == presence.KindMember {
+	if e.Kind == presence.KindMember || e.Kind == presence.KindErase {
 		// Membership is not presence: no timeline entry, no sign of life. Its
-		// effective changes reach user_status through presence.changes.
+		// effective changes reach user_status through presence.changes. Neither is an
+		// erasure, which must leave no row of the user (docs/design.md, "Erasure").
 		return
 	}
 	if w.window.Duplicate(e.UserID, e.ID, e.ReceivedAt) {

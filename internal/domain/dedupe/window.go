@@ -273,3 +273,35 @@ func (f *fifo) resize(size int) {
 	}
 	f.buf, f.head = buf, 0
 }
+
+// eraseDevice is the pseudo-device under which a Window keeps a user's erasure: no
+// device id contains a NUL (presence.ValidateID).
+const eraseDevice = "\x00erase"
+
+// Erase records that user was erased at t (the erase event's occurred-at), at log time
+// at (its received-at): until the horizon passes, Erased reports the user's events
+// dated at or before t as in flight from before the erasure (docs/design.md,
+// "Erasure"). By the argument of the package comment, an event dated at or before t
+// is received at most MaxSkew after t, well within a horizon of 2×MaxSkew; and a
+// Window rebuilt from the log replays the erase event, so the tombstone survives a
+// restart.
+func (w *Window) Erase(user string, t, at time.Time) {
+	now := w.advance(at)
+	k := w.pairKey(user, eraseDevice)
+	ts := t.UnixNano()
+	if cur, ok := w.dev[k]; ok && cur.t >= ts {
+		return
+	}
+	w.dev[k] = newest{t: ts, at: now}
+	w.devPeak = max(w.devPeak, len(w.dev))
+	w.devFIFO.push(seen{k, now})
+}
+
+// Erased reports whether user was erased, within the horizon, at a time at or after t:
+// an event of theirs dated t came from before the erasure and must not be applied.
+// at is the event's log time.
+func (w *Window) Erased(user string, t, at time.Time) bool {
+	w.advance(at)
+	cur, ok := w.dev[w.pairKey(user, eraseDevice)]
+	return ok && t.UnixNano() <= cur.t
+}

@@ -295,3 +295,37 @@ func TestDuplicateIsPerUser(t *testing.T) {
 		t.Fatal("(alic, ee1) was taken for (alice, e1)")
 	}
 }
+
+// An erasure drops the user's events dated at or before it, for the horizon, and no
+// one else's; events dated after it pass.
+func TestWindowErasure(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	w := NewWindow(10 * time.Minute)
+	if w.Erased("u", base, base) {
+		t.Fatal("erased before any erasure")
+	}
+	w.Erase("u", base, base)
+	for _, tc := range []struct {
+		user string
+		t    time.Time
+		want bool
+	}{
+		{"u", base.Add(-time.Minute), true},
+		{"u", base, true},
+		{"u", base.Add(time.Microsecond), false},
+		{"v", base.Add(-time.Minute), false},
+	} {
+		if got := w.Erased(tc.user, tc.t, base.Add(time.Second)); got != tc.want {
+			t.Errorf("Erased(%s, %v) = %v, want %v", tc.user, tc.t.Sub(base), got, tc.want)
+		}
+	}
+	// An older erasure replayed does not move the cut back.
+	w.Erase("u", base.Add(-time.Hour), base.Add(2*time.Second))
+	if !w.Erased("u", base, base.Add(3*time.Second)) {
+		t.Error("an older erasure moved the cut back")
+	}
+	// Past the horizon the tombstone goes, as every entry does.
+	if w.Erased("u", base.Add(-time.Minute), base.Add(11*time.Minute)) {
+		t.Error("the tombstone outlived the horizon")
+	}
+}

@@ -411,6 +411,17 @@ type Window struct {
 	// Groups are the groups whose counts or members the window changed; a group
 	// with no member left is deleted.
 	Groups map[string]*GroupShard
+	// Erased are the users the window erased (docs/design.md, "Erasure"): their state
+	// and their index's id entry are deleted, unless the window registered the same id
+	// again after the erasure (Users holds it), whose state the write keeps.
+	Erased []Erased
+}
+
+// Erased is a user a window erased: the id, the index it had and its last state.
+type Erased struct {
+	UserID string
+	Index  uint32
+	State  *presence.User
 }
 
 // WriteWindow writes w in one round trip, atomically. It reports false, and writes
@@ -695,6 +706,17 @@ func (s *Store) windowCall(w *Window, buckets int) ([]string, []any, error) {
 			members = b
 		}
 		args = append(args, g, members, encodeGroupCounts(gs))
+	}
+	// Erasures last: a state bucket and a rev bucket per user, and the fields to delete
+	// from them ('' for a state the window writes again).
+	args = append(args, len(w.Erased))
+	for _, e := range w.Erased {
+		keys = append(keys, s.keys.State(sh, BucketOf(e.UserID, buckets)), s.keys.RevBucket(sh, e.Index))
+		field := e.UserID
+		if _, again := w.Users[e.UserID]; again {
+			field = ""
+		}
+		args = append(args, field, revField(e.Index))
 	}
 	return keys, args, nil
 }

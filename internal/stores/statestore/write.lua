@@ -12,6 +12,10 @@
 -- group index and KEYS[k+1..k+g] the groups' bitmaps, k the key after the buckets;
 -- ARGV the number of groups g, then per group its id, its bitmap (empty: unchanged)
 -- and its counts (empty: the group has no member left in the shard, delete it).
+-- Then the users the window erased: KEYS[m+2j-1] the state bucket and KEYS[m+2j] the
+-- rev bucket of erasure j, m the last key before them; ARGV their number e, then per
+-- erasure the state field to delete ('' when the window writes the id again) and the
+-- rev field.
 --
 -- Returns 1 when written, 0 when the shard already holds this offset or a later
 -- one: a replay after a crash between this write and the offset commit then changes
@@ -42,7 +46,8 @@ for _ = 1, tonumber(ARGV[10]) + tonumber(ARGV[11]) do
 end
 
 local groups = KEYS[k]
-for j = 1, tonumber(ARGV[a]) do
+local ng = tonumber(ARGV[a])
+for j = 1, ng do
   local id, members, counts = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   if counts == '' then
     redis.call('DEL', KEYS[k + j])
@@ -54,6 +59,20 @@ for j = 1, tonumber(ARGV[a]) do
     redis.call('HSET', groups, id, counts)
   end
   a = a + 3
+end
+
+-- The group index and the groups' bitmaps are declared only when there are groups.
+local m = k - 1
+if ng > 0 then
+  m = k + ng
+end
+a = a + 1
+for j = 1, tonumber(ARGV[a]) do
+  local field, rev = ARGV[a + 2 * j - 1], ARGV[a + 2 * j]
+  if field ~= '' then
+    redis.call('HDEL', KEYS[m + 2 * j - 1], field)
+  end
+  redis.call('HDEL', KEYS[m + 2 * j], rev)
 end
 
 local statuses = {'online', 'idle', 'invisible'}

@@ -195,3 +195,13 @@ func (h *deadlineHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
+
+// Forget drops every deadline of the user whose last state was u: the user was erased
+// (docs/design.md, "Erasure"), and no timeout may be decided for them any more.
+func (t *Tracker) Forget(userID string, u *presence.User) {
+	for _, d := range u.Devices {
+		delete(t.live, key{userID, d.ID, DeviceOffline})
+	}
+	delete(t.live, key{userID, presence.AllDevices, CustomExpired})
+	delete(t.live, key{userID, presence.AllDevices, UserIdle})
+}
