@@ -584,7 +584,7 @@ export interface paths {
         };
         /**
          * How many of a group's members are online, by status
-         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online/count?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began.
+         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online/count?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; `final: false` while T is inside history's lateness; 503 with `Retry-After` while history has not written T yet; 404 before history began.
          *
          *     **Cost:** 1 read (with `at=`, 20). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
@@ -606,7 +606,7 @@ export interface paths {
         };
         /**
          * Who of a group is online
-         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began. Not with `activeWithin` (400). A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; `final: false` while T is inside history's lateness; 503 with `Retry-After` while history has not written T yet; 404 before history began. Not with `activeWithin` (400). A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
          *
          *     **Cost:** 1 read per 100 of `limit`, at least 1 (with `at=`, 20 more). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
@@ -947,6 +947,8 @@ export interface components {
              * @description Present when the page lists the past (at=): the instant it describes.
              */
             at?: string;
+            /** @description With `at=` only: Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final?: boolean;
         };
         /**
          * @example {
@@ -1416,7 +1418,8 @@ export interface components {
          *         "online": 1200,
          *         "idle": 330
          *       },
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastCount: {
@@ -1433,13 +1436,16 @@ export interface components {
              * @description The instant the counts describe.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         /**
          * @description A user's status at the instant `at` (status routes with ?at=).
          * @example {
          *       "userId": "alice",
          *       "status": "online",
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastStatus: {
@@ -1454,6 +1460,8 @@ export interface components {
              * @description The instant the status describes.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         /**
          * @description Statuses at the instant `at` (POST /statuses?at=).
@@ -1462,16 +1470,20 @@ export interface components {
          *         {
          *           "userId": "alice",
          *           "status": "online",
-         *           "at": "2026-11-22T20:13:07Z"
+         *           "at": "2026-11-22T20:13:07Z",
+         *           "final": true
          *         }
          *       ],
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastStatuses: {
             statuses: components["schemas"]["PastStatus"][];
             /** Format: date-time */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         PipelineHealth: {
             /**
@@ -1801,7 +1813,8 @@ export interface components {
          *         "offline": 21
          *       },
          *       "members": 30,
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         GroupPastCount: {
@@ -1823,6 +1836,8 @@ export interface components {
              * @description The instant the counts describe.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
     };
     responses: {
@@ -1904,7 +1919,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Redis did not answer within the read deadline; with `at=`, history (Cassandra) did not answer, the instant is not final yet, or every one of the instance's `PULSE_QUERY_HISTORY_READS` (64) Cassandra read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT` (2 s). Retry after `Retry-After`. */
+        /** @description Redis did not answer within the read deadline; with `at=`, history (Cassandra) did not answer, history has not written the instant yet, or every one of the instance's `PULSE_QUERY_HISTORY_READS` (64) Cassandra read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT` (2 s). Retry after `Retry-After`. */
         RedisUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -2117,7 +2132,7 @@ export interface components {
          * @example pwt_3q2Xh0dGkR0b1xJYt0lq8mM7c2a9vVfQeX4nZ6pB1sY
          */
         WatchTicket: string;
-        /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+        /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
         At: string;
         /**
          * @description Makes the socket the presence of this device of the credential's user (docs/feed.md, Present sockets): a heartbeat of the device is posted to `presence.events` before the upgrade (429 over `PULSE_INGEST_USER_RATE`, 503 when Kafka does not acknowledge it), then one per answered ping, every `PULSE_PRESENT_HEARTBEAT` (20 s); the socket takes `status` and `activity` commands; a close the client starts (a close frame) posts the device `offline` at once, while a dropped socket lets it time out after `PULSE_OFFLINE_AFTER`. A user token is present for its own user; an API key needs the write scope as well as read, and `presentUser`. WebSocket only: a 400 on `/v1/watch/sse`.
@@ -2308,7 +2323,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2348,7 +2363,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2412,7 +2427,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2452,7 +2467,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2503,7 +2518,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -3769,7 +3784,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -3826,7 +3841,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
