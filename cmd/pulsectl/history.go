@@ -200,6 +200,8 @@ func (c *queryClient) do(ctx context.Context, method, path string, q url.Values,
 type table struct {
 	header []string
 	rows   [][]string
+	// note follows the table when it is printed for people (never in CSV).
+	note string
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -225,6 +227,10 @@ func (t *table) print(w io.Writer, asCSV bool) error {
 		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
 			return err
 		}
+	}
+	if t.note != "" {
+		_, err := fmt.Fprintln(w, t.note)
+		return err
 	}
 	return nil
 }
