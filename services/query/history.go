@@ -32,13 +32,18 @@ type historyHandlers struct {
 	*api
 	db      *historyDB
 	timeout time.Duration
-	now     func() time.Time
+	// exportRetention is how far back an export reads (export.go).
+	exportRetention time.Duration
+	now             func() time.Time
 }
 
 func (a *api) historyRoutes(e *echo.Echo) {
-	h := &historyHandlers{api: a, db: a.history, timeout: a.historyTimeout, now: time.Now}
+	h := &historyHandlers{api: a, db: a.history, timeout: a.historyTimeout, exportRetention: a.exportRetention, now: time.Now}
 	if h.timeout <= 0 {
 		h.timeout = 10 * time.Second
+	}
+	if h.exportRetention <= 0 {
+		h.exportRetention = defaultExportRetention
 	}
 	e.GET("/v1/users/:userId/timeline", h.timeline, operatorOnly)
 	e.GET("/v1/users/:userId/sessions", h.sessions, operatorOnly)
@@ -46,6 +51,9 @@ func (a *api) historyRoutes(e *echo.Echo) {
 	e.GET("/v1/stats/concurrency", h.concurrency)
 	e.GET("/v1/stats/uniques", h.uniques)
 	e.GET("/v1/stats/daily", h.statsDaily, operatorOnly)
+	// The operator scope is checked by the handler, so that a refused call is audited
+	// too (export.go).
+	e.GET("/v1/users/:userId/export", h.export)
 }
 
 // operatorOnly guards the routes that show single users' past. A user's timeline,
