@@ -139,6 +139,20 @@ func TestExportHoldsEverythingOfOneUser(t *testing.T) {
 		return ""
 	})
 
+	// An operator's answer: no cache may keep it.
+	if code, body := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, q+"/v1/users/"+ann+"/export?limit=1", nil)
+		req.Header.Set("Authorization", "Bearer "+harness.TestKeys.Operator)
+		res, err := harness.BareClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		return res.StatusCode, res.Header.Get("Cache-Control")
+	}(); code != http.StatusOK || body != "private, no-store" {
+		t.Errorf("the export = %d with Cache-Control %q; want 200 with private, no-store", code, body)
+	}
+
 	// The pages: 5, 5 and 2 entries; the later ones carry the timeline alone, with the
 	// first page's instant and range.
 	if !slices.Equal(sizes, []int{5, 5, 2}) {

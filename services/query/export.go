@@ -182,6 +182,9 @@ func (h *historyHandlers) export(c echo.Context) error {
 		return auth.Forbidden(fmt.Sprintf("key %s has scopes %q; the export of a user needs %s: it shows everything Pulse holds about them, the time they spent invisible included",
 			p.Name, p.Scopes, auth.ScopeOperator))
 	}
+	// The export shows what users hide from other readers, as operator answers do
+	// (auth.Views): no cache may keep it, whether or not view=operator was asked.
+	c.Response().Header().Set(echo.HeaderCacheControl, "private, no-store")
 	id, err := userIDParam(c)
 	if err != nil {
 		return err

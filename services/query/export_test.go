@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -98,9 +99,19 @@ func TestExportRefusesBadInputAndAuditsEveryCall(t *testing.T) {
 		{"/v1/users/alice/export?view=operator&limit=10&cursor=" + own.Encode(), true, http.StatusServiceUnavailable, "", "alice"},
 	} {
 		before := len(auditLines(t, log.String()))
-		r := call(t, srv, http.MethodGet, tc.target, "", tc.operator)
+		req := httptest.NewRequest(http.MethodGet, tc.target, nil)
+		if tc.operator {
+			req.Header.Set("Authorization", "Bearer "+testToken)
+		}
+		rec := httptest.NewRecorder()
+		srv.Echo.ServeHTTP(rec, req)
+		r := reply{rec.Code, strings.TrimSpace(rec.Body.String())}
 		if r.code != tc.code || (tc.field != "" && !strings.Contains(r.body, `"field":"`+tc.field+`"`)) {
 			t.Errorf("GET %s (operator %v) = %d %s; want %d naming %q", tc.target, tc.operator, r.code, r.body, tc.code, tc.field)
+		}
+		// Every answer of the handler; auth.Views refuses view=all before it.
+		if cc := rec.Header().Get("Cache-Control"); tc.operator && !strings.Contains(tc.target, "view=all") && cc != "private, no-store" {
+			t.Errorf("GET %s: Cache-Control %q, want private, no-store", tc.target, cc)
 		}
 		lines := auditLines(t, log.String())
 		if len(lines) != before+1 {
