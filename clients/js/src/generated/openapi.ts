@@ -415,6 +415,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{userId}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Everything Pulse holds about one user, for an operator
+         * @description One JSON document: the user's live state in Redis (`current`, as operators see it, with devices, custom status and groups) and what history holds in Cassandra: the `user_status` row, every `user_activity` row (the timeline), the sessions, the days and the `user_indexes` row, from the UTC midnight `PULSE_QUERY_EXPORT_RETENTION` (400 days) before the export to a day after it. For a support case or a data subject's request.
+         *
+         *     The timeline comes in pages of at most `limit` entries, newest first: pass `timeline.nextCursor` back as `cursor` until it is null. The first page carries every section; the pages after it only `history.timeline`, with the first page's `exportedAt` and range. `pulsectl export USER -json` follows the cursor and prints the whole document.
+         *
+         *     Operators only: a key with the operator scope, whatever `view` says (the export shows the time the user spent invisible). Any other credential is a 403. Every call is logged at info level as `msg=audit action=export`, with the user, the credential's name (never the key) and the answer's status.
+         *
+         *     A user Pulse holds nothing about (no state in Redis, no row in history within the range) is a 404: an operator asking for a user expects them to exist, and a mistyped id must not read as an empty record.
+         *
+         *     **Cost:** 1 read per UTC day of the timeline the page walks (about 400 for the first page, at the default retention), plus on the first page 1 per calendar month and per year of the range and 4. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`): 429 with `Retry-After` past it.
+         */
+        get: operations["getUserExport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/stats/daily": {
         parameters: {
             query?: never;
@@ -1249,6 +1277,427 @@ export interface components {
             /** Format: date */
             to: string;
             days: components["schemas"]["UserDay"][];
+        };
+        /**
+         * @description Everything Pulse holds about one user: the live state in Redis and every history row in Cassandra within `PULSE_QUERY_EXPORT_RETENTION`. The first page (no `cursor`) carries every section; a page after it (`cursor=`) carries `userId`, `exportedAt` (the first page's) and `history.timeline` alone.
+         * @example {
+         *       "userId": "alice",
+         *       "exportedAt": "2026-11-23T10:00:00.123456Z",
+         *       "current": {
+         *         "status": "invisible",
+         *         "invisible": true,
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T09:00:00Z",
+         *         "lastSeen": "2026-11-23T09:59:40Z",
+         *         "public": {
+         *           "lastUpdated": "2026-11-23T09:00:00Z",
+         *           "lastActive": "2026-11-23T08:55:00Z",
+         *           "lastSeen": "2026-11-23T09:00:00Z"
+         *         },
+         *         "devices": [
+         *           {
+         *             "deviceId": "phone",
+         *             "status": "online",
+         *             "lastSeen": "2026-11-23T09:59:40Z",
+         *             "publicLastSeen": "2026-11-23T09:00:00Z",
+         *             "hidden": false
+         *           }
+         *         ],
+         *         "custom": {
+         *           "text": "Heads down",
+         *           "emoji": "🎧"
+         *         },
+         *         "customSetAt": "2026-11-23T09:00:00Z",
+         *         "groups": [
+         *           "team-a"
+         *         ],
+         *         "shard": 3,
+         *         "index": 17,
+         *         "logOffset": 2214
+         *       },
+         *       "history": {
+         *         "status": {
+         *           "status": "invisible",
+         *           "lastUpdated": "2026-11-23T09:00:00Z",
+         *           "lastActive": "2026-11-23T09:00:00Z",
+         *           "lastSeen": "2026-11-23T09:59:40Z",
+         *           "lastEventId": "01JDX3Q6ZC",
+         *           "custom": {
+         *             "text": "Heads down",
+         *             "emoji": "🎧"
+         *           },
+         *           "customSetAt": "2026-11-23T09:00:00Z",
+         *           "groups": [
+         *             "team-a"
+         *           ]
+         *         },
+         *         "timeline": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19T00:00:00Z",
+         *           "to": "2026-11-24T10:00:00.123456Z",
+         *           "entries": [
+         *             {
+         *               "occurredAt": "2026-11-23T09:00:00Z",
+         *               "entryId": "c:01JDX3Q6Z9",
+         *               "entryType": "change",
+         *               "status": "invisible",
+         *               "previousStatus": "online",
+         *               "cause": "event",
+         *               "stale": false,
+         *               "logPartition": 3,
+         *               "logOffset": 1077
+         *             },
+         *             {
+         *               "occurredAt": "2026-11-23T09:00:00Z",
+         *               "entryId": "e:01JDX3Q6Z9",
+         *               "entryType": "event",
+         *               "kind": "status",
+         *               "status": "invisible",
+         *               "deviceId": "phone",
+         *               "source": "api",
+         *               "receivedAt": "2026-11-23T09:00:00.008Z",
+         *               "stale": false,
+         *               "logPartition": 3,
+         *               "logOffset": 2214,
+         *               "data": {
+         *                 "text": "Heads down",
+         *                 "emoji": "🎧"
+         *               }
+         *             }
+         *           ],
+         *           "nextCursor": null
+         *         },
+         *         "sessions": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19T00:00:00Z",
+         *           "to": "2026-11-24T10:00:00.123456Z",
+         *           "sessions": [
+         *             {
+         *               "start": "2026-11-23T08:00:00Z",
+         *               "end": null,
+         *               "open": true,
+         *               "onlineSeconds": 3600,
+         *               "idleSeconds": 0,
+         *               "invisibleSeconds": 0,
+         *               "through": "2026-11-23T09:00:00Z",
+         *               "status": "invisible"
+         *             }
+         *           ],
+         *           "truncated": false
+         *         },
+         *         "daily": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19",
+         *           "to": "2026-11-24",
+         *           "days": [
+         *             {
+         *               "day": "2026-11-23",
+         *               "onlineSeconds": 3600,
+         *               "idleSeconds": 0,
+         *               "invisibleSeconds": 0,
+         *               "sessions": 1,
+         *               "firstSeen": "2026-11-23T08:00:00Z",
+         *               "lastSeen": "2026-11-23T09:00:00Z",
+         *               "through": "2026-11-23T09:00:00Z",
+         *               "status": "invisible"
+         *             }
+         *           ]
+         *         },
+         *         "pointInTime": {
+         *           "shard": 3,
+         *           "index": 17
+         *         }
+         *       }
+         *     }
+         */
+        UserExport: {
+            userId: components["schemas"]["UserId"];
+            /**
+             * Format: date-time
+             * @description When the first page was read; every page of one export carries it.
+             */
+            exportedAt: string;
+            /** @description The user's state in Redis; `null` when Redis holds none. First page only. */
+            current?: components["schemas"]["ExportCurrent"] | null;
+            history: components["schemas"]["ExportHistory"];
+        };
+        /**
+         * @description What history (Cassandra) holds of the user, over [`timeline.from`, `timeline.to`): from the UTC midnight `PULSE_QUERY_EXPORT_RETENTION` (400 days) before `exportedAt` to a day after it (events may be dated ahead of the clock by ingest's allowed skew). Every section but `timeline` is on the first page only.
+         * @example {
+         *       "status": {
+         *         "status": "invisible",
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T09:00:00Z",
+         *         "lastSeen": "2026-11-23T09:59:40Z",
+         *         "lastEventId": "01JDX3Q6ZC",
+         *         "custom": {
+         *           "text": "Heads down",
+         *           "emoji": "🎧"
+         *         },
+         *         "customSetAt": "2026-11-23T09:00:00Z",
+         *         "groups": [
+         *           "team-a"
+         *         ]
+         *       },
+         *       "timeline": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19T00:00:00Z",
+         *         "to": "2026-11-24T10:00:00.123456Z",
+         *         "entries": [
+         *           {
+         *             "occurredAt": "2026-11-23T09:00:00Z",
+         *             "entryId": "c:01JDX3Q6Z9",
+         *             "entryType": "change",
+         *             "status": "invisible",
+         *             "previousStatus": "online",
+         *             "cause": "event",
+         *             "stale": false,
+         *             "logPartition": 3,
+         *             "logOffset": 1077
+         *           },
+         *           {
+         *             "occurredAt": "2026-11-23T09:00:00Z",
+         *             "entryId": "e:01JDX3Q6Z9",
+         *             "entryType": "event",
+         *             "kind": "status",
+         *             "status": "invisible",
+         *             "deviceId": "phone",
+         *             "source": "api",
+         *             "receivedAt": "2026-11-23T09:00:00.008Z",
+         *             "stale": false,
+         *             "logPartition": 3,
+         *             "logOffset": 2214,
+         *             "data": {
+         *               "text": "Heads down",
+         *               "emoji": "🎧"
+         *             }
+         *           }
+         *         ],
+         *         "nextCursor": null
+         *       },
+         *       "sessions": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19T00:00:00Z",
+         *         "to": "2026-11-24T10:00:00.123456Z",
+         *         "sessions": [
+         *           {
+         *             "start": "2026-11-23T08:00:00Z",
+         *             "end": null,
+         *             "open": true,
+         *             "onlineSeconds": 3600,
+         *             "idleSeconds": 0,
+         *             "invisibleSeconds": 0,
+         *             "through": "2026-11-23T09:00:00Z",
+         *             "status": "invisible"
+         *           }
+         *         ],
+         *         "truncated": false
+         *       },
+         *       "daily": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19",
+         *         "to": "2026-11-24",
+         *         "days": [
+         *           {
+         *             "day": "2026-11-23",
+         *             "onlineSeconds": 3600,
+         *             "idleSeconds": 0,
+         *             "invisibleSeconds": 0,
+         *             "sessions": 1,
+         *             "firstSeen": "2026-11-23T08:00:00Z",
+         *             "lastSeen": "2026-11-23T09:00:00Z",
+         *             "through": "2026-11-23T09:00:00Z",
+         *             "status": "invisible"
+         *           }
+         *         ]
+         *       },
+         *       "pointInTime": {
+         *         "shard": 3,
+         *         "index": 17
+         *       }
+         *     }
+         */
+        ExportHistory: {
+            /** @description The `user_status` row; `null` when there is none. */
+            status?: components["schemas"]["ExportStatus"] | null;
+            /** @description Every `user_activity` row of the range, newest first, at most `limit` a page; `nextCursor` is the `cursor` of the next page, null on the last. */
+            timeline: components["schemas"]["TimelinePage"];
+            /** @description The `user_sessions` rows that started in the range, newest first (at most 10,000; `truncated` says when there were more). */
+            sessions?: components["schemas"]["Sessions"];
+            /** @description The `user_daily` rows of the range's days, newest first. */
+            daily?: components["schemas"]["UserDays"];
+            /** @description The `user_indexes` row: the user's shard and dense index in the point-in-time rows (Q5); `null` when history never indexed the user. */
+            pointInTime?: components["schemas"]["ExportIndex"] | null;
+        };
+        /**
+         * @description A user's state as Redis holds it, every field of it, as operators see it (invisible as invisible).
+         * @example {
+         *       "status": "invisible",
+         *       "invisible": true,
+         *       "lastUpdated": "2026-11-23T09:00:00Z",
+         *       "lastActive": "2026-11-23T09:00:00Z",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "public": {
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T08:55:00Z",
+         *         "lastSeen": "2026-11-23T09:00:00Z"
+         *       },
+         *       "devices": [
+         *         {
+         *           "deviceId": "phone",
+         *           "status": "online",
+         *           "lastSeen": "2026-11-23T09:59:40Z",
+         *           "publicLastSeen": "2026-11-23T09:00:00Z",
+         *           "hidden": false
+         *         }
+         *       ],
+         *       "custom": {
+         *         "text": "Heads down",
+         *         "emoji": "🎧"
+         *       },
+         *       "customSetAt": "2026-11-23T09:00:00Z",
+         *       "groups": [
+         *         "team-a"
+         *       ],
+         *       "shard": 3,
+         *       "index": 17,
+         *       "logOffset": 2214
+         *     }
+         */
+        ExportCurrent: {
+            status: components["schemas"]["Status"];
+            /** @description The user's choice to be invisible, kept while devices come and go. */
+            invisible: boolean;
+            /**
+             * Format: date-time
+             * @description When the status last changed.
+             */
+            lastUpdated: string | null;
+            /**
+             * Format: date-time
+             * @description The newest status or activity event.
+             */
+            lastActive: string | null;
+            /**
+             * Format: date-time
+             * @description The newest event of any kind.
+             */
+            lastSeen: string | null;
+            /** @description The times readers who are not operators are shown (docs/design.md, "Invisible looks offline"). */
+            public: {
+                /** Format: date-time */
+                lastUpdated: string | null;
+                /** Format: date-time */
+                lastActive: string | null;
+                /** Format: date-time */
+                lastSeen: string | null;
+            };
+            /** @description Sorted by device id. */
+            devices: components["schemas"]["ExportDevice"][];
+            /** @description The custom status as held, its `until` possibly past (status reads then show none); `null` for none. */
+            custom: components["schemas"]["CustomStatus"] | null;
+            /**
+             * Format: date-time
+             * @description When the status event that last set or cleared the custom status happened; `null` when none did.
+             */
+            customSetAt: string | null;
+            /** @description The groups whose members in Redis include the user, by name. */
+            groups: components["schemas"]["GroupId"][];
+            /** @description The user's shard (and partition of presence.events). */
+            shard: number;
+            /** @description The user's dense index in the shard's bitmaps. */
+            index: number;
+            /**
+             * Format: int64
+             * @description The presence.events offset of the last event folded into the state; -1 for none.
+             */
+            logOffset: number;
+        };
+        /**
+         * @example {
+         *       "deviceId": "phone",
+         *       "status": "online",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "publicLastSeen": "2026-11-23T09:00:00Z",
+         *       "hidden": false
+         *     }
+         */
+        ExportDevice: {
+            deviceId: string;
+            status: components["schemas"]["DeviceStatus"];
+            /**
+             * Format: date-time
+             * @description The newest event of the device.
+             */
+            lastSeen: string;
+            /**
+             * Format: date-time
+             * @description `lastSeen` as readers who are not operators know it; `null` when they know none.
+             */
+            publicLastSeen: string | null;
+            /** @description The device was seen only while the user was invisible: no such reader knows of it. */
+            hidden: boolean;
+        };
+        /**
+         * @description A user's `user_status` row: history's copy of the latest presence (Q7), which may lag the live state.
+         * @example {
+         *       "status": "invisible",
+         *       "lastUpdated": "2026-11-23T09:00:00Z",
+         *       "lastActive": "2026-11-23T09:00:00Z",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "lastEventId": "01JDX3Q6ZC",
+         *       "custom": {
+         *         "text": "Heads down",
+         *         "emoji": "🎧"
+         *       },
+         *       "customSetAt": "2026-11-23T09:00:00Z",
+         *       "groups": [
+         *         "team-a"
+         *       ]
+         *     }
+         */
+        ExportStatus: {
+            /**
+             * @description The effective status of the newest change; `null` when no change of the user was written.
+             * @enum {string|null}
+             */
+            status: "online" | "idle" | "offline" | "invisible" | null;
+            /**
+             * Format: date-time
+             * @description When the status last changed.
+             */
+            lastUpdated: string | null;
+            /**
+             * Format: date-time
+             * @description The newest status or activity event.
+             */
+            lastActive: string | null;
+            /**
+             * Format: date-time
+             * @description The newest event of any kind.
+             */
+            lastSeen: string | null;
+            /** @description The event that last wrote `lastSeen`. */
+            lastEventId: string | null;
+            /** @description The custom status of the newest status event carrying one, `{}` for a clear; `null` when none did. */
+            custom: components["schemas"]["CustomStatus"] | null;
+            /**
+             * Format: date-time
+             * @description That event's time; `null` when none did.
+             */
+            customSetAt: string | null;
+            /** @description The groups history last recorded the user in, by name. */
+            groups: components["schemas"]["GroupId"][];
+        };
+        /**
+         * @example {
+         *       "shard": 3,
+         *       "index": 17
+         *     }
+         */
+        ExportIndex: {
+            shard: number;
+            index: number;
         };
         DayUser: {
             userId: string;
@@ -3181,6 +3630,248 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             429: components["responses"]["QueryRateLimited"];
             503: components["responses"]["CassandraUnavailable"];
+        };
+    };
+    getUserExport: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Most timeline entries per page.
+                 * @example 1000
+                 */
+                limit?: number;
+                /** @description The `history.timeline.nextCursor` of the previous page of the same user's export; absent for the first page. Opaque. Signed by the service (`PULSE_CURSOR_SECRET`): a cursor it did not return for this user, one edited, or one signed with a retired secret is a 400 naming `cursor`. */
+                cursor?: string;
+                /**
+                 * @description Optional: the export is the operator view whatever is asked; `operator` is accepted, `public` is a 400 and any other value a 400.
+                 * @example operator
+                 */
+                view?: "operator";
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The user id (URL-encoded): 1–128 bytes of UTF-8 without a character of Unicode category Cc or Cf (`UserId`); any other is a 400.
+                 * @example alice
+                 */
+                userId: components["parameters"]["UserIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the export. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "userId": "alice",
+                     *       "exportedAt": "2026-11-23T10:00:00.123456Z",
+                     *       "current": {
+                     *         "status": "invisible",
+                     *         "invisible": true,
+                     *         "lastUpdated": "2026-11-23T09:00:00Z",
+                     *         "lastActive": "2026-11-23T09:00:00Z",
+                     *         "lastSeen": "2026-11-23T09:59:40Z",
+                     *         "public": {
+                     *           "lastUpdated": "2026-11-23T09:00:00Z",
+                     *           "lastActive": "2026-11-23T08:55:00Z",
+                     *           "lastSeen": "2026-11-23T09:00:00Z"
+                     *         },
+                     *         "devices": [
+                     *           {
+                     *             "deviceId": "phone",
+                     *             "status": "online",
+                     *             "lastSeen": "2026-11-23T09:59:40Z",
+                     *             "publicLastSeen": "2026-11-23T09:00:00Z",
+                     *             "hidden": false
+                     *           }
+                     *         ],
+                     *         "custom": {
+                     *           "text": "Heads down",
+                     *           "emoji": "🎧"
+                     *         },
+                     *         "customSetAt": "2026-11-23T09:00:00Z",
+                     *         "groups": [
+                     *           "team-a"
+                     *         ],
+                     *         "shard": 3,
+                     *         "index": 17,
+                     *         "logOffset": 2214
+                     *       },
+                     *       "history": {
+                     *         "status": {
+                     *           "status": "invisible",
+                     *           "lastUpdated": "2026-11-23T09:00:00Z",
+                     *           "lastActive": "2026-11-23T09:00:00Z",
+                     *           "lastSeen": "2026-11-23T09:59:40Z",
+                     *           "lastEventId": "01JDX3Q6ZC",
+                     *           "custom": {
+                     *             "text": "Heads down",
+                     *             "emoji": "🎧"
+                     *           },
+                     *           "customSetAt": "2026-11-23T09:00:00Z",
+                     *           "groups": [
+                     *             "team-a"
+                     *           ]
+                     *         },
+                     *         "timeline": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19T00:00:00Z",
+                     *           "to": "2026-11-24T10:00:00.123456Z",
+                     *           "entries": [
+                     *             {
+                     *               "occurredAt": "2026-11-23T09:00:00Z",
+                     *               "entryId": "c:01JDX3Q6Z9",
+                     *               "entryType": "change",
+                     *               "status": "invisible",
+                     *               "previousStatus": "online",
+                     *               "cause": "event",
+                     *               "stale": false,
+                     *               "logPartition": 3,
+                     *               "logOffset": 1077
+                     *             },
+                     *             {
+                     *               "occurredAt": "2026-11-23T09:00:00Z",
+                     *               "entryId": "e:01JDX3Q6Z9",
+                     *               "entryType": "event",
+                     *               "kind": "status",
+                     *               "status": "invisible",
+                     *               "deviceId": "phone",
+                     *               "source": "api",
+                     *               "receivedAt": "2026-11-23T09:00:00.008Z",
+                     *               "stale": false,
+                     *               "logPartition": 3,
+                     *               "logOffset": 2214,
+                     *               "data": {
+                     *                 "text": "Heads down",
+                     *                 "emoji": "🎧"
+                     *               }
+                     *             }
+                     *           ],
+                     *           "nextCursor": null
+                     *         },
+                     *         "sessions": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19T00:00:00Z",
+                     *           "to": "2026-11-24T10:00:00.123456Z",
+                     *           "sessions": [
+                     *             {
+                     *               "start": "2026-11-23T08:00:00Z",
+                     *               "end": null,
+                     *               "open": true,
+                     *               "onlineSeconds": 3600,
+                     *               "idleSeconds": 0,
+                     *               "invisibleSeconds": 0,
+                     *               "through": "2026-11-23T09:00:00Z",
+                     *               "status": "invisible"
+                     *             }
+                     *           ],
+                     *           "truncated": false
+                     *         },
+                     *         "daily": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19",
+                     *           "to": "2026-11-24",
+                     *           "days": [
+                     *             {
+                     *               "day": "2026-11-23",
+                     *               "onlineSeconds": 3600,
+                     *               "idleSeconds": 0,
+                     *               "invisibleSeconds": 0,
+                     *               "sessions": 1,
+                     *               "firstSeen": "2026-11-23T08:00:00Z",
+                     *               "lastSeen": "2026-11-23T09:00:00Z",
+                     *               "through": "2026-11-23T09:00:00Z",
+                     *               "status": "invisible"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "pointInTime": {
+                     *           "shard": 3,
+                     *           "index": 17
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UserExport"];
+                };
+            };
+            /** @description A bad user id, limit, view or cursor; `field` names it. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "is not a cursor this route returned for this user; send the nextCursor of the previous page of the same user's export, or none",
+                     *         "field": "cursor"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description The credential lacks the operator scope. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "key dashboard has scopes \"read\"; the export of a user needs operator: it shows everything Pulse holds about them, the time they spent invisible included"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Pulse holds nothing about the user: no state in Redis, no row in history within the range. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "Pulse holds nothing about user \"alice\": no state in Redis, and no row in history from 2025-10-19 on (PULSE_QUERY_EXPORT_RETENTION)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            429: components["responses"]["QueryRateLimited"];
+            /** @description Redis did not answer within `PULSE_QUERY_READ_TIMEOUT`, or Cassandra is not connected or did not answer within `PULSE_QUERY_HISTORY_TIMEOUT`, or every one of the instance's `PULSE_QUERY_HISTORY_READS` read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT`. Retry after `Retry-After` (with the same `cursor`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "history (Cassandra) is not reachable right now"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getDailyTotals: {
