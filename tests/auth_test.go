@@ -141,8 +141,9 @@ func opScope(t *testing.T, op openapi.Operation) string {
 
 // TestAuthEveryRoute: every guarded route of ingest and query answers 401 with the
 // Bearer challenge to no credentials, an unknown key, an expired user token and one
-// signed with another secret; 403 to a key without the service's scope; and a user
-// token may write and read only its own user. Nothing refused reaches Kafka, and both
+// signed with another secret; 403 to a key without the service's scope, and to a
+// reader's key on the routes of the operator scope; and a user token may write and
+// read only its own user. Nothing refused reaches Kafka, and both
 // keys of a rotation work.
 func TestAuthEveryRoute(t *testing.T) {
 	p := harness.NewTopics(t, 2)
@@ -189,6 +190,14 @@ func TestAuthEveryRoute(t *testing.T) {
 				code, _, got := authDo(t, op.Method, target, cred, body)
 				if code != http.StatusForbidden || !strings.HasPrefix(got, `{"error":{"code":"forbidden","message":"key it-`) {
 					t.Errorf("%s %s with a key lacking the scope: %d %s; want 403 forbidden", op, service, code, got)
+				}
+			}
+			if opScope(t, op) == "operator" {
+				// A user's history and export, the pipeline view: a reader's key passes
+				// the guard (the read scope) and is refused by the route.
+				code, _, got := authDo(t, op.Method, target, harness.TestKeys.Reader, body)
+				if code != http.StatusForbidden || !strings.HasPrefix(got, `{"error":{"code":"forbidden","message":"`) {
+					t.Errorf("%s %s with a reader's key: %d %s; want 403 forbidden", op, service, code, got)
 				}
 			}
 		}

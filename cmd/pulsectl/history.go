@@ -116,6 +116,16 @@ type apiError struct {
 	} `json:"error"`
 }
 
+// statusError is an error answer of the API: its status, its Retry-After, and the
+// message do makes of it.
+type statusError struct {
+	status     int
+	retryAfter time.Duration
+	msg        string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
 func (c *queryClient) get(ctx context.Context, path string, q url.Values, out any) error {
 	if c.operator {
 		q = cloneValues(q)
@@ -177,18 +187,23 @@ func (c *queryClient) do(ctx context.Context, method, path string, q url.Values,
 		return fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
 	}
 	if res.StatusCode < 200 || res.StatusCode > 299 {
+		se := &statusError{status: res.StatusCode, msg: fmt.Sprintf("%s: %s", name, res.Status)}
+		ra := res.Header.Get("Retry-After")
+		if secs, err := strconv.Atoi(ra); err == nil && secs >= 0 {
+			se.retryAfter = time.Duration(secs) * time.Second
+		}
 		var e apiError
 		if json.Unmarshal(ans, &e) == nil && e.Error.Message != "" {
 			msg := e.Error.Message
 			if e.Error.Field != "" {
 				msg = e.Error.Field + ": " + msg
 			}
-			if ra := res.Header.Get("Retry-After"); ra != "" {
+			if ra != "" {
 				msg += " (retry after " + ra + "s)"
 			}
-			return fmt.Errorf("%s: %d %s%s", name, res.StatusCode, msg, hint(res.StatusCode))
+			se.msg = fmt.Sprintf("%s: %d %s%s", name, res.StatusCode, msg, hint(res.StatusCode))
 		}
-		return fmt.Errorf("%s: %s", name, res.Status)
+		return se
 	}
 	if err := json.Unmarshal(ans, out); err != nil {
 		return fmt.Errorf("%s: decoding the answer: %w", name, err)
@@ -200,6 +215,8 @@ func (c *queryClient) do(ctx context.Context, method, path string, q url.Values,
 type table struct {
 	header []string
 	rows   [][]string
+	// note follows the table when it is printed for people (never in CSV).
+	note string
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -225,6 +242,10 @@ func (t *table) print(w io.Writer, asCSV bool) error {
 		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
 			return err
 		}
+	}
+	if t.note != "" {
+		_, err := fmt.Fprintln(w, t.note)
+		return err
 	}
 	return nil
 }
@@ -354,7 +375,7 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 	limit := fs.Int("limit", 1000, "entries per request (1-1000)")
 	return runAnalytics(ctx, fs, f, args[1:], 1, "history user ID [-from TIME] [-to TIME] [-csv]", stdout,
 		func(ctx context.Context, c *queryClient, pos []string) (*table, error) {
-			t := &table{header: []string{"OCCURRED_AT", "TYPE", "KIND", "STATUS", "PREVIOUS", "DEVICE", "SOURCE", "CAUSE", "STALE", "RECEIVED_AT", "ENTRY_ID", "CUSTOM"}}
+			t := &table{header: timelineHeader}
 			q := rangeQuery(f)
 			q.Set("limit", strconv.Itoa(*limit))
 			for {
@@ -363,8 +384,7 @@ func runHistoryEnv(ctx context.Context, args []string, stdout io.Writer, getenv 
 					return nil, err
 				}
 				for _, e := range page.Entries {
-					t.add(fmtTime(&e.OccurredAt, f.csv), e.EntryType, e.Kind, e.Status, e.PreviousStatus, e.DeviceID,
-						e.Source, e.Cause, strconv.FormatBool(e.Stale), fmtTime(e.ReceivedAt, f.csv), e.EntryID, fmtCustom(e.Data, f.csv))
+					t.add(timelineCells(e, f.csv)...)
 				}
 				if page.NextCursor == nil {
 					return t, nil
@@ -387,21 +407,36 @@ func runSessionsEnv(ctx context.Context, args []string, stdout io.Writer, getenv
 			if err := c.get(ctx, "/v1/users/"+url.PathEscape(pos[0])+"/sessions", rangeQuery(f), &ans); err != nil {
 				return nil, err
 			}
-			t := &table{header: []string{"START", "END", "OPEN", "DURATION", "ONLINE", "IDLE", "INVISIBLE", "THROUGH", "STATUS"}}
+			t := &table{header: sessionsHeader}
 			for _, s := range ans.Sessions {
-				end := s.Through
-				if s.End != nil {
-					end = *s.End
-				}
-				t.add(fmtTime(&s.Start, f.csv), fmtTime(s.End, f.csv), strconv.FormatBool(s.Open),
-					fmtSeconds(end.Sub(s.Start).Seconds(), f.csv), fmtSeconds(s.OnlineSeconds, f.csv),
-					fmtSeconds(s.IdleSeconds, f.csv), fmtSeconds(s.InvisibleSeconds, f.csv), fmtTime(&s.Through, f.csv), s.Status)
+				t.add(sessionCells(s, f.csv)...)
 			}
 			if ans.Truncated {
 				fmt.Fprintln(os.Stderr, "pulsectl: more than 10,000 sessions in the range; the newest are listed, narrow -from")
 			}
 			return t, nil
 		})
+}
+
+// timelineHeader heads a table of timeline entries, whose cells timelineCells makes.
+var timelineHeader = []string{"OCCURRED_AT", "TYPE", "KIND", "STATUS", "PREVIOUS", "DEVICE", "SOURCE", "CAUSE", "STALE", "RECEIVED_AT", "ENTRY_ID", "CUSTOM"}
+
+func timelineCells(e historyapi.TimelineEntry, asCSV bool) []string {
+	return []string{fmtTime(&e.OccurredAt, asCSV), e.EntryType, e.Kind, e.Status, e.PreviousStatus, e.DeviceID,
+		e.Source, e.Cause, strconv.FormatBool(e.Stale), fmtTime(e.ReceivedAt, asCSV), e.EntryID, fmtCustom(e.Data, asCSV)}
+}
+
+// sessionsHeader heads a table of sessions, whose cells sessionCells makes.
+var sessionsHeader = []string{"START", "END", "OPEN", "DURATION", "ONLINE", "IDLE", "INVISIBLE", "THROUGH", "STATUS"}
+
+func sessionCells(s historyapi.Session, asCSV bool) []string {
+	end := s.Through
+	if s.End != nil {
+		end = *s.End
+	}
+	return []string{fmtTime(&s.Start, asCSV), fmtTime(s.End, asCSV), strconv.FormatBool(s.Open),
+		fmtSeconds(end.Sub(s.Start).Seconds(), asCSV), fmtSeconds(s.OnlineSeconds, asCSV),
+		fmtSeconds(s.IdleSeconds, asCSV), fmtSeconds(s.InvisibleSeconds, asCSV), fmtTime(&s.Through, asCSV), s.Status}
 }
 
 func dayHeader(first ...string) []string {

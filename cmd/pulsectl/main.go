@@ -3,7 +3,8 @@
 // migrations and changing the tables' retention. deploy/local/stack.sh drives it;
 // operators can run it against any cluster.
 // For analysts, history, sessions and stats print what the query service's history
-// routes answer (docs/analytics.md); groups writes and reads groups' members.
+// routes answer (docs/analytics.md); export prints everything Pulse holds about one
+// user; groups writes and reads groups' members.
 package main
 
 import (
@@ -33,6 +34,7 @@ func commands() []command {
 		{"retention", "how long Cassandra keeps each table's rows, or set one's (retention set TABLE DURATION)", runRetention},
 		{"history", "a user's timeline (history user ID) or daily totals (history daily ID)", runHistory},
 		{"sessions", "a user's sessions (sessions ID)", runSessions},
+		{"export", "everything Pulse holds about one user, for an operator (export ID [-json])", runExport},
 		{"stats", "concurrency, unique users or every user's daily totals (stats concurrency|uniques|daily)", runStats},
 		{"online", "who is online, now or at an instant of the past (online -at TIME [-count])", runOnline},
 		{"forget", "erase a user everywhere, as an event in the log (forget USER; needs PULSE_OPERATOR_KEY)", runForget},

@@ -25,10 +25,12 @@ type (
 			Status string `json:"status"`
 		} `json:"users"`
 		NextCursor *string `json:"nextCursor"`
+		Final      *bool   `json:"final"`
 	}
 	onlineCount struct {
 		Total    uint64            `json:"total"`
 		ByStatus map[string]uint64 `json:"byStatus"`
+		Final    *bool             `json:"final"`
 	}
 )
 
@@ -59,6 +61,7 @@ func runOnlineEnv(ctx context.Context, args []string, stdout io.Writer, getenv f
 					}
 				}
 				t.add("total", fmtInt(ans.Total))
+				t.note = provisionalNote(ans.Final)
 				return t, nil
 			}
 			if *status != "" {
@@ -74,10 +77,21 @@ func runOnlineEnv(ctx context.Context, args []string, stdout io.Writer, getenv f
 				for _, u := range page.Users {
 					t.add(u.UserID, u.Status)
 				}
+				if page.Final != nil && !*page.Final {
+					t.note = provisionalNote(page.Final)
+				}
 				if page.NextCursor == nil {
 					return t, nil
 				}
 				q.Set("cursor", *page.NextCursor)
 			}
 		})
+}
+
+// provisionalNote says, under an answer of the recent past, that it is not final.
+func provisionalNote(final *bool) string {
+	if final == nil || *final {
+		return ""
+	}
+	return "provisional: the instant is inside history's lateness; a change that reaches history late may still alter this answer"
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// AtRetention is how far back at= (point in time) may reach: history's
 	// PULSE_HISTORY_SNAPSHOT_RETENTION.
 	AtRetention time.Duration
+	// ExportRetention is how far back the export of a user (export.go) reads their
+	// history: at least as far as history keeps it.
+	ExportRetention time.Duration
 	// Dashboard is the dashboard page's pipeline view: the peers' metrics it reads.
 	Dashboard dashboard.Config
 	// Limits bound what one credential may ask of an instance and the Cassandra
@@ -177,6 +180,9 @@ func (c *Config) vars() []*config.Var {
 			"oldest background read a count is answered from; at least PULSE_QUERY_COUNTS_INTERVAL"),
 		config.Duration(&c.AtRetention, "PULSE_QUERY_AT_RETENTION", 30*24*time.Hour,
 			"how far in the past at= may ask (count, listing, statuses); set to history's PULSE_HISTORY_SNAPSHOT_RETENTION", config.Positive),
+		config.Duration(&c.ExportRetention, "PULSE_QUERY_EXPORT_RETENTION", 400*24*time.Hour,
+			"how far back GET /v1/users/{id}/export reads a user's history (one user_activity partition per day, sessions, days); at least what history keeps: 400 days for sessions and days, user_activity has no retention yet, so its older rows are not exported",
+			config.Between(24*time.Hour, 3660*24*time.Hour)),
 		config.Duration(&c.HistoryTimeout, "PULSE_QUERY_HISTORY_TIMEOUT", 10*time.Second,
 			"bounds a history request's Cassandra work (every partition it reads); past it the answer is a 503",
 			config.Positive),

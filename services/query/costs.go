@@ -42,6 +42,10 @@ const (
 	// days one per year (their partitions).
 	costMonth = 1
 	costYear  = 1
+	// costExportFirst: the first page of a user's export adds to its days, months
+	// and years the user's state and groups in Redis and their user_status and
+	// user_indexes rows.
+	costExportFirst = 4
 )
 
 func ceilDiv(n, d int) int { return (n + d - 1) / d }
@@ -116,4 +120,15 @@ func minutesTouched(from, to time.Time) int {
 // shards shards: costAt, costGroup, and one per shard per groupMinutesPerRead minutes.
 func groupConcurrencyCost(from, to time.Time, shards int) int {
 	return costAt + costGroup + shards*ceilDiv(minutesTouched(from, to), groupMinutesPerRead)
+}
+
+// exportCost is a page of a user's export whose timeline walk covers [from, to): one
+// read per UTC day, and on the first page the sessions' months and the days' years
+// of the same range, and costExportFirst.
+func exportCost(from, to time.Time, first bool) int {
+	n := daysTouched(from, to) * costDay
+	if first {
+		n += monthsTouched(from, to)*costMonth + (to.Year()-from.Year()+1)*costYear + costExportFirst
+	}
+	return max(costRequest, n)
 }

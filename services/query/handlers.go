@@ -43,6 +43,9 @@ type api struct {
 	historyTimeout time.Duration
 	// atRetention is how far back at= reaches (attime.go).
 	atRetention time.Duration
+	// exportRetention is how far back a user's export reads their history
+	// (export.go); 0: defaultExportRetention.
+	exportRetention time.Duration
 	// pipeline answers the dashboard's pipeline view; nil: a 503.
 	pipeline *dashboard.Pipeline
 	// limits charges each request its cost and bounds the Cassandra reads

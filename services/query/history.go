@@ -32,13 +32,18 @@ type historyHandlers struct {
 	*api
 	db      *historyDB
 	timeout time.Duration
-	now     func() time.Time
+	// exportRetention is how far back an export reads (export.go).
+	exportRetention time.Duration
+	now             func() time.Time
 }
 
 func (a *api) historyRoutes(e *echo.Echo) {
-	h := &historyHandlers{api: a, db: a.history, timeout: a.historyTimeout, now: time.Now}
+	h := &historyHandlers{api: a, db: a.history, timeout: a.historyTimeout, exportRetention: a.exportRetention, now: time.Now}
 	if h.timeout <= 0 {
 		h.timeout = 10 * time.Second
+	}
+	if h.exportRetention <= 0 {
+		h.exportRetention = defaultExportRetention
 	}
 	e.GET("/v1/users/:userId/timeline", h.timeline, operatorOnly)
 	e.GET("/v1/users/:userId/sessions", h.sessions, operatorOnly)
@@ -46,6 +51,9 @@ func (a *api) historyRoutes(e *echo.Echo) {
 	e.GET("/v1/stats/concurrency", h.concurrency)
 	e.GET("/v1/stats/uniques", h.uniques)
 	e.GET("/v1/stats/daily", h.statsDaily, operatorOnly)
+	// The operator scope is checked by the handler, so that a refused call is audited
+	// too (export.go).
+	e.GET("/v1/users/:userId/export", h.export)
 }
 
 // operatorOnly guards the routes that show single users' past. A user's timeline,
@@ -154,49 +162,81 @@ func (h *historyHandlers) timeline(c echo.Context) error {
 		}
 		cur = &tc
 	}
-	s, ctx, done, err := h.historyStore(c)
+	// One slot: the day partitions are read one after the other.
+	s, ctx, ls, done, err := h.historyReads(c, 1)
 	if err != nil {
 		return err
 	}
 	defer done()
-
-	// Walk the day buckets from the newest down; the page takes limit+1 entries to
-	// know whether another follows.
 	if cur != nil && !cur.At.Before(to) {
 		cur = nil // the cursor is past the range: nothing of it to skip
 	}
-	upper := to.Add(-time.Millisecond)
-	if cur != nil && cur.At.Before(upper) {
-		upper = cur.At
-	}
-	page := timelinePage{UserID: id, From: from, To: to, Entries: []timelineEntry{}}
+	page := timelinePage{UserID: id, From: from, To: to}
 	var more bool
-	for b := dayOf(upper); !b.Before(dayOf(from)) && !more; b = b.AddDate(0, 0, -1) {
-		hi := to
-		if cur != nil {
-			hi = cur.At.Add(time.Millisecond) // the cursor's millisecond is read, then skipped up to the cursor
-		}
-		err := s.Timeline(ctx, id, b, from, hi, limit+1, func(a historystore.Activity) bool {
-			if cur != nil && a.OccurredAt.Equal(cur.At) && a.EntryID >= cur.EntryID {
-				return true
-			}
-			if len(page.Entries) == limit {
-				more = true
-				return false
-			}
-			page.Entries = append(page.Entries, timelineEntryOf(&a))
-			return true
-		})
-		if err != nil {
-			return h.cassErr(err)
-		}
+	if page.Entries, more, err = walkTimeline(ctx, s, ls, id, from, to, cur, limit); err != nil {
+		return h.cassErr(err)
 	}
 	if more {
-		last := page.Entries[len(page.Entries)-1]
-		next := h.cursors.Sign(timelineCursor{At: last.OccurredAt, EntryID: last.EntryID}.Encode())
+		next := h.cursors.Sign(nextTimelinePos(page.Entries).Encode())
 		page.NextCursor = &next
 	}
 	return httpserver.JSON(c, http.StatusOK, page)
+}
+
+// walkTimeline reads userID's user_activity rows that occurred in [from, to), after
+// the position after (nil: from the newest), newest first: at most limit of them, and
+// more says whether another follows. It walks the UTC day partitions from the newest
+// down, as many at once as ls holds slots, asking each for the rows the page still
+// lacks plus one, so it holds at most that many rows per slot besides the page.
+func walkTimeline(ctx context.Context, s *historystore.Store, ls *lease, userID string, from, to time.Time, after *timelineCursor,
+	limit int) (entries []timelineEntry, more bool, err error) {
+	upper := to.Add(-time.Millisecond)
+	hi := to
+	if after != nil {
+		if after.At.Before(upper) {
+			upper = after.At
+		}
+		hi = after.At.Add(time.Millisecond) // the cursor's millisecond is read, then skipped up to the cursor
+	}
+	entries = []timelineEntry{}
+	var days []time.Time
+	for b := dayOf(upper); !b.Before(dayOf(from)); b = b.AddDate(0, 0, -1) {
+		days = append(days, b)
+	}
+	for len(days) > 0 && !more {
+		window := days[:min(max(ls.n, 1), len(days))]
+		days = days[len(window):]
+		want := limit + 1 - len(entries)
+		rows := make([][]historystore.Activity, len(window))
+		err := ls.each(ctx, len(window), func(ctx context.Context, i int) error {
+			return s.Timeline(ctx, userID, window[i], from, hi, want, func(a historystore.Activity) bool {
+				if after != nil && a.OccurredAt.Equal(after.At) && a.EntryID >= after.EntryID {
+					return true
+				}
+				rows[i] = append(rows[i], a)
+				return len(rows[i]) < want
+			})
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, day := range rows {
+			for i := range day {
+				if len(entries) == limit {
+					return entries, true, nil
+				}
+				entries = append(entries, timelineEntryOf(&day[i]))
+			}
+		}
+	}
+	return entries, more, nil
+}
+
+// nextTimelinePos is the position after the last of entries, where the next page
+// starts.
+func nextTimelinePos(entries []timelineEntry) timelineCursor {
+	last := entries[len(entries)-1]
+	return timelineCursor{At: last.OccurredAt, EntryID: last.EntryID}
 }
 
 // timelineEntryOf is a user_activity row as the timeline answers it. The route is
@@ -234,6 +274,17 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 		return err
 	}
 	defer done()
+	ans, err := readSessions(ctx, s, id, from, to)
+	if err != nil {
+		return h.cassErr(err)
+	}
+	return httpserver.JSON(c, http.StatusOK, ans)
+}
+
+// readSessions reads userID's sessions that started in [from, to), newest first, one
+// month partition after the other: at most maxSessions, Truncated saying there were
+// more.
+func readSessions(ctx context.Context, s *historystore.Store, id string, from, to time.Time) (sessionsAnswer, error) {
 	ans := sessionsAnswer{UserID: id, From: from, To: to, Sessions: []sessionView{}}
 	for m := monthOf(to.Add(-time.Microsecond)); !m.Before(monthOf(from)) && !ans.Truncated; m = m.AddDate(0, -1, 0) {
 		err := s.Sessions(ctx, id, m, from, to, func(r historystore.Session) bool {
@@ -249,10 +300,10 @@ func (h *historyHandlers) sessions(c echo.Context) error {
 			return true
 		})
 		if err != nil {
-			return h.cassErr(err)
+			return ans, err
 		}
 	}
-	return httpserver.JSON(c, http.StatusOK, ans)
+	return ans, nil
 }
 
 // Q3: a user's totals per day, and every user's totals of a day.
@@ -287,6 +338,16 @@ func (h *historyHandlers) daily(c echo.Context) error {
 		return err
 	}
 	defer done()
+	ans, err := readUserDays(ctx, s, id, from, to)
+	if err != nil {
+		return h.cassErr(err)
+	}
+	return httpserver.JSON(c, http.StatusOK, ans)
+}
+
+// readUserDays reads userID's days from from to to (UTC midnights, both included),
+// newest first, one year partition after the other.
+func readUserDays(ctx context.Context, s *historystore.Store, id string, from, to time.Time) (userDaysAnswer, error) {
 	ans := userDaysAnswer{UserID: id, From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: []userDay{}}
 	for y := to.Year(); y >= from.Year(); y-- {
 		err := s.UserDays(ctx, id, y, from, to, func(r historystore.UserDay) bool {
@@ -294,10 +355,10 @@ func (h *historyHandlers) daily(c echo.Context) error {
 			return true
 		})
 		if err != nil {
-			return h.cassErr(err)
+			return ans, err
 		}
 	}
-	return httpserver.JSON(c, http.StatusOK, ans)
+	return ans, nil
 }
 
 const badDailyCursor = "is not a cursor this route returned; send the nextCursor of the previous page (with the same day), or none"

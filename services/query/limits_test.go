@@ -67,6 +67,10 @@ func TestCostTable(t *testing.T) {
 		{"a group with no member", groupConcurrencyCost(midnight, midnight.Add(day), 0), 21},
 		{"a user's days over two years", userDaysCost(at("2025-10-20T00:00:00Z"), at("2026-11-23T00:00:00Z")), 2},
 		{"every user's day, a page of 100", pageCost(100, false), 1},
+		// 2025-10-19 to 2026-11-24 10:00: 402 days, 14 months, 2 years, and the four reads of the first page.
+		{"an export's first page, 400 days back", exportCost(at("2025-10-19T00:00:00Z"), at("2026-11-24T10:00:00Z"), true), 422},
+		{"an export's next page, 6 days left", exportCost(at("2025-10-19T00:00:00Z"), at("2025-10-24T10:00:00Z"), false), 6},
+		{"an export's next page, at its range's start", exportCost(at("2025-10-19T00:00:00Z"), at("2025-10-19T00:00:00.001Z"), false), 1},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s costs %d, want %d", tt.name, tt.got, tt.want)

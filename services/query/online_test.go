@@ -46,6 +46,12 @@ func newTestServer(tb testing.TB, store *statestore.Store) *httpserver.Server {
 // instead of) its own.
 func newTestServerWith(tb testing.TB, store *statestore.Store, env map[string]string) *httpserver.Server {
 	tb.Helper()
+	return newTestServerLogging(tb, store, env, io.Discard)
+}
+
+// newTestServerLogging is newTestServerWith logging JSON lines to log.
+func newTestServerLogging(tb testing.TB, store *statestore.Store, env map[string]string, log io.Writer) *httpserver.Server {
+	tb.Helper()
 	vars := map[string]string{
 		"PULSE_HTTP_ADDR":      "127.0.0.1:0",
 		"PULSE_OPERATOR_TOKEN": testToken,
@@ -60,10 +66,10 @@ func newTestServerWith(tb testing.TB, store *statestore.Store, env map[string]st
 	if err != nil {
 		tb.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.NewJSONHandler(log, nil))
 	reg := prometheus.NewRegistry()
 	srv := httpserver.New(cfg.HTTP, logger, reg)
-	installTickets(srv.Echo, installAuth(srv.Echo, newAuth(tb, cfg), reg), auth.NewTickets(memTickets{}, time.Minute, time.Second))
+	installTickets(srv.Echo, installAuth(srv.Echo, newAuth(tb, cfg), reg, logger), auth.NewTickets(memTickets{}, time.Minute, time.Second))
 	// Counts read per request (interval 0): tests see every write at once.
 	counts := countcache.New(store.Counts, countcache.Config{Timeout: 5 * time.Second}, logger)
 	// Single-user reads go through the coalescer, as run has them.

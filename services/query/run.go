@@ -38,12 +38,15 @@ var userRoutes = []string{"/status/:userId", "/statuses", "/v1/users/:userId/sta
 var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 
 // installAuth guards every route but the probes, /metrics and /openapi.json: the read
-// scope, and the operator scope for ?view=operator. installTickets adds the feed's
-// tickets to the Guard it returns.
-func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer) *auth.Guard {
+// scope, and the operator scope for ?view=operator and for erasures. Every call of a
+// user's export that the guard lets through is audited, whatever answers it
+// (export.go); an erasure is audited by its handler once Kafka took it (erase.go).
+// installTickets adds the feed's tickets to the Guard it returns.
+func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer, logger *slog.Logger) *auth.Guard {
 	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...).
 		RouteScope(auth.ScopeOperator, operatorWriteRoutes...)
 	g.Install(e)
+	e.Use(auditExports(logger))
 	e.Use(auth.Views)
 	return g
 }
@@ -123,7 +126,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	counts := countcache.New(store.Counts, cfg.Counts, logger)
 	a := &api{store: store, get: store.Get, counts: counts, timeout: cfg.ReadTimeout, maxBatch: cfg.MaxBatch, maxBody: cfg.MaxBody, logger: logger,
 		feed:    newWatcher(hub, cfg.Feed, logger).checkCredentials(authn.StillValid, cfg.Auth.KeysReload).checkingCursors(cursors).presentThrough(present).watchingGroups(store),
-		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention,
+		history: newHistoryDB(cfg.Cassandra, logger), historyTimeout: cfg.HistoryTimeout, atRetention: cfg.AtRetention, exportRetention: cfg.ExportRetention,
 		limits: newReadLimits(cfg.Limits, reg), atMaxBatch: cfg.Limits.AtMaxBatch, cursors: cursors}
 	var reads *coalescer
 	if cfg.ReadPipelines > 0 {
@@ -134,7 +137,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 	if a.pipeline, err = dashboard.NewPipeline(cfg.Dashboard, reg, stateWhole(store), logger); err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	installTickets(srv.Echo, installAuth(srv.Echo, authn, reg),
+	installTickets(srv.Echo, installAuth(srv.Echo, authn, reg, logger),
 		auth.NewTickets(redisTickets{rdb: rdb, prefix: cfg.RedisPrefix}, cfg.Feed.TicketTTL, ticketTimeout))
 	a.routes(srv.Echo)
 	// Member events and erasures share one producer and its latency metric.

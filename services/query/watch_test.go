@@ -73,7 +73,7 @@ func watchServer(t *testing.T) (url string, produce func(user string, from, to p
 		t.Fatal(err)
 	}
 	srv := httpserver.New(cfg.HTTP, logger, reg)
-	installAuth(srv.Echo, newAuth(t, cfg), reg)
+	installAuth(srv.Echo, newAuth(t, cfg), reg, logger)
 	a := &api{feed: newWatcher(hub, cfg.Feed, logger), logger: logger}
 	a.watchRoutes(srv.Echo)
 	if err := srv.Listen(); err != nil {

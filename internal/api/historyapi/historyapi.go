@@ -15,7 +15,7 @@ type TimelineEntry struct {
 	EntryID        string     `json:"entryId"`
 	EntryType      string     `json:"entryType"`
 	Kind           string     `json:"kind,omitempty"`
-	Status         string     `json:"status,omitempty"`
+	Status         string     `json:"status"`
 	PreviousStatus string     `json:"previousStatus,omitempty"`
 	DeviceID       string     `json:"deviceId,omitempty"`
 	Source         string     `json:"source,omitempty"`
@@ -167,4 +167,120 @@ type Uniques struct {
 	Period string         `json:"period"`
 	Points []UniquesPoint `json:"points"`
 	GroupAnswer
+}
+
+// Export is everything Pulse holds about one user (GET /v1/users/{id}/export, the
+// operator's alone): the live state in Redis and every history row in Cassandra. The
+// timeline comes in pages: the first page (no cursor) holds every section, the pages
+// after it (cursor=) only userId, exportedAt and history.timeline, with the same
+// exportedAt and timeline bounds. Sections the first page finds nothing in are null
+// (current, history.status, history.pointInTime) or empty lists.
+type Export struct {
+	UserID string `json:"userId"`
+	// ExportedAt is when the first page was read: every page of one export carries it.
+	ExportedAt time.Time `json:"exportedAt"`
+	// Current is the user's state in Redis; null when Redis holds none.
+	Current *ExportCurrent `json:"current"`
+	History ExportHistory  `json:"history"`
+}
+
+// ExportPage is a page of an export after the first (cursor=): its timeline alone.
+// Decoded as an Export, its other sections are nil.
+type ExportPage struct {
+	UserID     string    `json:"userId"`
+	ExportedAt time.Time `json:"exportedAt"`
+	History    struct {
+		Timeline TimelinePage `json:"timeline"`
+	} `json:"history"`
+}
+
+// ExportHistory is what Cassandra holds of the user.
+type ExportHistory struct {
+	// Status is the user_status row; null when there is none.
+	Status *ExportStatus `json:"status"`
+	// Timeline is every user_activity row from Timeline.From to Timeline.To, newest
+	// first, a page at a time.
+	Timeline TimelinePage `json:"timeline"`
+	// Sessions are the user_sessions rows that started in the same range, newest
+	// first (at most 10,000: Truncated says when there were more).
+	Sessions *Sessions `json:"sessions"`
+	// Daily are the user_daily rows of the days of the same range, newest first.
+	Daily *UserDays `json:"daily"`
+	// PointInTime is the user's shard and dense index in user_indexes; null when
+	// history never indexed the user.
+	PointInTime *ExportIndex `json:"pointInTime"`
+}
+
+// ExportCurrent is a user's state as Redis holds it, every field of it, as operators
+// see it (invisible as invisible).
+type ExportCurrent struct {
+	// Status is the effective status; Invisible the user's choice to be invisible,
+	// kept while devices come and go.
+	Status    string `json:"status"`
+	Invisible bool   `json:"invisible"`
+	// LastUpdated is when Status last changed; LastActive the newest status or
+	// activity event; LastSeen the newest event of any kind. Null when never.
+	LastUpdated *time.Time `json:"lastUpdated"`
+	LastActive  *time.Time `json:"lastActive"`
+	LastSeen    *time.Time `json:"lastSeen"`
+	// Public are the times readers who are not operators are shown (docs/design.md,
+	// "Invisible looks offline").
+	Public ExportTimes `json:"public"`
+	// Devices are the user's devices, by id.
+	Devices []ExportDevice `json:"devices"`
+	// Custom is the custom status as held, its until possibly past (status reads then
+	// show none); null for none. CustomSetAt is the time of the status event that last
+	// set or cleared it; null when none ever did.
+	Custom      *customjson.Out `json:"custom"`
+	CustomSetAt *time.Time      `json:"customSetAt"`
+	// Groups are the groups whose members in Redis include the user, by name.
+	Groups []string `json:"groups"`
+	// Shard and Index locate the user in the shards' bitmaps; LogOffset is the
+	// presence.events offset (in partition Shard) of the last event folded in, -1 for
+	// none.
+	Shard     int    `json:"shard"`
+	Index     uint32 `json:"index"`
+	LogOffset int64  `json:"logOffset"`
+}
+
+// ExportTimes are a user's times as readers who are not operators are shown them.
+type ExportTimes struct {
+	LastUpdated *time.Time `json:"lastUpdated"`
+	LastActive  *time.Time `json:"lastActive"`
+	LastSeen    *time.Time `json:"lastSeen"`
+}
+
+// ExportDevice is one device of a user in Redis.
+type ExportDevice struct {
+	DeviceID string    `json:"deviceId"`
+	Status   string    `json:"status"`
+	LastSeen time.Time `json:"lastSeen"`
+	// PublicLastSeen is LastSeen as readers who are not operators know it; null for
+	// a hidden device. Hidden: the device was seen only while the user was invisible.
+	PublicLastSeen *time.Time `json:"publicLastSeen"`
+	Hidden         bool       `json:"hidden"`
+}
+
+// ExportStatus is a user's user_status row: history's copy of the latest presence,
+// which may lag the live state.
+type ExportStatus struct {
+	// Status is null when no change of the user was ever written.
+	Status      *string    `json:"status"`
+	LastUpdated *time.Time `json:"lastUpdated"`
+	LastActive  *time.Time `json:"lastActive"`
+	LastSeen    *time.Time `json:"lastSeen"`
+	// LastEventID is the event that last wrote LastSeen; null when none.
+	LastEventID *string `json:"lastEventId"`
+	// Custom is the custom status of the newest status event carrying one ({} for a
+	// clear), set at CustomSetAt; both null when none ever did.
+	Custom      *customjson.Out `json:"custom"`
+	CustomSetAt *time.Time      `json:"customSetAt"`
+	Groups      []string        `json:"groups"`
+}
+
+// ExportIndex is a user's row in user_indexes: where history's point-in-time rows
+// (Q5) count them.
+type ExportIndex struct {
+	Shard int32  `json:"shard"`
+	Index uint32 `json:"index"`
 }

@@ -474,7 +474,7 @@ func TestCheckRoutesNamesEveryDifference(t *testing.T) {
 	e.GET("/v1/groups/:groupId/members", echo.NotFoundHandler)
 	e.GET("/v1/groups/:groupId/online/count", echo.NotFoundHandler)
 	e.GET("/v1/groups/:groupId/online", echo.NotFoundHandler)
-	for _, p := range []string{"/v1/users/:userId/timeline", "/v1/users/:userId/sessions", "/v1/users/:userId/daily",
+	for _, p := range []string{"/v1/users/:userId/timeline", "/v1/users/:userId/sessions", "/v1/users/:userId/daily", "/v1/users/:userId/export",
 		"/v1/stats/concurrency", "/v1/stats/uniques", "/v1/stats/daily", "/v1/dashboard/pipeline"} {
 		e.GET(p, echo.NotFoundHandler)
 	}

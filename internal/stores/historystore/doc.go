@@ -15,6 +15,7 @@
 //     sessions (Q2, sessions.go), days and every user's totals of a day (Q3,
 //     daily.go), concurrency (Q4, concurrency.go) and unique users (Q6, uniques.go);
 //     a shard's state and a user's status at any past instant (Q5, pointintime.go);
+//     a user's user_status row as stored, for the operator's export (Q7, userstatus.go);
 //   - the last known state of a shard's users, which the aggregator rebuilds a shard
 //     from when the log no longer reaches back to them (lastknown.go,
 //     docs/design.md guarantee 10).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -216,6 +217,54 @@ func (s *Store) GroupMembers(ctx context.Context, g string, max int) ([]string, 
 		for _, id := range part {
 			if id != "" {
 				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
+}
+
+// userGroupsBatch is how many group bitmaps one round trip of UserGroups reads: a
+// shard may hold the bitmaps of many groups (rooms, channels), and only one batch of
+// them is held in memory at a time.
+const userGroupsBatch = 256
+
+// UserGroups lists the groups of shard sh whose members include the user of dense
+// index index, in name order. Redis keeps no list of a user's groups (the aggregator
+// holds it in memory, services/aggregator/groups.go): the shard's group index names
+// its groups, whose bitmaps are then read userGroupsBatch per round trip and
+// dropped once looked at, so memory stays bounded whatever the number of groups, and
+// time grows with it. The operator's export (GET /v1/users/{id}/export) reads it.
+func (s *Store) UserGroups(ctx context.Context, sh int, index uint32) ([]string, error) {
+	names, err := s.rdb.HKeys(ctx, s.keys.GroupIndex(sh)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading the groups of shard %d: %w", sh, err)
+	}
+	slices.Sort(names)
+	out := []string{}
+	for lo := 0; lo < len(names); lo += userGroupsBatch {
+		part := names[lo:min(lo+userGroupsBatch, len(names))]
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(part))
+		for i, g := range part {
+			cmds[i] = pipe.Get(ctx, s.keys.GroupBitmap(sh, g))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("reading the group bitmaps of shard %d: %w", sh, err)
+		}
+		for i, g := range part {
+			b, err := cmds[i].Bytes()
+			if errors.Is(err, redis.Nil) {
+				continue // emptied between the two reads
+			}
+			if err != nil {
+				return nil, fmt.Errorf("shard %d group %q: %w", sh, g, err)
+			}
+			bm := roaring.New()
+			if err := bm.UnmarshalBinary(b); err != nil {
+				return nil, fmt.Errorf("shard %d group %q bitmap: %w", sh, g, err)
+			}
+			if bm.Contains(index) {
+				out = append(out, g)
 			}
 		}
 	}

@@ -439,6 +439,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/users/{userId}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Everything Pulse holds about one user, for an operator
+         * @description One JSON document: the user's live state in Redis (`current`, as operators see it, with devices, custom status and groups) and what history holds in Cassandra: the `user_status` row, every `user_activity` row (the timeline), the sessions, the days and the `user_indexes` row, from the UTC midnight `PULSE_QUERY_EXPORT_RETENTION` (400 days) before the export to a day after it. For a support case or a data subject's request.
+         *
+         *     The timeline comes in pages of at most `limit` entries, newest first: pass `timeline.nextCursor` back as `cursor` until it is null. The first page carries every section; the pages after it only `history.timeline`, with the first page's `exportedAt` and range. `pulsectl export USER -json` follows the cursor and prints the whole document.
+         *
+         *     Operators only: a key with the operator scope, whatever `view` says (the export shows the time the user spent invisible). Any other credential is a 403. Every call is logged at info level as `msg=audit action=export`, with the user, the credential's name (never the key) and the answer's status.
+         *
+         *     A user Pulse holds nothing about (no state in Redis, no row in history within the range) is a 404: an operator asking for a user expects them to exist, and a mistyped id must not read as an empty record.
+         *
+         *     **Cost:** 1 read per UTC day of the timeline the page walks (about 400 for the first page, at the default retention), plus on the first page 1 per calendar month and per year of the range and 4. Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`): 429 with `Retry-After` past it.
+         */
+        get: operations["getUserExport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/stats/daily": {
         parameters: {
             query?: never;
@@ -608,7 +636,7 @@ export interface paths {
         };
         /**
          * How many of a group's members are online, by status
-         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online/count?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began.
+         * @description Reads the counts the aggregator keeps for each group in each shard, updated in the same atomic write as the status bitmaps: one small read per shard whatever the group's size, never cached. Invisible members count as offline, except in the operator view. A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online/count?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; `final: false` while T is inside history's lateness; 503 with `Retry-After` while history has not written T yet; 404 before history began.
          *
          *     **Cost:** 1 read (with `at=`, 20). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
@@ -630,7 +658,7 @@ export interface paths {
         };
         /**
          * Who of a group is online
-         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; 503 with `Retry-After` while T is not final; 404 before history began. Not with `activeWithin` (400). A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
+         * @description `GET /v1/online` limited to the group's members: each shard's status bitmaps ANDed with the group's, read in one atomic read. Same cursor rules, filters and views. With `at=T`, from history: the group's **current** members' statuses at T (membership has no history: a member who joined today counts in last week's answer). Same rules as `GET /v1/online?at=`: 400 when empty, in the future or older than `PULSE_QUERY_AT_RETENTION`; `final: false` while T is inside history's lateness; 503 with `Retry-After` while history has not written T yet; 404 before history began. Not with `activeWithin` (400). A user token may read only the groups its user is a member of (403 otherwise); an API key needs the read scope.
          *
          *     **Cost:** 1 read per 100 of `limit`, at least 1 (with `at=`, 20 more). Each request is charged its cost from its credential's rate (`PULSE_QUERY_KEY_RATE`, a user token's `PULSE_QUERY_USER_RATE`): 429 with `Retry-After` past it.
          */
@@ -971,6 +999,8 @@ export interface components {
              * @description Present when the page lists the past (at=): the instant it describes.
              */
             at?: string;
+            /** @description With `at=` only: Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final?: boolean;
         };
         /**
          * @example {
@@ -1272,6 +1302,427 @@ export interface components {
             to: string;
             days: components["schemas"]["UserDay"][];
         };
+        /**
+         * @description Everything Pulse holds about one user: the live state in Redis and every history row in Cassandra within `PULSE_QUERY_EXPORT_RETENTION`. The first page (no `cursor`) carries every section; a page after it (`cursor=`) carries `userId`, `exportedAt` (the first page's) and `history.timeline` alone.
+         * @example {
+         *       "userId": "alice",
+         *       "exportedAt": "2026-11-23T10:00:00.123456Z",
+         *       "current": {
+         *         "status": "invisible",
+         *         "invisible": true,
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T09:00:00Z",
+         *         "lastSeen": "2026-11-23T09:59:40Z",
+         *         "public": {
+         *           "lastUpdated": "2026-11-23T09:00:00Z",
+         *           "lastActive": "2026-11-23T08:55:00Z",
+         *           "lastSeen": "2026-11-23T09:00:00Z"
+         *         },
+         *         "devices": [
+         *           {
+         *             "deviceId": "phone",
+         *             "status": "online",
+         *             "lastSeen": "2026-11-23T09:59:40Z",
+         *             "publicLastSeen": "2026-11-23T09:00:00Z",
+         *             "hidden": false
+         *           }
+         *         ],
+         *         "custom": {
+         *           "text": "Heads down",
+         *           "emoji": "🎧"
+         *         },
+         *         "customSetAt": "2026-11-23T09:00:00Z",
+         *         "groups": [
+         *           "team-a"
+         *         ],
+         *         "shard": 3,
+         *         "index": 17,
+         *         "logOffset": 2214
+         *       },
+         *       "history": {
+         *         "status": {
+         *           "status": "invisible",
+         *           "lastUpdated": "2026-11-23T09:00:00Z",
+         *           "lastActive": "2026-11-23T09:00:00Z",
+         *           "lastSeen": "2026-11-23T09:59:40Z",
+         *           "lastEventId": "01JDX3Q6ZC",
+         *           "custom": {
+         *             "text": "Heads down",
+         *             "emoji": "🎧"
+         *           },
+         *           "customSetAt": "2026-11-23T09:00:00Z",
+         *           "groups": [
+         *             "team-a"
+         *           ]
+         *         },
+         *         "timeline": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19T00:00:00Z",
+         *           "to": "2026-11-24T10:00:00.123456Z",
+         *           "entries": [
+         *             {
+         *               "occurredAt": "2026-11-23T09:00:00Z",
+         *               "entryId": "c:01JDX3Q6Z9",
+         *               "entryType": "change",
+         *               "status": "invisible",
+         *               "previousStatus": "online",
+         *               "cause": "event",
+         *               "stale": false,
+         *               "logPartition": 3,
+         *               "logOffset": 1077
+         *             },
+         *             {
+         *               "occurredAt": "2026-11-23T09:00:00Z",
+         *               "entryId": "e:01JDX3Q6Z9",
+         *               "entryType": "event",
+         *               "kind": "status",
+         *               "status": "invisible",
+         *               "deviceId": "phone",
+         *               "source": "api",
+         *               "receivedAt": "2026-11-23T09:00:00.008Z",
+         *               "stale": false,
+         *               "logPartition": 3,
+         *               "logOffset": 2214,
+         *               "data": {
+         *                 "text": "Heads down",
+         *                 "emoji": "🎧"
+         *               }
+         *             }
+         *           ],
+         *           "nextCursor": null
+         *         },
+         *         "sessions": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19T00:00:00Z",
+         *           "to": "2026-11-24T10:00:00.123456Z",
+         *           "sessions": [
+         *             {
+         *               "start": "2026-11-23T08:00:00Z",
+         *               "end": null,
+         *               "open": true,
+         *               "onlineSeconds": 3600,
+         *               "idleSeconds": 0,
+         *               "invisibleSeconds": 0,
+         *               "through": "2026-11-23T09:00:00Z",
+         *               "status": "invisible"
+         *             }
+         *           ],
+         *           "truncated": false
+         *         },
+         *         "daily": {
+         *           "userId": "alice",
+         *           "from": "2025-10-19",
+         *           "to": "2026-11-24",
+         *           "days": [
+         *             {
+         *               "day": "2026-11-23",
+         *               "onlineSeconds": 3600,
+         *               "idleSeconds": 0,
+         *               "invisibleSeconds": 0,
+         *               "sessions": 1,
+         *               "firstSeen": "2026-11-23T08:00:00Z",
+         *               "lastSeen": "2026-11-23T09:00:00Z",
+         *               "through": "2026-11-23T09:00:00Z",
+         *               "status": "invisible"
+         *             }
+         *           ]
+         *         },
+         *         "pointInTime": {
+         *           "shard": 3,
+         *           "index": 17
+         *         }
+         *       }
+         *     }
+         */
+        UserExport: {
+            userId: components["schemas"]["UserId"];
+            /**
+             * Format: date-time
+             * @description When the first page was read; every page of one export carries it.
+             */
+            exportedAt: string;
+            /** @description The user's state in Redis; `null` when Redis holds none. First page only. */
+            current?: components["schemas"]["ExportCurrent"] | null;
+            history: components["schemas"]["ExportHistory"];
+        };
+        /**
+         * @description What history (Cassandra) holds of the user, over [`timeline.from`, `timeline.to`): from the UTC midnight `PULSE_QUERY_EXPORT_RETENTION` (400 days) before `exportedAt` to a day after it (events may be dated ahead of the clock by ingest's allowed skew). Every section but `timeline` is on the first page only.
+         * @example {
+         *       "status": {
+         *         "status": "invisible",
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T09:00:00Z",
+         *         "lastSeen": "2026-11-23T09:59:40Z",
+         *         "lastEventId": "01JDX3Q6ZC",
+         *         "custom": {
+         *           "text": "Heads down",
+         *           "emoji": "🎧"
+         *         },
+         *         "customSetAt": "2026-11-23T09:00:00Z",
+         *         "groups": [
+         *           "team-a"
+         *         ]
+         *       },
+         *       "timeline": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19T00:00:00Z",
+         *         "to": "2026-11-24T10:00:00.123456Z",
+         *         "entries": [
+         *           {
+         *             "occurredAt": "2026-11-23T09:00:00Z",
+         *             "entryId": "c:01JDX3Q6Z9",
+         *             "entryType": "change",
+         *             "status": "invisible",
+         *             "previousStatus": "online",
+         *             "cause": "event",
+         *             "stale": false,
+         *             "logPartition": 3,
+         *             "logOffset": 1077
+         *           },
+         *           {
+         *             "occurredAt": "2026-11-23T09:00:00Z",
+         *             "entryId": "e:01JDX3Q6Z9",
+         *             "entryType": "event",
+         *             "kind": "status",
+         *             "status": "invisible",
+         *             "deviceId": "phone",
+         *             "source": "api",
+         *             "receivedAt": "2026-11-23T09:00:00.008Z",
+         *             "stale": false,
+         *             "logPartition": 3,
+         *             "logOffset": 2214,
+         *             "data": {
+         *               "text": "Heads down",
+         *               "emoji": "🎧"
+         *             }
+         *           }
+         *         ],
+         *         "nextCursor": null
+         *       },
+         *       "sessions": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19T00:00:00Z",
+         *         "to": "2026-11-24T10:00:00.123456Z",
+         *         "sessions": [
+         *           {
+         *             "start": "2026-11-23T08:00:00Z",
+         *             "end": null,
+         *             "open": true,
+         *             "onlineSeconds": 3600,
+         *             "idleSeconds": 0,
+         *             "invisibleSeconds": 0,
+         *             "through": "2026-11-23T09:00:00Z",
+         *             "status": "invisible"
+         *           }
+         *         ],
+         *         "truncated": false
+         *       },
+         *       "daily": {
+         *         "userId": "alice",
+         *         "from": "2025-10-19",
+         *         "to": "2026-11-24",
+         *         "days": [
+         *           {
+         *             "day": "2026-11-23",
+         *             "onlineSeconds": 3600,
+         *             "idleSeconds": 0,
+         *             "invisibleSeconds": 0,
+         *             "sessions": 1,
+         *             "firstSeen": "2026-11-23T08:00:00Z",
+         *             "lastSeen": "2026-11-23T09:00:00Z",
+         *             "through": "2026-11-23T09:00:00Z",
+         *             "status": "invisible"
+         *           }
+         *         ]
+         *       },
+         *       "pointInTime": {
+         *         "shard": 3,
+         *         "index": 17
+         *       }
+         *     }
+         */
+        ExportHistory: {
+            /** @description The `user_status` row; `null` when there is none. */
+            status?: components["schemas"]["ExportStatus"] | null;
+            /** @description Every `user_activity` row of the range, newest first, at most `limit` a page; `nextCursor` is the `cursor` of the next page, null on the last. */
+            timeline: components["schemas"]["TimelinePage"];
+            /** @description The `user_sessions` rows that started in the range, newest first (at most 10,000; `truncated` says when there were more). */
+            sessions?: components["schemas"]["Sessions"];
+            /** @description The `user_daily` rows of the range's days, newest first. */
+            daily?: components["schemas"]["UserDays"];
+            /** @description The `user_indexes` row: the user's shard and dense index in the point-in-time rows (Q5); `null` when history never indexed the user. */
+            pointInTime?: components["schemas"]["ExportIndex"] | null;
+        };
+        /**
+         * @description A user's state as Redis holds it, every field of it, as operators see it (invisible as invisible).
+         * @example {
+         *       "status": "invisible",
+         *       "invisible": true,
+         *       "lastUpdated": "2026-11-23T09:00:00Z",
+         *       "lastActive": "2026-11-23T09:00:00Z",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "public": {
+         *         "lastUpdated": "2026-11-23T09:00:00Z",
+         *         "lastActive": "2026-11-23T08:55:00Z",
+         *         "lastSeen": "2026-11-23T09:00:00Z"
+         *       },
+         *       "devices": [
+         *         {
+         *           "deviceId": "phone",
+         *           "status": "online",
+         *           "lastSeen": "2026-11-23T09:59:40Z",
+         *           "publicLastSeen": "2026-11-23T09:00:00Z",
+         *           "hidden": false
+         *         }
+         *       ],
+         *       "custom": {
+         *         "text": "Heads down",
+         *         "emoji": "🎧"
+         *       },
+         *       "customSetAt": "2026-11-23T09:00:00Z",
+         *       "groups": [
+         *         "team-a"
+         *       ],
+         *       "shard": 3,
+         *       "index": 17,
+         *       "logOffset": 2214
+         *     }
+         */
+        ExportCurrent: {
+            status: components["schemas"]["Status"];
+            /** @description The user's choice to be invisible, kept while devices come and go. */
+            invisible: boolean;
+            /**
+             * Format: date-time
+             * @description When the status last changed.
+             */
+            lastUpdated: string | null;
+            /**
+             * Format: date-time
+             * @description The newest status or activity event.
+             */
+            lastActive: string | null;
+            /**
+             * Format: date-time
+             * @description The newest event of any kind.
+             */
+            lastSeen: string | null;
+            /** @description The times readers who are not operators are shown (docs/design.md, "Invisible looks offline"). */
+            public: {
+                /** Format: date-time */
+                lastUpdated: string | null;
+                /** Format: date-time */
+                lastActive: string | null;
+                /** Format: date-time */
+                lastSeen: string | null;
+            };
+            /** @description Sorted by device id. */
+            devices: components["schemas"]["ExportDevice"][];
+            /** @description The custom status as held, its `until` possibly past (status reads then show none); `null` for none. */
+            custom: components["schemas"]["CustomStatus"] | null;
+            /**
+             * Format: date-time
+             * @description When the status event that last set or cleared the custom status happened; `null` when none did.
+             */
+            customSetAt: string | null;
+            /** @description The groups whose members in Redis include the user, by name. */
+            groups: components["schemas"]["GroupId"][];
+            /** @description The user's shard (and partition of presence.events). */
+            shard: number;
+            /** @description The user's dense index in the shard's bitmaps. */
+            index: number;
+            /**
+             * Format: int64
+             * @description The presence.events offset of the last event folded into the state; -1 for none.
+             */
+            logOffset: number;
+        };
+        /**
+         * @example {
+         *       "deviceId": "phone",
+         *       "status": "online",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "publicLastSeen": "2026-11-23T09:00:00Z",
+         *       "hidden": false
+         *     }
+         */
+        ExportDevice: {
+            deviceId: string;
+            status: components["schemas"]["DeviceStatus"];
+            /**
+             * Format: date-time
+             * @description The newest event of the device.
+             */
+            lastSeen: string;
+            /**
+             * Format: date-time
+             * @description `lastSeen` as readers who are not operators know it; `null` when they know none.
+             */
+            publicLastSeen: string | null;
+            /** @description The device was seen only while the user was invisible: no such reader knows of it. */
+            hidden: boolean;
+        };
+        /**
+         * @description A user's `user_status` row: history's copy of the latest presence (Q7), which may lag the live state.
+         * @example {
+         *       "status": "invisible",
+         *       "lastUpdated": "2026-11-23T09:00:00Z",
+         *       "lastActive": "2026-11-23T09:00:00Z",
+         *       "lastSeen": "2026-11-23T09:59:40Z",
+         *       "lastEventId": "01JDX3Q6ZC",
+         *       "custom": {
+         *         "text": "Heads down",
+         *         "emoji": "🎧"
+         *       },
+         *       "customSetAt": "2026-11-23T09:00:00Z",
+         *       "groups": [
+         *         "team-a"
+         *       ]
+         *     }
+         */
+        ExportStatus: {
+            /**
+             * @description The effective status of the newest change; `null` when no change of the user was written.
+             * @enum {string|null}
+             */
+            status: "online" | "idle" | "offline" | "invisible" | null;
+            /**
+             * Format: date-time
+             * @description When the status last changed.
+             */
+            lastUpdated: string | null;
+            /**
+             * Format: date-time
+             * @description The newest status or activity event.
+             */
+            lastActive: string | null;
+            /**
+             * Format: date-time
+             * @description The newest event of any kind.
+             */
+            lastSeen: string | null;
+            /** @description The event that last wrote `lastSeen`. */
+            lastEventId: string | null;
+            /** @description The custom status of the newest status event carrying one, `{}` for a clear; `null` when none did. */
+            custom: components["schemas"]["CustomStatus"] | null;
+            /**
+             * Format: date-time
+             * @description That event's time; `null` when none did.
+             */
+            customSetAt: string | null;
+            /** @description The groups history last recorded the user in, by name. */
+            groups: components["schemas"]["GroupId"][];
+        };
+        /**
+         * @example {
+         *       "shard": 3,
+         *       "index": 17
+         *     }
+         */
+        ExportIndex: {
+            shard: number;
+            index: number;
+        };
         DayUser: {
             userId: string;
             onlineSeconds: number;
@@ -1440,7 +1891,8 @@ export interface components {
          *         "online": 1200,
          *         "idle": 330
          *       },
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastCount: {
@@ -1457,13 +1909,16 @@ export interface components {
              * @description The instant the counts describe.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         /**
          * @description A user's status at the instant `at` (status routes with ?at=).
          * @example {
          *       "userId": "alice",
          *       "status": "online",
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastStatus: {
@@ -1478,6 +1933,8 @@ export interface components {
              * @description The instant the status describes.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         /**
          * @description Statuses at the instant `at` (POST /statuses?at=).
@@ -1486,16 +1943,20 @@ export interface components {
          *         {
          *           "userId": "alice",
          *           "status": "online",
-         *           "at": "2026-11-22T20:13:07Z"
+         *           "at": "2026-11-22T20:13:07Z",
+         *           "final": true
          *         }
          *       ],
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         PastStatuses: {
             statuses: components["schemas"]["PastStatus"][];
             /** Format: date-time */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
         PipelineHealth: {
             /**
@@ -1837,7 +2298,8 @@ export interface components {
          *         "offline": 21
          *       },
          *       "members": 30,
-         *       "at": "2026-11-22T20:13:07Z"
+         *       "at": "2026-11-22T20:13:07Z",
+         *       "final": true
          *     }
          */
         GroupPastCount: {
@@ -1859,6 +2321,8 @@ export interface components {
              * @description The instant the counts describe.
              */
             at: string;
+            /** @description Whether the answer is final. `false` while the instant is inside history's lateness (`PULSE_HISTORY_LATENESS`, 10 minutes by default): the state as history has received it, which only a late change can still alter — one dated at or before the instant that reaches history afterwards (a client clock behind, a retried event, a timeout decided after an aggregator restart). Without one, the final answer is the same. `true` once no change can alter it. */
+            final: boolean;
         };
     };
     responses: {
@@ -1940,7 +2404,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Redis did not answer within the read deadline; with `at=`, history (Cassandra) did not answer, the instant is not final yet, or every one of the instance's `PULSE_QUERY_HISTORY_READS` (64) Cassandra read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT` (2 s). Retry after `Retry-After`. */
+        /** @description Redis did not answer within the read deadline; with `at=`, history (Cassandra) did not answer, history has not written the instant yet, or every one of the instance's `PULSE_QUERY_HISTORY_READS` (64) Cassandra read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT` (2 s). Retry after `Retry-After`. */
         RedisUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -2153,7 +2617,7 @@ export interface components {
          * @example pwt_3q2Xh0dGkR0b1xJYt0lq8mM7c2a9vVfQeX4nZ6pB1sY
          */
         WatchTicket: string;
-        /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+        /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
         At: string;
         /**
          * @description Makes the socket the presence of this device of the credential's user (docs/feed.md, Present sockets): a heartbeat of the device is posted to `presence.events` before the upgrade (429 over `PULSE_INGEST_USER_RATE`, 503 when Kafka does not acknowledge it), then one per answered ping, every `PULSE_PRESENT_HEARTBEAT` (20 s); the socket takes `status` and `activity` commands; a close the client starts (a close frame) posts the device `offline` at once, while a dropped socket lets it time out after `PULSE_OFFLINE_AFTER`. A user token is present for its own user; an API key needs the write scope as well as read, and `presentUser`. WebSocket only: a 400 on `/v1/watch/sse`.
@@ -2344,7 +2808,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2384,7 +2848,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2486,7 +2950,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2526,7 +2990,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -2577,7 +3041,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -3242,6 +3706,248 @@ export interface operations {
             503: components["responses"]["CassandraUnavailable"];
         };
     };
+    getUserExport: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Most timeline entries per page.
+                 * @example 1000
+                 */
+                limit?: number;
+                /** @description The `history.timeline.nextCursor` of the previous page of the same user's export; absent for the first page. Opaque. Signed by the service (`PULSE_CURSOR_SECRET`): a cursor it did not return for this user, one edited, or one signed with a retired secret is a 400 naming `cursor`. */
+                cursor?: string;
+                /**
+                 * @description Optional: the export is the operator view whatever is asked; `operator` is accepted, `public` is a 400 and any other value a 400.
+                 * @example operator
+                 */
+                view?: "operator";
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description The user id (URL-encoded): 1–128 bytes of UTF-8 without a character of Unicode category Cc or Cf (`UserId`); any other is a 400.
+                 * @example alice
+                 */
+                userId: components["parameters"]["UserIdPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the export. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "userId": "alice",
+                     *       "exportedAt": "2026-11-23T10:00:00.123456Z",
+                     *       "current": {
+                     *         "status": "invisible",
+                     *         "invisible": true,
+                     *         "lastUpdated": "2026-11-23T09:00:00Z",
+                     *         "lastActive": "2026-11-23T09:00:00Z",
+                     *         "lastSeen": "2026-11-23T09:59:40Z",
+                     *         "public": {
+                     *           "lastUpdated": "2026-11-23T09:00:00Z",
+                     *           "lastActive": "2026-11-23T08:55:00Z",
+                     *           "lastSeen": "2026-11-23T09:00:00Z"
+                     *         },
+                     *         "devices": [
+                     *           {
+                     *             "deviceId": "phone",
+                     *             "status": "online",
+                     *             "lastSeen": "2026-11-23T09:59:40Z",
+                     *             "publicLastSeen": "2026-11-23T09:00:00Z",
+                     *             "hidden": false
+                     *           }
+                     *         ],
+                     *         "custom": {
+                     *           "text": "Heads down",
+                     *           "emoji": "🎧"
+                     *         },
+                     *         "customSetAt": "2026-11-23T09:00:00Z",
+                     *         "groups": [
+                     *           "team-a"
+                     *         ],
+                     *         "shard": 3,
+                     *         "index": 17,
+                     *         "logOffset": 2214
+                     *       },
+                     *       "history": {
+                     *         "status": {
+                     *           "status": "invisible",
+                     *           "lastUpdated": "2026-11-23T09:00:00Z",
+                     *           "lastActive": "2026-11-23T09:00:00Z",
+                     *           "lastSeen": "2026-11-23T09:59:40Z",
+                     *           "lastEventId": "01JDX3Q6ZC",
+                     *           "custom": {
+                     *             "text": "Heads down",
+                     *             "emoji": "🎧"
+                     *           },
+                     *           "customSetAt": "2026-11-23T09:00:00Z",
+                     *           "groups": [
+                     *             "team-a"
+                     *           ]
+                     *         },
+                     *         "timeline": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19T00:00:00Z",
+                     *           "to": "2026-11-24T10:00:00.123456Z",
+                     *           "entries": [
+                     *             {
+                     *               "occurredAt": "2026-11-23T09:00:00Z",
+                     *               "entryId": "c:01JDX3Q6Z9",
+                     *               "entryType": "change",
+                     *               "status": "invisible",
+                     *               "previousStatus": "online",
+                     *               "cause": "event",
+                     *               "stale": false,
+                     *               "logPartition": 3,
+                     *               "logOffset": 1077
+                     *             },
+                     *             {
+                     *               "occurredAt": "2026-11-23T09:00:00Z",
+                     *               "entryId": "e:01JDX3Q6Z9",
+                     *               "entryType": "event",
+                     *               "kind": "status",
+                     *               "status": "invisible",
+                     *               "deviceId": "phone",
+                     *               "source": "api",
+                     *               "receivedAt": "2026-11-23T09:00:00.008Z",
+                     *               "stale": false,
+                     *               "logPartition": 3,
+                     *               "logOffset": 2214,
+                     *               "data": {
+                     *                 "text": "Heads down",
+                     *                 "emoji": "🎧"
+                     *               }
+                     *             }
+                     *           ],
+                     *           "nextCursor": null
+                     *         },
+                     *         "sessions": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19T00:00:00Z",
+                     *           "to": "2026-11-24T10:00:00.123456Z",
+                     *           "sessions": [
+                     *             {
+                     *               "start": "2026-11-23T08:00:00Z",
+                     *               "end": null,
+                     *               "open": true,
+                     *               "onlineSeconds": 3600,
+                     *               "idleSeconds": 0,
+                     *               "invisibleSeconds": 0,
+                     *               "through": "2026-11-23T09:00:00Z",
+                     *               "status": "invisible"
+                     *             }
+                     *           ],
+                     *           "truncated": false
+                     *         },
+                     *         "daily": {
+                     *           "userId": "alice",
+                     *           "from": "2025-10-19",
+                     *           "to": "2026-11-24",
+                     *           "days": [
+                     *             {
+                     *               "day": "2026-11-23",
+                     *               "onlineSeconds": 3600,
+                     *               "idleSeconds": 0,
+                     *               "invisibleSeconds": 0,
+                     *               "sessions": 1,
+                     *               "firstSeen": "2026-11-23T08:00:00Z",
+                     *               "lastSeen": "2026-11-23T09:00:00Z",
+                     *               "through": "2026-11-23T09:00:00Z",
+                     *               "status": "invisible"
+                     *             }
+                     *           ]
+                     *         },
+                     *         "pointInTime": {
+                     *           "shard": 3,
+                     *           "index": 17
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UserExport"];
+                };
+            };
+            /** @description A bad user id, limit, view or cursor; `field` names it. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "is not a cursor this route returned for this user; send the nextCursor of the previous page of the same user's export, or none",
+                     *         "field": "cursor"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description The credential lacks the operator scope. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "key dashboard has scopes \"read\"; the export of a user needs operator: it shows everything Pulse holds about them, the time they spent invisible included"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Pulse holds nothing about the user: no state in Redis, no row in history within the range. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "not_found",
+                     *         "message": "Pulse holds nothing about user \"alice\": no state in Redis, and no row in history from 2025-10-19 on (PULSE_QUERY_EXPORT_RETENTION)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            429: components["responses"]["QueryRateLimited"];
+            /** @description Redis did not answer within `PULSE_QUERY_READ_TIMEOUT`, or Cassandra is not connected or did not answer within `PULSE_QUERY_HISTORY_TIMEOUT`, or every one of the instance's `PULSE_QUERY_HISTORY_READS` read slots stayed taken for `PULSE_QUERY_HISTORY_WAIT`. Retry after `Retry-After` (with the same `cursor`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unavailable",
+                     *         "message": "history (Cassandra) is not reachable right now"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getDailyTotals: {
         parameters: {
             query: {
@@ -3843,7 +4549,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
@@ -3900,7 +4606,7 @@ export interface operations {
                  * @example public
                  */
                 view?: components["parameters"]["View"];
-                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; not yet final — within about 10 minutes of now, or history behind — is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
+                /** @description An instant of the past (RFC 3339, to the microsecond, e.g. `2026-11-22T20:13:07.250Z`): answer for that instant from history's snapshots and changes instead of the live state. A user's status at T is the one set by their latest change at or before T. At most PULSE_QUERY_AT_RETENTION (30 days) back and not in the future (400); an empty `at=` is a 400 too, never the live state; within history's lateness (about 10 minutes) the answer is provisional (`final: false`) and given at once; an instant history has not written yet (the last second or two: the request waits up to 3 s for it) or while history is behind is a 503 with Retry-After; an instant history holds no state of is a 404. Needs Cassandra: 503 while it is unreachable. Costs 20 reads of the credential's rate instead of 1 (POST /statuses: 20 plus 1 per id, at most `PULSE_QUERY_AT_MAX_BATCH` ids, 100; the listing: 20 more); its Cassandra reads wait for the instance's read slots (503 with Retry-After when none frees up in time). */
                 at?: components["parameters"]["At"];
             };
             header?: never;
