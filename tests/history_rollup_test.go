@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -282,38 +283,38 @@ func rollupRead(t *testing.T, s *gocql.Session, ks string, users map[string]*rol
 		months[time.Date(d.Year(), d.Month(), 1, 0, 0, 0, 0, time.UTC)] = true
 		years[d.Year()] = true
 	}
-	for user := range users {
-		for month := range months {
-			iter := s.Query(`SELECT start_us, session_end, open, online_us, idle_us, invisible_us, through, status FROM `+ks+`.user_sessions WHERE user_id = ? AND month = ?`, user, month).IterContext(ctx)
-			var end, through time.Time
-			var start int64
-			var open bool
-			var spent [3]int64
-			var status string
-			for iter.Scan(&start, &end, &open, &spent[0], &spent[1], &spent[2], &through, &status) {
-				got[fmt.Sprintf("user_sessions %s %d", user, start)] = fmt.Sprintf("end=%s open=%v spent=%v through=%s status=%s", ts(end), open, spent, ts(through), status)
-			}
-			if err := iter.Close(); err != nil {
-				return nil, "user_sessions: " + err.Error()
-			}
-		}
-		for year := range years {
-			iter := s.Query(`SELECT day, online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status FROM `+ks+`.user_daily WHERE user_id = ? AND year = ?`, user, year).IterContext(ctx)
-			var day, first, last, through time.Time
-			var spent [3]int64
-			var sessions int
-			var status string
-			for iter.Scan(&day, &spent[0], &spent[1], &spent[2], &sessions, &first, &last, &through, &status) {
-				row, bad := dayRow(spent, sessions, first, last, through, status, user, day)
-				if bad != "" {
-					return nil, bad
+	// The users' rows, read by several readers at once: one query at a time, the 2000
+	// users' partitions take seconds to read, each time the caller asks.
+	var (
+		mu      sync.Mutex
+		badUser string
+		wg      sync.WaitGroup
+	)
+	todo := make(chan string)
+	for range rollupReaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for user := range todo {
+				rows, bad := rollupReadUser(ctx, s, ks, user, months, years, dayRow, ts)
+				mu.Lock()
+				if bad != "" && badUser == "" {
+					badUser = bad
 				}
-				got[fmt.Sprintf("user_daily %s %s", user, ts(day))] = row
+				for k, v := range rows {
+					got[k] = v
+				}
+				mu.Unlock()
 			}
-			if err := iter.Close(); err != nil {
-				return nil, "user_daily: " + err.Error()
-			}
-		}
+		}()
+	}
+	for user := range users {
+		todo <- user
+	}
+	close(todo)
+	wg.Wait()
+	if badUser != "" {
+		return nil, badUser
 	}
 	for _, day := range days {
 		for shard := range shards {
@@ -359,6 +360,49 @@ func rollupRead(t *testing.T, s *gocql.Session, ks string, users map[string]*rol
 		}
 		if err := iter.Close(); err != nil {
 			return nil, "uniques: " + err.Error()
+		}
+	}
+	return got, ""
+}
+
+// rollupReaders is how many of the users' partitions rollupRead reads at once.
+const rollupReaders = 8
+
+// rollupReadUser reads one user's user_sessions and user_daily rows, as rollupRead
+// renders them.
+func rollupReadUser(ctx context.Context, s *gocql.Session, ks, user string, months map[time.Time]bool, years map[int]bool,
+	dayRow func(spent [3]int64, sessions int, first, last, through time.Time, status string, user string, day time.Time) (string, string),
+	ts func(time.Time) string) (map[string]string, string) {
+	got := map[string]string{}
+	for month := range months {
+		iter := s.Query(`SELECT start_us, session_end, open, online_us, idle_us, invisible_us, through, status FROM `+ks+`.user_sessions WHERE user_id = ? AND month = ?`, user, month).IterContext(ctx)
+		var end, through time.Time
+		var start int64
+		var open bool
+		var spent [3]int64
+		var status string
+		for iter.Scan(&start, &end, &open, &spent[0], &spent[1], &spent[2], &through, &status) {
+			got[fmt.Sprintf("user_sessions %s %d", user, start)] = fmt.Sprintf("end=%s open=%v spent=%v through=%s status=%s", ts(end), open, spent, ts(through), status)
+		}
+		if err := iter.Close(); err != nil {
+			return nil, "user_sessions: " + err.Error()
+		}
+	}
+	for year := range years {
+		iter := s.Query(`SELECT day, online_us, idle_us, invisible_us, sessions, first_seen, last_seen, through, status FROM `+ks+`.user_daily WHERE user_id = ? AND year = ?`, user, year).IterContext(ctx)
+		var day, first, last, through time.Time
+		var spent [3]int64
+		var sessions int
+		var status string
+		for iter.Scan(&day, &spent[0], &spent[1], &spent[2], &sessions, &first, &last, &through, &status) {
+			row, bad := dayRow(spent, sessions, first, last, through, status, user, day)
+			if bad != "" {
+				return nil, bad
+			}
+			got[fmt.Sprintf("user_daily %s %s", user, ts(day))] = row
+		}
+		if err := iter.Close(); err != nil {
+			return nil, "user_daily: " + err.Error()
 		}
 	}
 	return got, ""
@@ -616,6 +660,11 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	produce(closers)
 	rollupQuiet(t, p.Events, p.Changes)
 
+	// The restarted history writes the rows of what it folds within a second, rather
+	// than after the default 30 s of PULSE_HISTORY_ROLLUP_INTERVAL, which the test
+	// would only wait out: the first history, killed above after a few seconds, kept
+	// the default, so the crash and the re-read from its checkpoint are as before.
+	p.Env["PULSE_HISTORY_ROLLUP_INTERVAL"] = "1s"
 	p.Start(t, "history")
 	// The restarted history resumes every changes partition from a checkpoint.
 	harness.Eventually(t, 30*time.Second, func() string {
@@ -744,60 +793,40 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	shards := len(span)
+	// Each instant is checked against Cassandra on its own, several at once (one
+	// query at a time, the instants' reads take seconds); the API's answers every
+	// 10th instant are asked here, in order, once those reads pass. The single users
+	// of each instant are drawn here, in order, as the checks need them.
+	singles := make([][3]*rollupTimeline, len(instants))
+	for i := range instants {
+		for k := range singles[i] {
+			singles[i][k] = all[rnd.IntN(len(all))]
+		}
+	}
+	failed := make([]string, len(instants))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range rollupReaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				failed[i] = pitInstantCheck(ctx, r, shards, instants[i], all, singles[i])
+			}
+		}()
+	}
+	for i := range instants {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	for i, x := range instants {
-		at := time.UnixMicro(x).UTC()
-		want := map[string]presence.Status{}
-		var wantCount [5]int
-		for _, tl := range all {
-			if st := tl.statusAt(x); st != presence.Offline {
-				want[tl.user] = st
-				wantCount[st]++
-			}
-		}
-		got := map[string]presence.Status{}
-		var gotCount [5]int
-		states := map[int32]*historystore.ShardState{}
-		for shard := range int32(shards) {
-			st, err := r.StateAt(ctx, shard, at)
-			if err != nil {
-				t.Fatalf("at %s: %v", at.Format(time.RFC3339Nano), err)
-			}
-			states[shard] = st
-			gotCount[presence.Online] += int(st.Online.GetCardinality())
-			gotCount[presence.Idle] += int(st.Idle.GetCardinality())
-			gotCount[presence.Invisible] += int(st.Invisible.GetCardinality())
-			for status, bm := range map[presence.Status]*roaring.Bitmap{presence.Online: st.Online, presence.Idle: st.Idle, presence.Invisible: st.Invisible} {
-				names, err := r.UserNames(ctx, shard, bm.ToArray())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(names) != int(bm.GetCardinality()) {
-					t.Fatalf("at %s: shard %d names %d of its %d %s users", at.Format(time.RFC3339Nano), shard, len(names), bm.GetCardinality(), status)
-				}
-				for _, id := range names {
-					got[id] = status
-				}
-			}
-		}
-		if gotCount != wantCount {
-			t.Fatalf("at %s: counts online/idle/invisible %v, model %v", at.Format(time.RFC3339Nano), gotCount[1:], wantCount[1:])
-		}
-		if d := statusDiff(got, want); d != "" {
-			t.Fatalf("at %s: the users by status differ from the model: %s", at.Format(time.RFC3339Nano), d)
+		if failed[i] != "" {
+			t.Fatal(failed[i])
 		}
 		if i%10 == 0 {
-			pitAPICheck(t, queryURL, at, all, want, wantCount)
-		}
-		// Single users, located through user_indexes as a status read would.
-		for range 3 {
-			tl := all[rnd.IntN(len(all))]
-			shard, index, found, err := r.Locate(ctx, tl.user)
-			if err != nil || !found || shard != tl.shard || index != tl.index {
-				t.Fatalf("locating %s: shard %d index %d found %v err %v; want shard %d index %d", tl.user, shard, index, found, err, tl.shard, tl.index)
-			}
-			if g, w := states[shard].Status(index), tl.statusAt(x); g != w {
-				t.Fatalf("%s at %s: %s, model %s", tl.user, at.Format(time.RFC3339Nano), g, w)
-			}
+			want, wantCount := pitWant(all, x)
+			pitAPICheck(t, queryURL, time.UnixMicro(x).UTC(), all, want, wantCount)
 		}
 	}
 	t.Logf("point in time: %d instants over %s, each equal to the model (counts, users by status, 3 single users); every 10th through the API too",
@@ -845,6 +874,71 @@ func pitCheck(t *testing.T, ks, queryURL string, users map[string]*rollupTimelin
 	if !slices.Equal(gotCSV, wantCSV) {
 		t.Fatalf("pulsectl online -at %s: %d rows, model %d; first: %v", x.Format(time.RFC3339Nano), len(gotCSV), len(wantCSV), harness.FirstLines(gotCSV, 3))
 	}
+}
+
+// pitWant is the model's users who are not offline at instant x (µs), and their
+// counts by status.
+func pitWant(all []*rollupTimeline, x int64) (map[string]presence.Status, [5]int) {
+	want := map[string]presence.Status{}
+	var wantCount [5]int
+	for _, tl := range all {
+		if st := tl.statusAt(x); st != presence.Offline {
+			want[tl.user] = st
+			wantCount[st]++
+		}
+	}
+	return want, wantCount
+}
+
+// pitInstantCheck compares the shards' states at instant x (µs), as r reads them from
+// Cassandra, with the model: the counts per status, the users in each status by id,
+// and the statuses of singles, located through user_indexes as a status read would.
+// It returns what differs, empty when nothing does.
+func pitInstantCheck(ctx context.Context, r *historystore.Store, shards int, x int64, all []*rollupTimeline, singles [3]*rollupTimeline) string {
+	at := time.UnixMicro(x).UTC()
+	want, wantCount := pitWant(all, x)
+	got := map[string]presence.Status{}
+	var gotCount [5]int
+	states := map[int32]*historystore.ShardState{}
+	for shard := range int32(shards) {
+		st, err := r.StateAt(ctx, shard, at)
+		if err != nil {
+			return fmt.Sprintf("at %s: %v", at.Format(time.RFC3339Nano), err)
+		}
+		states[shard] = st
+		gotCount[presence.Online] += int(st.Online.GetCardinality())
+		gotCount[presence.Idle] += int(st.Idle.GetCardinality())
+		gotCount[presence.Invisible] += int(st.Invisible.GetCardinality())
+		for status, bm := range map[presence.Status]*roaring.Bitmap{presence.Online: st.Online, presence.Idle: st.Idle, presence.Invisible: st.Invisible} {
+			names, err := r.UserNames(ctx, shard, bm.ToArray())
+			if err != nil {
+				return err.Error()
+			}
+			if len(names) != int(bm.GetCardinality()) {
+				return fmt.Sprintf("at %s: shard %d names %d of its %d %s users", at.Format(time.RFC3339Nano), shard, len(names), bm.GetCardinality(), status)
+			}
+			for _, id := range names {
+				got[id] = status
+			}
+		}
+	}
+	if gotCount != wantCount {
+		return fmt.Sprintf("at %s: counts online/idle/invisible %v, model %v", at.Format(time.RFC3339Nano), gotCount[1:], wantCount[1:])
+	}
+	if d := statusDiff(got, want); d != "" {
+		return fmt.Sprintf("at %s: the users by status differ from the model: %s", at.Format(time.RFC3339Nano), d)
+	}
+	// Single users, located through user_indexes as a status read would.
+	for _, tl := range singles {
+		shard, index, found, err := r.Locate(ctx, tl.user)
+		if err != nil || !found || shard != tl.shard || index != tl.index {
+			return fmt.Sprintf("locating %s: shard %d index %d found %v err %v; want shard %d index %d", tl.user, shard, index, found, err, tl.shard, tl.index)
+		}
+		if g, w := states[shard].Status(index), tl.statusAt(x); g != w {
+			return fmt.Sprintf("%s at %s: %s, model %s", tl.user, at.Format(time.RFC3339Nano), g, w)
+		}
+	}
+	return ""
 }
 
 // pitInvisibleCheck: at= tells a reader nothing a user history never saw would not.

@@ -29,10 +29,15 @@ import (
 // feed's changes of the whole run. The timeouts fall due only once every event is
 // in, so they never race the events.
 func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
-	// The events are dated 4 to about 3 minutes ago: idle timeouts fall due 5 minutes
-	// after a user's last activity, offline ones 5.5 minutes after a device's last
-	// event, from a minute after the test posts its first event.
+	// The events are dated 4.5 to about 3.3 minutes ago: idle timeouts fall due 5
+	// minutes after a user's last activity, offline ones 5.5 minutes after a device's
+	// last event, from lead after the test posts its first event. The test waits for
+	// the last of them, so every second of lead is a second of the run: posting and
+	// applying the three checkpoints takes about 3 s on the single stack, and lead
+	// leaves room for a slower machine (the check below fails the test, rather than
+	// letting the timeouts race the events, when lead falls short).
 	const idleAfter, offlineAfter = 5 * time.Minute, 5*time.Minute + 30*time.Second
+	const lead = 30 * time.Second
 	p := harness.NewPipeline(t, 4, map[string]string{"PULSE_IDLE_AFTER": idleAfter.String(), "PULSE_OFFLINE_AFTER": offlineAfter.String()})
 	const (
 		pairs       = 8
@@ -50,7 +55,7 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 	devices := []string{"phone", "laptop", "tablet"}
 	statuses := []presence.Status{presence.Online, presence.Idle, presence.Offline, presence.Invisible, presence.Invisible}
 	// Client times: in the past, within ingest's allowed skew, a few seconds apart.
-	base := time.Now().Add(-4 * time.Minute).Truncate(time.Millisecond)
+	base := time.Now().Add(-(idleAfter - lead)).Truncate(time.Millisecond)
 	var ps []*pair
 	for k := range pairs {
 		rng := rand.New(rand.NewPCG(uint64(k), 25))
@@ -158,6 +163,9 @@ func TestInvisibleLooksExactlyLikeOffline(t *testing.T) {
 		})
 		if time.Since(base) > idleAfter-5*time.Second {
 			t.Fatalf("checkpoint %d applied %v after the first event: timeouts may have fallen due among the events; the machine is too slow for this test", c, time.Since(base).Round(time.Second))
+		}
+		if c == checkpoints-1 {
+			t.Logf("the checkpoints were applied %v into the %v lead", (time.Since(base) - (idleAfter - lead)).Round(100*time.Millisecond), lead)
 		}
 		compare(fmt.Sprintf("checkpoint %d", c))
 	}

@@ -20,35 +20,38 @@ import (
 // dated no earlier than that instant minus the lateness, the same promise a change
 // dated then would make (docs/design.md, History).
 
-// endOffsets lists presence.changes' end offsets for the quiet partitions, once for all
-// of them per maxAge.
+// span is a partition's first and end offsets: what its log holds is [start, end).
+type span struct{ start, end int64 }
+
+// endOffsets lists presence.changes' first and end offsets for the quiet partitions,
+// once for all of them per maxAge.
 type endOffsets struct {
-	list   func(ctx context.Context) (map[int32]int64, error)
+	list   func(ctx context.Context) (map[int32]span, error)
 	maxAge time.Duration
 
 	mu     sync.Mutex
 	asked  time.Time // when the cached offsets were asked for
-	cached map[int32]int64
+	cached map[int32]span
 }
 
-// end is partition's end offset and the instant it was asked for: the log held no
-// record at or past it then.
-func (e *endOffsets) end(ctx context.Context, partition int32) (int64, time.Time, error) {
+// end is partition's offsets and the instant they were asked for: the log held no
+// record at or past the end then.
+func (e *endOffsets) end(ctx context.Context, partition int32) (span, time.Time, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cached == nil || time.Since(e.asked) >= e.maxAge {
 		asked := time.Now()
-		ends, err := e.list(ctx)
+		spans, err := e.list(ctx)
 		if err != nil {
-			return 0, time.Time{}, err
+			return span{}, time.Time{}, err
 		}
-		e.cached, e.asked = ends, asked
+		e.cached, e.asked = spans, asked
 	}
-	end, ok := e.cached[partition]
+	sp, ok := e.cached[partition]
 	if !ok {
-		return 0, time.Time{}, fmt.Errorf("presence.changes has no partition %d", partition)
+		return span{}, time.Time{}, fmt.Errorf("presence.changes has no partition %d", partition)
 	}
-	return end, e.asked, nil
+	return sp, e.asked, nil
 }
 
 // maxQuietStep bounds one move of a fold to the clock: the fold extends its minutes and
@@ -61,17 +64,20 @@ const maxQuietStep = 23 * time.Hour
 func (w *worker) quiet(ctx context.Context) (moved bool, err error) {
 	h := w.h
 	lctx, cancel := context.WithTimeout(ctx, h.cfg.Kafka.RetryTimeout)
-	end, asked, err := h.ends.end(lctx, w.partition)
+	sp, asked, err := h.ends.end(lctx, w.partition)
 	cancel()
 	if err != nil {
 		// Not moving costs nothing but freshness; the next tick asks again.
 		w.logger.Warn("listing the end offset of a quiet partition", "err", err)
 		return false, nil
 	}
+	end := sp.end
 	if !w.started {
 		// Records the group will still deliver (from the committed offset on) must come
-		// through Run; only a partition with none left starts here.
-		if c, ok := h.committed(w.topic, w.partition); end > 0 && (!ok || c < end) {
+		// through Run; only a partition with none left starts here: its log is empty
+		// (never written, or every record gone with the retention, whatever offset was
+		// committed before), or everything in it is committed.
+		if c, ok := h.committed(w.topic, w.partition); sp.start < end && (!ok || c < end) {
 			return false, nil
 		}
 		if err := w.restoreRollup(ctx, &kgo.Record{Topic: w.topic, Partition: w.partition, Offset: end}); err != nil {

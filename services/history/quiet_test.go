@@ -47,13 +47,17 @@ func snapshots(hs *harness) map[int64]int {
 }
 
 func quietHarness(t *testing.T, end int64, committed int64, hasCommit bool) *harness {
+	return quietHarnessSpan(t, span{0, end}, committed, hasCommit)
+}
+
+func quietHarnessSpan(t *testing.T, sp span, committed int64, hasCommit bool) *harness {
 	hs := newHarness(t, func(c *Config) {
 		c.QuietAfter = 2 * time.Second
 		c.RollupInterval = 30 * time.Second
 		c.FlushInterval = time.Second
 	})
-	hs.h.ends = &endOffsets{maxAge: time.Second, list: func(context.Context) (map[int32]int64, error) {
-		return map[int32]int64{3: end}, nil
+	hs.h.ends = &endOffsets{maxAge: time.Second, list: func(context.Context) (map[int32]span, error) {
+		return map[int32]span{3: sp}, nil
 	}}
 	hs.h.committed = func(string, int32) (int64, bool) { return committed, hasCommit }
 	return hs
@@ -114,6 +118,24 @@ func TestQuietCheckWaitsForUndeliveredRecords(t *testing.T) {
 		synctest.Wait()
 		if final, prov := progress(hs); len(final)+len(prov) != 0 {
 			t.Fatalf("marks written for a partition with records to come: final %v, provisional %v", final, prov)
+		}
+		close(recs)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A partition whose records all went with the retention, with an older offset
+// committed, has nothing left to deliver: it starts and moves to the clock.
+func TestQuietPartitionWhoseLogAgedOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hs := quietHarnessSpan(t, span{7, 7}, 5, true)
+		recs, done := hs.start(t.Context(), "ch")
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if _, prov := progress(hs); len(prov) == 0 {
+			t.Fatal("no provisional mark for a partition whose log is empty")
 		}
 		close(recs)
 		if err := <-done; err != nil {

@@ -57,21 +57,30 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		logger: logger,
 		m:      m,
 	}
-	h.ends = &endOffsets{maxAge: cfg.QuietAfter / 2, list: func(ctx context.Context) (map[int32]int64, error) {
-		listed, err := kadm.NewClient(cons.Client()).ListEndOffsets(ctx, cfg.Kafka.ChangesTopic)
+	h.ends = &endOffsets{maxAge: cfg.QuietAfter / 2, list: func(ctx context.Context) (map[int32]span, error) {
+		adm := kadm.NewClient(cons.Client())
+		starts, err := adm.ListStartOffsets(ctx, cfg.Kafka.ChangesTopic)
 		if err != nil {
 			return nil, err
 		}
-		ends := map[int32]int64{}
+		ends, err := adm.ListEndOffsets(ctx, cfg.Kafka.ChangesTopic)
+		if err != nil {
+			return nil, err
+		}
+		spans := map[int32]span{}
 		var errs []error
-		listed.Each(func(o kadm.ListedOffset) {
-			if o.Err != nil {
+		ends.Each(func(o kadm.ListedOffset) {
+			s, ok := starts.Lookup(o.Topic, o.Partition)
+			switch {
+			case o.Err != nil:
 				errs = append(errs, fmt.Errorf("partition %d: %w", o.Partition, o.Err))
-				return
+			case !ok || s.Err != nil:
+				errs = append(errs, fmt.Errorf("partition %d: no start offset listed: %v", o.Partition, s.Err))
+			default:
+				spans[o.Partition] = span{s.Offset, o.Offset}
 			}
-			ends[o.Partition] = o.Offset
 		})
-		return ends, errors.Join(errs...)
+		return spans, errors.Join(errs...)
 	}}
 	cons, err = consume.New(cfg.Kafka, consume.Config{
 		Group:          cfg.Group,
