@@ -17,6 +17,7 @@ type metrics struct {
 	skipped        *prometheus.CounterVec
 	deadLetters    prometheus.Counter
 	stale          prometheus.Counter
+	erasures       prometheus.Counter
 	commitLag      *prometheus.HistogramVec
 	commitFailures prometheus.Counter
 	windowEntries  prometheus.Gauge
@@ -36,6 +37,9 @@ type metrics struct {
 const (
 	skipDuplicate   = "duplicate"
 	skipUndecodable = "undecodable"
+	// skipErased: an event of an erased user dated at or before the erasure, in flight
+	// when it came (docs/design.md, "Erasure").
+	skipErased = "erased"
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,6 +73,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pulse_history_records_skipped_total",
 			Help: "Records not written, by reason: duplicate (event id seen within the horizon) or undecodable.",
 		}, []string{"reason"}),
+		erasures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_erasures_total",
+			Help: "Erasures carried out: the user's rows deleted from presence.events' side (user_status, user_activity) and from presence.changes' side (sessions, days, index maps), each counted once per side.",
+		}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_history_stale_events_total",
 			Help: "Events recorded as stale: older than the newest event of their device.",
@@ -124,7 +132,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Checkpoints that could not be restored; the fold started empty.",
 		}),
 	}
-	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.rejected, m.cassandraUp, m.skipped, m.stale,
+	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.rejected, m.cassandraUp, m.skipped, m.stale, m.erasures,
 		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt,
 		m.rollupChanges, m.rollupUsers, m.rollupMinutes, m.rollupHours, m.rollupReplayed,
 		m.checkpoints, m.checkpointBytes, m.checkpointFailures)
@@ -132,7 +140,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.rollupChanges.WithLabelValues(o)
 	}
 	m.cassandraUp.Set(1)
-	for _, r := range []string{skipDuplicate, skipUndecodable} {
+	for _, r := range []string{skipDuplicate, skipUndecodable, skipErased} {
 		m.skipped.WithLabelValues(r)
 	}
 	for _, t := range []string{historystore.TableActivity, historystore.TableStatus, historystore.TableSessions,

@@ -39,6 +39,16 @@ type statusPlan struct {
 	users []string
 }
 
+// forget drops what the plan holds for user, who was erased: those updates would only
+// be written under the erasure's deletion anyway (historystore.ErasedUserRows).
+func (s *statusPlan) forget(user string) {
+	if s == nil || s.rows[user] == nil {
+		return
+	}
+	delete(s.rows, user)
+	s.users = slices.DeleteFunc(s.users, func(u string) bool { return u == user })
+}
+
 func (s *statusPlan) len() int {
 	if s == nil {
 		return 0
@@ -255,6 +265,9 @@ func (b *batchPlan) addChange(c *change) {
 }
 
 // change is a decoded, validated presence.changes record.
+// causeErase is the cause of an erasure change (docs/design.md, "Erasure").
+const causeErase = "erase"
+
 type change struct {
 	UserID          string
 	EventID         string
@@ -304,7 +317,7 @@ func decodeChange(r *kgo.Record) (change, error) {
 	case pulsev1.Cause_CAUSE_TIMEOUT:
 		c.Cause = "timeout"
 	case pulsev1.Cause_CAUSE_ERASE:
-		c.Cause = "erase"
+		c.Cause = causeErase
 	}
 	if err := presence.ValidateID(c.UserID, presence.MaxUserIDLen); err != nil {
 		return change{}, fmt.Errorf("invalid change: user id: %w", err)

@@ -102,6 +102,8 @@ type worker struct {
 	dead []*kgo.Record
 
 	rollup         *rollupState // changes only, from the first batch on
+	// erasures are the users the fold forgot since the last flush (planErasure).
+	erasures []erasure
 	lastCheckpoint time.Time
 	// rollupHeld: the fold has changes whose rows were not flushed yet (at lastRollup
 	// they last were). They are flushed every RollupInterval; a checkpoint keeps them,
@@ -301,6 +303,14 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 		rows := st.fold.TakeChanges()
 		plan.addRollup(&rows, w.partition, st.flushTimestamp(), w.retention())
 	}
+	for _, e := range w.erasures {
+		if st == nil {
+			break // only a changes partition erases rollups, and it has a fold
+		}
+		for _, wr := range historystore.ErasedRollupRows(e.user, w.partition, e.index, e.at, st.flushTimestamp()-1) {
+			plan.add(wr)
+		}
+	}
 	keys := plan.keys()
 	if statusDue {
 		keys = append(keys, w.status.keys()...)
@@ -324,6 +334,7 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 	if w.plan != nil {
 		w.plan, w.pending, w.lastFlush = nil, w.planned, time.Now()
 	}
+	w.erasures = nil
 	if rollupDue {
 		w.rollupHeld, w.lastRollup = false, time.Now()
 	}
@@ -373,14 +384,28 @@ func (w *worker) planEvent(plan *batchPlan, r *kgo.Record) {
 		w.poison(r, err)
 		return
 	}
-	if e.Kind == presence.KindMember || e.Kind == presence.KindErase {
+	if e.Kind == presence.KindMember {
 		// Membership is not presence: no timeline entry, no sign of life. Its
-		// effective changes reach user_status through presence.changes. Neither is an
-		// erasure, which must leave no row of the user (docs/design.md, "Erasure").
+		// effective changes reach user_status through presence.changes.
+		return
+	}
+	if e.Kind == presence.KindErase {
+		// The user's rows go, and events of theirs still in flight after it with it
+		// (docs/design.md, "Erasure"); the erasure itself leaves no row.
+		w.window.Erase(e.UserID, e.Time(), e.ReceivedAt)
+		w.status.forget(e.UserID)
+		for _, wr := range historystore.ErasedUserRows(e.UserID, e.Time()) {
+			plan.add(wr)
+		}
+		w.h.m.erasures.Inc()
 		return
 	}
 	if w.window.Duplicate(e.UserID, e.ID, e.ReceivedAt) {
 		w.h.m.skipped.WithLabelValues(skipDuplicate).Inc()
+		return
+	}
+	if w.window.Erased(e.UserID, e.Time(), e.ReceivedAt) {
+		w.h.m.skipped.WithLabelValues(skipErased).Inc()
 		return
 	}
 	stale := observe(w.window, &e)
@@ -440,6 +465,10 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 		plan.addMembership(&c)
 		return
 	}
+	if c.Cause == causeErase {
+		w.planErasure(&c, r.Offset)
+		return
+	}
 	plan.addChange(&c)
 	if w.rollup == nil {
 		return
@@ -449,6 +478,27 @@ func (w *worker) planChange(plan *batchPlan, r *kgo.Record) {
 	} else {
 		w.rollupHeld = true
 	}
+}
+
+// planErasure folds an erasure change (the user going offline at the erasure), has the
+// fold forget the user, and holds the deletion of the user's rollup rows for the next
+// flush, which writes it at that flush's timestamp less one
+// (historystore.ErasedRollupRows). The change itself leaves no row.
+func (w *worker) planErasure(c *change, offset int64) {
+	if w.rollup != nil {
+		w.rollup.apply(c, offset)
+		w.rollup.fold.Forget(c.UserID, c.UserIndex)
+		w.rollupHeld = true
+	}
+	w.erasures = append(w.erasures, erasure{user: c.UserID, index: c.UserIndex, at: c.At})
+	w.h.m.erasures.Inc()
+}
+
+// erasure is a user whose rollup rows a flush deletes.
+type erasure struct {
+	user  string
+	index uint32
+	at    time.Time
 }
 
 // poison counts a record that cannot be decoded and skips it: one bad record must not
@@ -506,7 +556,13 @@ func (w *worker) rebuild(ctx context.Context, first *kgo.Record) error {
 		// The user_status rows of a crashed process may not have been written: the
 		// horizon's fresh events plan them again (they carry the log's timestamps, so
 		// rewriting what was written changes nothing).
-		if !win.Duplicate(e.UserID, e.ID, e.ReceivedAt) && !observe(win, e) {
+		if e.Kind == presence.KindErase {
+			// The horizon's erasures hold back the user's late events again.
+			win.Erase(e.UserID, e.Time(), e.ReceivedAt)
+			w.status.forget(e.UserID)
+			return
+		}
+		if !win.Duplicate(e.UserID, e.ID, e.ReceivedAt) && !win.Erased(e.UserID, e.Time(), e.ReceivedAt) && !observe(win, e) {
 			w.status.offerEvent(e)
 		}
 	})

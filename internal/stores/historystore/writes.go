@@ -36,6 +36,13 @@ const (
 	UpdateCustom
 	UpdateGroupJoin
 	UpdateGroupLeave
+	DeleteUserStatus
+	DeleteActivityDay
+	DeleteSessionsMonth
+	DeleteUserDailyYear
+	DeleteDayUser
+	DeleteUserIndex
+	DeleteShardUser
 )
 
 // statements are the table and the CQL of each Statement: a constant table, never
@@ -62,6 +69,13 @@ var statements = [...]struct{ table, cql string }{
 	UpdateCustom:           {TableStatus, updateCustomCQL},
 	UpdateGroupJoin:        {TableStatus, updateGroupJoinCQL},
 	UpdateGroupLeave:       {TableStatus, updateGroupLeaveCQL},
+	DeleteUserStatus:       {TableStatus, deleteUserStatusCQL},
+	DeleteActivityDay:      {TableActivity, deleteActivityDayCQL},
+	DeleteSessionsMonth:    {TableSessions, deleteSessionsMonthCQL},
+	DeleteUserDailyYear:    {TableUserDaily, deleteUserDailyYearCQL},
+	DeleteDayUser:          {TableDailyUsers, deleteDayUserCQL},
+	DeleteUserIndex:        {TableUserIndexes, deleteUserIndexCQL},
+	DeleteShardUser:        {TableShardUsers, deleteShardUserCQL},
 }
 
 // Write is one statement with its bound values, and the partition key it writes.
