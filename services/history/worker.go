@@ -101,9 +101,9 @@ type worker struct {
 	// decoded: they go to presence.changes.dlq before the flush's writes.
 	dead []*kgo.Record
 
-	rollup         *rollupState // changes only, from the first batch on
+	rollup *rollupState // changes only, from the first batch on
 	// erasures are the users the fold forgot since the last flush (planErasure).
-	erasures []erasure
+	erasures       []erasure
 	lastCheckpoint time.Time
 	// rollupHeld: the fold has changes whose rows were not flushed yet (at lastRollup
 	// they last were). They are flushed every RollupInterval; a checkpoint keeps them,
