@@ -3,10 +3,16 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/redis/go-redis/v9"
 
@@ -101,7 +107,13 @@ func TestForgetErasesTheLiveState(t *testing.T) {
 // names user.
 func assertRedisHoldsNo(t *testing.T, prefix, user string) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: harness.RedisAddr()})
+	assertRedisAtHoldsNo(t, harness.RedisAddr(), prefix, user)
+}
+
+// assertRedisAtHoldsNo is assertRedisHoldsNo on the Redis at addr.
+func assertRedisAtHoldsNo(t *testing.T, addr, prefix, user string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -127,4 +139,202 @@ func assertRedisHoldsNo(t *testing.T, prefix, user string) {
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestForgetLeavesNoTrace: a user erased while statuses are posted for them and for
+// others leaves nothing behind — no Cassandra row in any table of the keyspace (scanned
+// with the driver), no Redis key or field, no answer that differs from a user Pulse
+// never saw, the counts those of the others alone — and stays erased through a Redis
+// FLUSHALL and self-heal, a history SIGKILL and re-fold, and a second history reading
+// both topics from the start. The other users keep their rows and statuses.
+func TestForgetLeavesNoTrace(t *testing.T) {
+	addr, _ := startRedis(t, harness.FreePort(t))
+	p := harness.NewTopics(t, 2)
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	if _, err := m.Apply(migCtx(t)); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	p.Env["PULSE_REDIS_ADDR"] = addr
+	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	p.Env["PULSE_HISTORY_ROLLUP_INTERVAL"] = "1s"
+	p.Env["PULSE_HISTORY_STATUS_INTERVAL"] = "1s"
+	p.Env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "2s"
+	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
+		p.Start(t, name)
+	}
+	q := p.Svc["query"].URL
+	gone := p.Run + "-gone"
+	kept := make([]string, 6)
+	for i := range kept {
+		kept[i] = fmt.Sprintf("%s-kept-%d", p.Run, i)
+	}
+	statuses := []string{"online", "idle", "invisible", "offline"}
+	var (
+		mu   sync.Mutex
+		want = map[string]string{} // the last status posted per kept user
+	)
+	post := func(user, status string, at time.Time) {
+		code, body := harness.PostJSON(t, p.Svc["ingest"].URL+"/v1/events", map[string]any{"events": []harness.WireEvent{
+			{UserID: user, Kind: "status", Status: status, DeviceID: "phone", OccurredAt: &at}}})
+		if code != http.StatusAccepted {
+			t.Errorf("POST /v1/events = %d %s", code, body)
+		}
+	}
+	rnd := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 31))
+	round := func() {
+		for _, u := range append([]string{gone}, kept...) {
+			st := statuses[rnd.IntN(len(statuses))]
+			if u == gone {
+				st = statuses[rnd.IntN(3)] // present: the erasure has a session to close
+			}
+			post(u, st, time.Now().UTC().Truncate(time.Millisecond))
+			if u != gone {
+				mu.Lock()
+				want[u] = st
+				mu.Unlock()
+			}
+		}
+	}
+	for range 4 {
+		round()
+		time.Sleep(300 * time.Millisecond)
+	}
+	// History has the user everywhere: status, timeline, sessions, index.
+	holds := func(user string) []string { return cassandraRowsOf(t, session, ks, user) }
+	harness.Eventually(t, 30*time.Second, func() string {
+		got := strings.Join(holds(gone), ",")
+		for _, table := range []string{"user_status", "user_activity", "user_sessions", "user_daily", "daily_users", "user_indexes", "shard_users"} {
+			if !strings.Contains(got, table) {
+				return fmt.Sprintf("history holds %s in %s, not yet in %s", gone, got, table)
+			}
+		}
+		return ""
+	})
+
+	// The others' load runs through the erasure; the user's own stops with it, the
+	// last of theirs in flight.
+	stop := make(chan struct{})
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			u := kept[rnd.IntN(len(kept))]
+			st := statuses[rnd.IntN(len(statuses))]
+			mu.Lock()
+			want[u] = st
+			mu.Unlock()
+			post(u, st, time.Now().UTC().Truncate(time.Millisecond))
+		}
+	}()
+	_, _, never := authDo(t, http.MethodGet, q+"/v1/users/"+p.Run+"-never/status?view=operator", harness.TestKeys.Operator, "")
+	code, _, body := authDo(t, http.MethodDelete, q+"/v1/users/"+gone, harness.TestKeys.Operator, "")
+	var ans struct{ ErasedAt time.Time }
+	if code != http.StatusAccepted || json.Unmarshal([]byte(body), &ans) != nil {
+		t.Fatalf("DELETE /v1/users/%s = %d %s", gone, code, body)
+	}
+	post(gone, "online", ans.ErasedAt.Add(-time.Second)) // in flight: dated before the erasure
+	close(stop)
+	<-loaded
+
+	check := func(when string) {
+		t.Helper()
+		harness.Eventually(t, 30*time.Second, func() string {
+			if rows := holds(gone); len(rows) > 0 {
+				return fmt.Sprintf("%s: Cassandra still holds %s: %v", when, gone, rows)
+			}
+			_, _, got := authDo(t, http.MethodGet, q+"/v1/users/"+gone+"/status?view=operator", harness.TestKeys.Operator, "")
+			if got != strings.Replace(never, p.Run+"-never", gone, 1) {
+				return fmt.Sprintf("%s: status of the erased user %s; a never-seen user reads %s", when, got, never)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, u := range kept {
+				code, _, got := authDo(t, http.MethodGet, q+"/v1/users/"+u+"/status?view=operator", harness.TestKeys.Operator, "")
+				if code != http.StatusOK || !strings.Contains(got, `"status":"`+want[u]+`"`) {
+					return fmt.Sprintf("%s: %s reads %d %s, want %s", when, u, code, got, want[u])
+				}
+				if len(holds(u)) == 0 {
+					return fmt.Sprintf("%s: history holds nothing of %s", when, u)
+				}
+			}
+			return ""
+		})
+		assertRedisAtHoldsNo(t, addr, "it-"+p.Run, gone)
+		if code, _, body := authDo(t, http.MethodGet, q+"/v1/users/"+gone+"/export", harness.TestKeys.Operator, ""); code != http.StatusNotFound {
+			t.Errorf("%s: export of the erased user = %d %s, want 404", when, code, body)
+		}
+		ts := url.QueryEscape(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+		if code, _, body := authDo(t, http.MethodGet, q+"/v1/users/"+gone+"/timeline?view=operator&from="+ts, harness.TestKeys.Operator, ""); code != http.StatusOK || strings.Contains(body, `"kind"`) {
+			t.Errorf("%s: timeline of the erased user = %d %s, want no entry", when, code, body)
+		}
+	}
+	check("after the erasure")
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("after FLUSHALL and self-heal")
+
+	p.Crash(t, "history")
+	time.Sleep(3 * time.Second) // a re-fold from the checkpoint and a flush
+	check("after history's SIGKILL and re-fold")
+
+	// A second history in a group of its own reads both topics from the start into the
+	// same keyspace.
+	p.Env["PULSE_HISTORY_GROUP"] = p.Env["PULSE_HISTORY_GROUP"] + "-replay"
+	replay := harness.StartService(t, "history", p.Env)
+	defer replay.Stop(t)
+	harness.Eventually(t, 30*time.Second, func() string {
+		if out := replay.Out.String(); strings.Count(out, "rollup fold ready")+strings.Count(out, "rollup fold restored") < p.Partitions {
+			return "the replaying history has not taken every changes partition"
+		}
+		return ""
+	})
+	time.Sleep(3 * time.Second)
+	check("after replaying the topics from the start")
+}
+
+// cassandraRowsOf names every table of ks with a user_id column holding a row of
+// user, scanning each (the test's keyspace is small).
+func cassandraRowsOf(t *testing.T, session *gocql.Session, ks, user string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	it := session.Query(`SELECT table_name FROM system_schema.columns WHERE keyspace_name = ? AND column_name = 'user_id' ALLOW FILTERING`, ks).IterContext(ctx)
+	var tables []string
+	var name string
+	for it.Scan(&name) {
+		tables = append(tables, name)
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, table := range tables {
+		it := session.Query(`SELECT user_id FROM ` + ks + `.` + table).PageSize(5000).IterContext(ctx)
+		var id string
+		n := 0
+		for it.Scan(&id) {
+			if id == user {
+				n++
+			}
+		}
+		if err := it.Close(); err != nil {
+			t.Fatalf("scanning %s.%s: %v", ks, table, err)
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s (%d)", table, n))
+		}
+	}
+	return out
 }
