@@ -254,7 +254,7 @@ func TestShardUsersOutliveAnExpiredBlock(t *testing.T) {
 		}
 	}
 	port, _ := strconv.Atoi(harness.CassandraPort())
-	store, err := historystore.Open(cassx.Config{Hosts: []string{harness.CassandraHost()}, Port: port, Keyspace: ks,
+	store, err := historystore.Open(cassx.Config{Hosts: strings.Split(harness.CassandraHost(), ","), Port: port, Keyspace: ks,
 		Consistency: "ONE", Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
