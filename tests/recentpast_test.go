@@ -61,12 +61,7 @@ func (m recentModel) at(t time.Time) map[string]string {
 // shard_progress while the statuses are posted and logged.
 func TestRecentPastIsAnsweredAtOnce(t *testing.T) {
 	p := harness.NewTopics(t, 4)
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	session, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	// A short lateness so that the instants become final within the test: it must be at
 	// least ingest's skew.
