@@ -231,12 +231,7 @@ func TestCustomStatusThroughThePipeline(t *testing.T) {
 // reader gets a 403. The keyspace is the test's own, migrated from this tree.
 func TestCustomStatusInTheTimeline(t *testing.T) {
 	p := harness.NewTopics(t, 2)
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	_, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
 		p.Start(t, name)

@@ -32,12 +32,7 @@ import (
 // tree.
 func TestExportHoldsEverythingOfOneUser(t *testing.T) {
 	p := harness.NewTopics(t, 2)
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	_, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	// user_status and the sessions and days are written within a second.
 	p.Env["PULSE_HISTORY_STATUS_INTERVAL"] = "1s"

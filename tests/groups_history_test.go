@@ -30,12 +30,7 @@ import (
 // computed another way (per-second counts written by history).
 func TestGroupHistoryMatchesAModel(t *testing.T) {
 	p := harness.NewTopics(t, 2)
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	_, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	// Deadlines of past-dated events are due at once and dated at the deadline: short
 	// ones keep every change within the fold's lateness of the workload.

@@ -495,12 +495,7 @@ func TestHistoryRollupsMatchModel(t *testing.T) {
 	p := harness.NewTopics(t, 2)
 	// A keyspace of its own: rows keyed by shard (snapshots, index names) would otherwise
 	// meet those of other runs, whose partitions have the same numbers.
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	session, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	p.Env["PULSE_OFFLINE_AFTER"] = "60s"
 	// Timeouts are decided by the wall clock, long past these events' times: every

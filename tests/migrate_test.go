@@ -72,6 +72,19 @@ func migKeyspace(t *testing.T, session *gocql.Session) string {
 	return ks
 }
 
+// migratedKeyspace connects to the local stack's Cassandra and migrates a fresh
+// keyspace of the repository's migrations, dropped when the test ends.
+func migratedKeyspace(t *testing.T) (*gocql.Session, string) {
+	t.Helper()
+	session := migCassandra(t)
+	ks := migKeyspace(t, session)
+	m, _ := migNew(t, session, ks, migFiles(t))
+	if _, err := m.Apply(migCtx(t)); err != nil {
+		t.Fatalf("migrating %s: %v", ks, err)
+	}
+	return session, ks
+}
+
 // migFiles returns the repository's migrations as a MapFS, to which a test can add or
 // change files.
 func migFiles(t *testing.T) fstest.MapFS {
