@@ -150,12 +150,7 @@ func assertRedisAtHoldsNo(t *testing.T, addr, prefix, user string) {
 func TestForgetLeavesNoTrace(t *testing.T) {
 	addr, _ := startRedis(t, harness.FreePort(t))
 	p := harness.NewTopics(t, 2)
-	session := migCassandra(t)
-	ks := migKeyspace(t, session)
-	m, _ := migNew(t, session, ks, migFiles(t))
-	if _, err := m.Apply(migCtx(t)); err != nil {
-		t.Fatalf("migrating %s: %v", ks, err)
-	}
+	session, ks := migratedKeyspace(t)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	p.Env["PULSE_REDIS_ADDR"] = addr
 	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
