@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
 	"github.com/redis/go-redis/v9"
@@ -23,9 +25,8 @@ import (
 // Kafka took the erase event; the aggregator then removes the user from Redis: their
 // status reads as a user Pulse never saw, no key or hash field under the pipeline's
 // prefix names them, and others are untouched. An event of the user dated before the
-// erasure, sent after it, is dropped; one dated after starts a new user. History's
-// part of the erasure is not built yet (docs/design.md, Erasure), so this test reads
-// the live state only; TestForgetLeavesNoTrace is to cover history too.
+// erasure, sent after it, is dropped; one dated after starts a new user. It reads the
+// live state only; TestForgetLeavesNoTrace covers history too.
 func TestForgetErasesTheLiveState(t *testing.T) {
 	// One partition: a later event of another user is folded after the late one.
 	p := harness.NewTopics(t, 1)
@@ -143,7 +144,8 @@ func assertRedisAtHoldsNo(t *testing.T, addr, prefix, user string) {
 
 // TestForgetLeavesNoTrace: a user erased while statuses are posted for them and for
 // others leaves nothing behind — no Cassandra row in any table of the keyspace (scanned
-// with the driver), no Redis key or field, no answer that differs from a user Pulse
+// with the driver), no row or bitmap holding their index, no Redis key, field or
+// bitmap bit, no answer that differs from a user Pulse
 // never saw, the counts those of the others alone — and stays erased through a Redis
 // FLUSHALL and self-heal, a history SIGKILL and re-fold, and a second history reading
 // both topics from the start. The other users keep their rows and statuses.
@@ -157,6 +159,7 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	p.Env["PULSE_HISTORY_ROLLUP_INTERVAL"] = "1s"
 	p.Env["PULSE_HISTORY_STATUS_INTERVAL"] = "1s"
 	p.Env["PULSE_HISTORY_CHECKPOINT_INTERVAL"] = "2s"
+	p.Env["PULSE_HISTORY_SNAPSHOT_INTERVAL"] = "2s"
 	for _, name := range []string{"aggregator", "history", "ingest", "query"} {
 		p.Start(t, name)
 	}
@@ -208,6 +211,24 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 		}
 		return ""
 	})
+	// And their index, in rows that do not name them: the uniques hours, the snapshots,
+	// shard_changes, and Redis's bitmaps.
+	var shard, index int
+	if err := session.Query(`SELECT shard, user_index FROM `+ks+`.user_indexes WHERE user_id = ?`, gone).Scan(&shard, &index); err != nil {
+		t.Fatalf("the index of %s: %v", gone, err)
+	}
+	harness.Eventually(t, 30*time.Second, func() string {
+		got := strings.Join(indexRowsOf(t, session, ks, shard, uint32(index)), ",")
+		for _, table := range []string{"uniques", "shard_snapshots", "shard_changes"} {
+			if !strings.Contains(got, table) {
+				return fmt.Sprintf("history holds index %d of shard %d in %s, not yet in %s", index, shard, got, table)
+			}
+		}
+		return ""
+	})
+	if bms := redisBitmapsHolding(t, addr, "it-"+p.Run, shard, uint32(index)); len(bms) == 0 {
+		t.Fatalf("no bitmap of shard %d in Redis holds index %d of %s", shard, index, gone)
+	}
 
 	// The others' load runs through the erasure; the user's own stops with it, the
 	// last of theirs in flight.
@@ -245,12 +266,30 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 			if rows := holds(gone); len(rows) > 0 {
 				return fmt.Sprintf("%s: Cassandra still holds %s: %v", when, gone, rows)
 			}
+			if rows := indexRowsOf(t, session, ks, shard, uint32(index)); len(rows) > 0 {
+				return fmt.Sprintf("%s: Cassandra still holds index %d of shard %d, %s's: %v", when, index, shard, gone, rows)
+			}
+			if bms := redisBitmapsHolding(t, addr, "it-"+p.Run, shard, uint32(index)); len(bms) > 0 {
+				return fmt.Sprintf("%s: Redis's bitmaps %v still hold index %d, %s's", when, bms, index, gone)
+			}
 			_, _, got := authDo(t, http.MethodGet, q+"/v1/users/"+gone+"/status?view=operator", harness.TestKeys.Operator, "")
 			if got != strings.Replace(never, p.Run+"-never", gone, 1) {
 				return fmt.Sprintf("%s: status of the erased user %s; a never-seen user reads %s", when, got, never)
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			var online, idle uint64
+			for _, u := range kept {
+				switch want[u] {
+				case "online":
+					online++
+				case "idle":
+					idle++
+				}
+			}
+			if c := p.Count(t); c.ByStatus["online"] != online || c.ByStatus["idle"] != idle {
+				return fmt.Sprintf("%s: the count reads %v, the others alone make %d online and %d idle", when, c.ByStatus, online, idle)
+			}
 			for _, u := range kept {
 				code, _, got := authDo(t, http.MethodGet, q+"/v1/users/"+u+"/status?view=operator", harness.TestKeys.Operator, "")
 				if code != http.StatusOK || !strings.Contains(got, `"status":"`+want[u]+`"`) {
@@ -297,6 +336,96 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second)
 	check("after replaying the topics from the start")
+}
+
+// indexRowsOf names every row of ks's uniques, shard_snapshots and shard_changes that
+// holds index of shard, scanning each table.
+func indexRowsOf(t *testing.T, session *gocql.Session, ks string, shard int, index uint32) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []string
+	holds := func(blobs ...[]byte) bool {
+		for _, b := range blobs {
+			bm := roaring.New()
+			if len(b) > 0 {
+				if _, err := bm.ReadFrom(bytes.NewReader(b)); err != nil {
+					t.Fatalf("a bitmap of %s: %v", ks, err)
+				}
+			}
+			if bm.Contains(index) {
+				return true
+			}
+		}
+		return false
+	}
+	var (
+		sh              int
+		at              time.Time
+		users, shown    []byte
+		on, idle, invis []byte
+		us              int64
+		idx             int
+	)
+	it := session.Query(`SELECT shard, hour, users, shown FROM ` + ks + `.uniques`).PageSize(1000).IterContext(ctx)
+	for it.Scan(&sh, &at, &users, &shown) {
+		if sh == shard && holds(users, shown) {
+			out = append(out, "uniques "+at.Format(time.RFC3339))
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	it = session.Query(`SELECT shard, at, online, idle, invisible FROM ` + ks + `.shard_snapshots`).PageSize(1000).IterContext(ctx)
+	for it.Scan(&sh, &at, &on, &idle, &invis) {
+		if sh == shard && holds(on, idle, invis) {
+			out = append(out, "shard_snapshots "+at.Format(time.RFC3339))
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	it = session.Query(`SELECT shard, at_us, user_index FROM ` + ks + `.shard_changes`).PageSize(1000).IterContext(ctx)
+	for it.Scan(&sh, &us, &idx) {
+		if sh == shard && uint32(idx) == index {
+			out = append(out, "shard_changes "+time.UnixMicro(us).UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// redisBitmapsHolding names the status and group bitmaps of shard under prefix in the
+// Redis at addr that hold index.
+func redisBitmapsHolding(t *testing.T, addr, prefix string, shard int, index uint32) []string {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	for _, pattern := range []string{"bm:*", "g:*"} {
+		iter := rdb.Scan(ctx, 0, fmt.Sprintf("%s:{%d}:%s", prefix, shard, pattern), 1000).Iterator()
+		for iter.Next(ctx) {
+			raw, err := rdb.Get(ctx, iter.Val()).Bytes()
+			if err != nil {
+				t.Fatalf("reading %s: %v", iter.Val(), err)
+			}
+			bm := roaring.New()
+			if err := bm.UnmarshalBinary(raw); err != nil {
+				t.Fatalf("decoding %s: %v", iter.Val(), err)
+			}
+			if bm.Contains(index) {
+				out = append(out, iter.Val())
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
 
 // cassandraRowsOf names every table of ks with a user_id column holding a row of

@@ -99,6 +99,9 @@ func TestEraseChangeDeletesTheUsersRollups(t *testing.T) {
 			return changeRecord(off0, &pulsev1.Change{UserId: user, EventId: "e" + user + at.Format("150405.000"), Previous: prev, Current: cur,
 				ChangedAtUs: presence.Micros(at), Cause: cause, DeviceId: "phone", SourcePartition: 3, SourceOffset: off0, UserIndex: index})
 		}
+		// The rows that hold u1's index without naming u1, as the store would find them.
+		scrubbed := historystore.ShardChangeDeletion(3, sec(0), 10e6, 0, 0)
+		hs.store.scrub = historystore.Scrub{Located: []historystore.Write{scrubbed}}
 		recs, done := hs.start(t.Context(), "ch")
 		recs <- []*kgo.Record{
 			mk(0, "u1", 0, off, on, sec(10), pulsev1.Cause_CAUSE_EVENT),
@@ -112,6 +115,7 @@ func TestEraseChangeDeletesTheUsersRollups(t *testing.T) {
 		}
 		var lastU1 int64 = -1 // the latest write time of a rollup row of u1
 		eraseTS := int64(-1)
+		scrubAt := -1
 		hs.store.mu.Lock()
 		for _, st := range hs.store.stmts {
 			v := st.Values()
@@ -129,9 +133,21 @@ func TestEraseChangeDeletesTheUsersRollups(t *testing.T) {
 				}
 			case historystore.DeleteUserIndex:
 				eraseTS = v[0].(int64)
+			case historystore.DeleteShardChange:
+				if eraseTS >= 0 {
+					t.Errorf("the index's rows were scrubbed after the rows that locate them were deleted")
+				}
+				scrubAt = len(hs.store.scrubbed)
 			}
 		}
+		calls := hs.store.scrubbed
 		hs.store.mu.Unlock()
+		if scrubAt < 0 {
+			t.Error("the rows the store found holding u1's index were not written")
+		}
+		if len(calls) != 1 || calls[0][0] != "u1" || calls[0][1] != int32(3) || calls[0][2] != uint32(0) || !calls[0][3].(time.Time).Equal(sec(200)) || calls[0][5] != eraseTS {
+			t.Errorf("the store was asked for the rows holding %v, want u1's index 0 of shard 3, erased at %v, at the deletions' timestamp %d", calls, sec(200), eraseTS)
+		}
 		if lastU1 < 0 || eraseTS < lastU1 {
 			t.Fatalf("u1's rollup rows were written up to timestamp %d, its deletion at %d: the deletion must shadow them", lastU1, eraseTS)
 		}

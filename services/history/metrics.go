@@ -18,6 +18,7 @@ type metrics struct {
 	deadLetters    prometheus.Counter
 	stale          prometheus.Counter
 	erasures       prometheus.Counter
+	scrubbed       prometheus.Counter
 	commitLag      *prometheus.HistogramVec
 	commitFailures prometheus.Counter
 	windowEntries  prometheus.Gauge
@@ -77,6 +78,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pulse_history_erasures_total",
 			Help: "Erasures carried out: the user's rows deleted from presence.events' side (user_status, user_activity) and from presence.changes' side (sessions, days, index maps), each counted once per side.",
 		}),
+		scrubbed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pulse_history_erasure_rewrites_total",
+			Help: "Rows an erasure rewrote or deleted to take the user's index out of the rows that hold it without naming the user: uniques hours, point-in-time snapshots and shard_changes.",
+		}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pulse_history_stale_events_total",
 			Help: "Events recorded as stale: older than the newest event of their device.",
@@ -132,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Checkpoints that could not be restored; the fold started empty.",
 		}),
 	}
-	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.rejected, m.cassandraUp, m.skipped, m.stale, m.erasures,
+	reg.MustRegister(m.deadLetters, m.rows, m.writeSeconds, m.retries, m.rejected, m.cassandraUp, m.skipped, m.stale, m.erasures, m.scrubbed,
 		m.commitLag, m.commitFailures, m.windowEntries, m.rebuilt,
 		m.rollupChanges, m.rollupUsers, m.rollupMinutes, m.rollupHours, m.rollupReplayed,
 		m.checkpoints, m.checkpointBytes, m.checkpointFailures)

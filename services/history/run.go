@@ -47,6 +47,7 @@ func run(ctx context.Context, logger *slog.Logger, env *config.Env) error {
 		commit:      func(ctx context.Context, r *kgo.Record) error { return cons.Client().CommitRecords(ctx, r) },
 		readRange:   dedupe.FromKafka(cfg.Kafka, logger),
 		checkpoints: store,
+		scrubs:      store,
 		produce: func(ctx context.Context, recs ...*kgo.Record) error {
 			return cons.Client().ProduceSync(ctx, recs...).FirstErr()
 		},

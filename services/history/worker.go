@@ -32,6 +32,8 @@ type history struct {
 	readRange dedupe.ReadRange
 	// checkpoints reads the rollup folds' checkpoints (the writer writes them).
 	checkpoints checkpointLoader
+	// scrubs finds the rows that still hold an erased user's index.
+	scrubs indexScrubber
 	// produce writes dead letters (presence.changes.dlq) and waits for the acks.
 	produce func(ctx context.Context, recs ...*kgo.Record) error
 	// ends lists presence.changes' end offsets for quiet partitions, and committed is
@@ -311,6 +313,11 @@ func (w *worker) flush(ctx context.Context, final bool) error {
 			plan.add(wr)
 		}
 	}
+	if st != nil && len(w.erasures) > 0 {
+		if err := w.scrubErasures(ctx, st.flushTimestamp()-1); err != nil {
+			return err
+		}
+	}
 	keys := plan.keys()
 	if statusDue {
 		keys = append(keys, w.status.keys()...)
@@ -492,6 +499,47 @@ func (w *worker) planErasure(c *change, offset int64) {
 	}
 	w.erasures = append(w.erasures, erasure{user: c.UserID, index: c.UserIndex, at: c.At})
 	w.h.m.erasures.Inc()
+}
+
+// indexScrubber reads where an erased user's index is still set.
+type indexScrubber interface {
+	ErasedIndexRows(ctx context.Context, userID string, shard int32, index uint32, at, held time.Time, ts int64) (historystore.Scrub, error)
+}
+
+var _ indexScrubber = (*historystore.Store)(nil)
+
+// scrubErasures takes each erased user's index out of the rows of the partition's
+// shard that hold it without naming the user (historystore.ErasedIndexRows), at ts. It
+// runs before the flush deletes the user's day rows, which locate those rows, so an
+// erasure redone after a crash finds them again.
+func (w *worker) scrubErasures(ctx context.Context, ts int64) error {
+	held := w.rollup.maxAt.Add(-w.h.lateness())
+	pol := retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.RebuildTimeout}
+	for _, e := range w.erasures {
+		var sc historystore.Scrub
+		if err := retry.Do(ctx, pol, w.logger, "finding an erased user's index", func(ctx context.Context) error {
+			var err error
+			from := held
+			if e.at.Before(from) {
+				from = e.at
+			}
+			sc, err = w.h.scrubs.ErasedIndexRows(ctx, e.user, w.partition, e.index, e.at, from, ts)
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, writes := range [][]historystore.Write{sc.Located, sc.Uniques} {
+			plan := &batchPlan{holdStatus: true}
+			for _, wr := range writes {
+				plan.add(wr)
+			}
+			if err := w.h.writer.write(ctx, historystore.Pack(plan.keys(), w.h.cfg.MaxBatchStatements, w.h.cfg.BatchPartitions)); err != nil {
+				return err
+			}
+		}
+		w.h.m.scrubbed.Add(float64(sc.Len()))
+	}
+	return nil
 }
 
 // erasure is a user whose rollup rows a flush deletes.

@@ -34,6 +34,17 @@ type fakeStore struct {
 	stmts    []historystore.Write
 	inFlight int
 	maxIn    int
+	// scrub is what ErasedIndexRows answers; scrubbed records each call's arguments.
+	scrub    historystore.Scrub
+	scrubbed [][]any
+}
+
+// ErasedIndexRows records its arguments and answers s.scrub.
+func (s *fakeStore) ErasedIndexRows(_ context.Context, userID string, shard int32, index uint32, at, held time.Time, ts int64) (historystore.Scrub, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scrubbed = append(s.scrubbed, []any{userID, shard, index, at, held, ts})
+	return s.scrub, nil
 }
 
 func (s *fakeStore) Write(ctx context.Context, b *historystore.Batch) error {
@@ -157,6 +168,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 			return nil
 		},
 		checkpoints: hs.store,
+		scrubs:      hs.store,
 		produce: func(_ context.Context, recs ...*kgo.Record) error {
 			hs.mu.Lock()
 			defer hs.mu.Unlock()

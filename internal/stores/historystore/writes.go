@@ -43,6 +43,8 @@ const (
 	DeleteDayUser
 	DeleteUserIndex
 	DeleteShardUser
+	RewriteUniques
+	DeleteShardChange
 )
 
 // statements are the table and the CQL of each Statement: a constant table, never
@@ -76,6 +78,8 @@ var statements = [...]struct{ table, cql string }{
 	DeleteDayUser:          {TableDailyUsers, deleteDayUserCQL},
 	DeleteUserIndex:        {TableUserIndexes, deleteUserIndexCQL},
 	DeleteShardUser:        {TableShardUsers, deleteShardUserCQL},
+	RewriteUniques:         {TableUniques, rewriteUniquesCQL},
+	DeleteShardChange:      {TableShardChanges, deleteShardChangeCQL},
 }
 
 // Write is one statement with its bound values, and the partition key it writes.
