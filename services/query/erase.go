@@ -69,14 +69,5 @@ func (h *eraser) erase(c echo.Context) error {
 	if err := h.producer.Produce(pctx, principal, []presence.Event{ev}); err != nil {
 		return fmt.Errorf("%w: %w", httpserver.Unavailable("Kafka did not acknowledge the erasure; retry the request (erasing twice is harmless)", time.Second), err)
 	}
-	audit(h.logger, "erase", id, principal)
 	return httpserver.JSON(c, http.StatusAccepted, erasure{UserID: id, EventID: ev.ID, ErasedAt: now})
-}
-
-// audit logs an operator action on a user's data: one info line with msg=audit, the
-// action, the user and the credential's name (an API key's name, never a secret).
-// Operators keep these lines as the record of who erased or read whom; the access log
-// is sampled and names no user.
-func audit(logger *slog.Logger, action, user, credential string) {
-	logger.Info("audit", "action", action, "user", user, "credential", credential)
 }

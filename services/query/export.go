@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -29,7 +27,7 @@ import (
 // Cassandra, the user_status row, every user_activity row within the export's reach
 // (PULSE_QUERY_EXPORT_RETENTION), the sessions and days of that range, and the
 // user_indexes row. Every call is audited: one info line naming the user and the
-// credential's name (never the key), whatever the answer (auditExports).
+// credential's name (never the key), whatever the answer (audit.go).
 //
 // Paged, not streamed. The timeline of a user who heartbeats with
 // PULSE_HISTORY_EVENT_ROWS=all is thousands of rows a day, so the export cannot be one
@@ -105,78 +103,9 @@ const badExportCursor = "is not a cursor this route returned for this user; send
 // exportPath is the export's route template.
 const exportPath = "/v1/users/:userId/export"
 
-// exportAudit is what the audit line of one export call says beyond who asked and
-// the answer's status; the handler fills it in.
-type exportAudit struct {
-	// user is the id asked for, when it is a valid id ("" for a bad one, which the
-	// answer's 400 names).
-	user string
-	// next: a page after the first; entries: timeline entries answered.
-	next    bool
-	entries int
-}
-
-// auditKey holds the call's exportAudit in its echo.Context.
-const auditKey = "pulse.query.export.audit"
-
-// auditExports writes one info line, msg=audit action=export, for every call of the
-// export route that the guard let through, whatever answers it (the operator view
-// refused by auth.Views, a rate's 429, the handler's 403, 400, 404, 503 or 200): who
-// (the credential's name, never the key or token), whom (the user id once valid),
-// the page, the entries answered and the status. Calls without a valid credential
-// are the guard's 401s, counted in pulse_auth_refused_total. Installed right after
-// the guard, so it wraps every check that follows.
-func auditExports(logger *slog.Logger) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if c.Path() != exportPath {
-				return next(c)
-			}
-			rec := &exportAudit{}
-			if id := c.Param("userId"); presence.ValidateID(id, presence.MaxUserIDLen) == nil {
-				rec.user = id
-			}
-			c.Set(auditKey, rec)
-			began := time.Now()
-			err := next(c)
-			status := c.Response().Status
-			if err != nil {
-				status = errorStatus(err)
-			}
-			logger.Info("audit", "action", "export", "user", rec.user, "credential", auth.PrincipalOf(c).Name,
-				"status", status, "page", pageName(rec.next), "entries", rec.entries,
-				"took", time.Since(began).Round(time.Millisecond).String())
-			return err
-		}
-	}
-}
-
-func pageName(next bool) string {
-	if next {
-		return "next"
-	}
-	return "first"
-}
-
-// errorStatus is the HTTP status err is answered with (httpserver's error handler).
-func errorStatus(err error) int {
-	var e *httpserver.Error
-	if errors.As(err, &e) {
-		return e.Status
-	}
-	var he *echo.HTTPError
-	if errors.As(err, &he) {
-		return he.Code
-	}
-	return http.StatusInternalServerError
-}
-
 // export is GET /v1/users/{userId}/export.
 func (h *historyHandlers) export(c echo.Context) error {
-	rec, _ := c.Get(auditKey).(*exportAudit)
-	if rec == nil {
-		rec = &exportAudit{} // served without auditExports: unit tests of the handler alone
-	}
+	rec := auditOf(c)
 	if !auth.IsOperator(c) {
 		p := auth.PrincipalOf(c)
 		return auth.Forbidden(fmt.Sprintf("key %s has scopes %q; the export of a user needs %s: it shows everything Pulse holds about them, the time they spent invisible included",

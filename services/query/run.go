@@ -39,14 +39,14 @@ var feedRoutes = []string{"/v1/watch", "/v1/watch/sse"}
 
 // installAuth guards every route but the probes, /metrics and /openapi.json: the read
 // scope, and the operator scope for ?view=operator and for erasures. Every call of a
-// user's export that the guard lets through is audited, whatever answers it
-// (export.go); an erasure is audited by its handler once Kafka took it (erase.go).
+// user's export or erasure that the guard lets through is audited, whatever answers
+// it (audit.go).
 // installTickets adds the feed's tickets to the Guard it returns.
 func installAuth(e *echo.Echo, authn *auth.Authenticator, reg prometheus.Registerer, logger *slog.Logger) *auth.Guard {
 	g := authn.Guard(reg, auth.ScopeRead, userRoutes...).RouteScope(auth.ScopeWrite, groupWriteRoutes...).
 		RouteScope(auth.ScopeOperator, operatorWriteRoutes...)
 	g.Install(e)
-	e.Use(auditExports(logger))
+	e.Use(auditUserData(logger))
 	e.Use(auth.Views)
 	return g
 }
