@@ -183,13 +183,13 @@ func TestEnumNumbers(t *testing.T) {
 			"STATUS_UNSPECIFIED": 0, "STATUS_ONLINE": 1, "STATUS_IDLE": 2, "STATUS_OFFLINE": 3, "STATUS_INVISIBLE": 4,
 		}},
 		{"Kind", pulsev1.Kind_value, map[string]int32{
-			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3, "KIND_CUSTOM": 4, "KIND_MEMBER": 5,
+			"KIND_UNSPECIFIED": 0, "KIND_STATUS": 1, "KIND_HEARTBEAT": 2, "KIND_ACTIVITY": 3, "KIND_CUSTOM": 4, "KIND_MEMBER": 5, "KIND_ERASE": 6,
 		}},
 		{"Source", pulsev1.Source_value, map[string]int32{
 			"SOURCE_UNSPECIFIED": 0, "SOURCE_API": 1, "SOURCE_TIMEOUT": 2, "SOURCE_SYSTEM": 3,
 		}},
 		{"Cause", pulsev1.Cause_value, map[string]int32{
-			"CAUSE_UNSPECIFIED": 0, "CAUSE_EVENT": 1, "CAUSE_TIMEOUT": 2,
+			"CAUSE_UNSPECIFIED": 0, "CAUSE_EVENT": 1, "CAUSE_TIMEOUT": 2, "CAUSE_ERASE": 3,
 		}},
 	}
 	for _, tt := range tests {
