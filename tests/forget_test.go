@@ -8,6 +8,8 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -251,12 +253,15 @@ func TestForgetLeavesNoTrace(t *testing.T) {
 		}
 	}()
 	_, _, never := authDo(t, http.MethodGet, q+"/v1/users/"+p.Run+"-never/status?view=operator", harness.TestKeys.Operator, "")
-	code, _, body := authDo(t, http.MethodDelete, q+"/v1/users/"+gone, harness.TestKeys.Operator, "")
-	var ans struct{ ErasedAt time.Time }
-	if code != http.StatusAccepted || json.Unmarshal([]byte(body), &ans) != nil {
-		t.Fatalf("DELETE /v1/users/%s = %d %s", gone, code, body)
+	// pulsectl forget, as an operator would: DELETE /v1/users/{id} with the operator key.
+	cmd := exec.Command(harness.Binary("pulsectl"), "forget", gone)
+	cmd.Env = append(os.Environ(), "PULSE_QUERY_URL="+q, "PULSE_OPERATOR_KEY="+harness.TestKeys.Operator, "PULSE_OPERATOR_TOKEN=", "PULSE_READER_KEY=")
+	out, err := cmd.CombinedOutput()
+	var erasedAt time.Time
+	if f := strings.Fields(string(out)); err != nil || len(f) < 4 || f[0] != "erased" || f[1] != gone || erasedAt.UnmarshalText([]byte(f[3])) != nil {
+		t.Fatalf("pulsectl forget %s: %v\n%s", gone, err, out)
 	}
-	post(gone, "online", ans.ErasedAt.Add(-time.Second)) // in flight: dated before the erasure
+	post(gone, "online", erasedAt.Add(-time.Second)) // in flight: dated before the erasure
 	close(stop)
 	<-loaded
 

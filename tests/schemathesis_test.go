@@ -69,7 +69,11 @@ func TestOpenAPIFuzzedWithSchemathesis(t *testing.T) {
 			url := p.Svc[run.service].URL
 			args := []string{"run", url + "/openapi.json", "--url", url,
 				"-H", "Authorization: Bearer " + run.key,
-				"--checks", "all", "--exclude-checks", "not_a_server_error",
+				// use_after_free wants a resource gone once a DELETE answered 2xx; the
+				// erasure's 202 says the pipeline accepted it and carries it out within
+				// moments (docs/design.md, Erasure), which TestForgetLeavesNoTrace waits
+				// for and checks everywhere.
+				"--checks", "all", "--exclude-checks", "not_a_server_error,use_after_free",
 				"--exclude-path-regex", "^/v1/watch(/sse)?$",
 				// One worker: generating cases in two threads at once has crashed
 				// schemathesis itself under CPython 3.11 ("SystemError: AST constructor
