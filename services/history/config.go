@@ -82,6 +82,12 @@ type Config struct {
 	// partition has gathered that many statements.
 	FlushInterval   time.Duration
 	FlushStatements int
+	// ChangesFlushInterval is FlushInterval for a presence.changes partition, whose
+	// flushes write the shard's changes and move how far its recent past can be
+	// answered (shard_progress.provisional_through): shorter, so that the recent past
+	// trails the clock by a few hundred milliseconds rather than a second. Its rollup
+	// rows keep their own RollupInterval.
+	ChangesFlushInterval time.Duration
 	// SnapshotInterval is the time between two point-in-time snapshots of a shard
 	// (shard_snapshots); it divides an hour. SnapshotRetention and
 	// ShardChangesRetention are the TTLs of shard_snapshots and shard_changes rows.
@@ -149,6 +155,9 @@ func (c *Config) vars() []*config.Var {
 			config.Positive),
 		config.Duration(&c.FlushInterval, "PULSE_HISTORY_FLUSH_INTERVAL", time.Second,
 			"how long a partition gathers polled batches before writing them, so a user's rows and a shard's rollups are written once per interval; 0: write every batch as it comes",
+			config.NotNegative),
+		config.Duration(&c.ChangesFlushInterval, "PULSE_HISTORY_CHANGES_FLUSH_INTERVAL", 200*time.Millisecond,
+			"PULSE_HISTORY_FLUSH_INTERVAL for a presence.changes partition: how often it writes the changes it read, and so how far the recent past (?at=) trails the clock; its rollups keep PULSE_HISTORY_ROLLUP_INTERVAL; 0: write every batch as it comes",
 			config.NotNegative),
 		config.Int(&c.FlushStatements, "PULSE_HISTORY_FLUSH_STATEMENTS", 20000,
 			"a partition writes before its flush interval ends once it has gathered this many statements", config.Positive),

@@ -116,7 +116,7 @@ type worker struct {
 
 var _ consume.Worker = (*worker)(nil)
 
-// Run gathers batches for up to FlushInterval, writes them, then checkpoints the
+// Run gathers batches for up to FlushInterval (ChangesFlushInterval), writes them, then checkpoints the
 // rollups when one is due and commits the last written offset. On revoke it writes what
 // it gathered, checkpoints and commits, and returns; on loss (ctx cancelled) it returns
 // at once without committing.
@@ -188,7 +188,11 @@ func (w *worker) settle(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	if w.plan != nil {
-		if wait := cfg.FlushInterval - time.Since(w.lastFlush); wait > 0 && w.plan.size() < cfg.FlushStatements {
+		every := cfg.FlushInterval
+		if !w.events {
+			every = cfg.ChangesFlushInterval
+		}
+		if wait := every - time.Since(w.lastFlush); wait > 0 && w.plan.size() < cfg.FlushStatements {
 			soonest(wait)
 		} else if err := w.flush(ctx, false); err != nil {
 			return 0, err
