@@ -124,7 +124,7 @@ func TestRecentPastIsAnsweredAtOnce(t *testing.T) {
 	}
 
 	// Quiet shards: no event yet. History moves every partition to the clock within
-	// its quiet interval (2 s) of taking it.
+	// its quiet interval (PULSE_HISTORY_QUIET_AFTER, 1 s) of taking it.
 	var quietAt time.Time
 	harness.Eventually(t, 30*time.Second, func() string {
 		quietAt = time.Now().Add(-2 * time.Second)

@@ -170,7 +170,7 @@ func (c *Config) vars() []*config.Var {
 		config.Duration(&c.Lateness, "PULSE_HISTORY_LATENESS", 0,
 			"how far out of time order two users' changes may arrive: an instant's rollups and point-in-time answers become final this long after it (a change later than that is moved up and counted late); 0: twice PULSE_INGEST_MAX_SKEW (10m by default)",
 			config.NotNegative),
-		config.Duration(&c.QuietAfter, "PULSE_HISTORY_QUIET_AFTER", 2*time.Second,
+		config.Duration(&c.QuietAfter, "PULSE_HISTORY_QUIET_AFTER", time.Second,
 			"how long a presence.changes partition that has read everything its log holds waits with nothing new before history moves its fold to the clock, so a quiet shard's past becomes final by time; 0: never (when loading logs of the past, whose times the clock would overtake)",
 			config.NotNegative),
 	)...)
