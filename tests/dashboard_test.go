@@ -58,6 +58,10 @@ func TestDashboard(t *testing.T) {
 	}
 	p := harness.NewTopics(t, 2)
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
+	// History writes the sessions and the day's rollups within a second of folding the
+	// changes, rather than once PULSE_HISTORY_ROLLUP_INTERVAL's default 30 s have
+	// passed, which the test would only wait out before it opens the page.
+	p.Env["PULSE_HISTORY_ROLLUP_INTERVAL"] = "1s"
 	for _, name := range []string{"aggregator", "history", "ingest"} {
 		p.Start(t, name)
 	}

@@ -543,6 +543,10 @@ func TestHistoryWritesEventsAndChanges(t *testing.T) {
 
 	env := h.env
 	env["PULSE_HISTORY_COMMIT_INTERVAL"] = "100ms"
+	// user_status's last-seen and last-active are held across flushes, a row written at
+	// most once per PULSE_HISTORY_STATUS_INTERVAL: 2 s rather than the default 30 s,
+	// which the test would wait out twice. They still wait across flushes (1 s apart).
+	env["PULSE_HISTORY_STATUS_INTERVAL"] = "2s"
 	s := harness.StartService(t, "history", env)
 	m = histBuildModel(events, changes)
 	harness.Eventually(t, 90*time.Second, func() string { return h.histDiff(t, m, g.users) })

@@ -24,7 +24,11 @@ import (
 )
 
 // These tests run the migrator against the local stack's real Cassandra. Each test
-// migrates its own fresh keyspace and drops it at the end.
+// migrates its own fresh keyspace and drops it at the end. They run in parallel with
+// one another (go test starts them once every test that is not parallel has run):
+// each has a keyspace and migrators of its own, and a migration spends most of its
+// time waiting for the nodes to agree on each schema change (about half a second a
+// statement on the cluster topology's two nodes), which overlaps.
 
 // migCassandra connects to the local stack's Cassandra, failing the test when it is not
 // there: a silently skipped integration test proves nothing.
@@ -284,6 +288,7 @@ func assertColumns(t *testing.T, got map[string]column) {
 var repoVersions = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
 
 func TestMigrateCreatesSchema(t *testing.T) {
+	t.Parallel()
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)
@@ -369,6 +374,7 @@ func TestMigrateCreatesSchema(t *testing.T) {
 }
 
 func TestMigrateSecondApplyChangesNothing(t *testing.T) {
+	t.Parallel()
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)
@@ -419,6 +425,7 @@ func TestMigrateSecondApplyChangesNothing(t *testing.T) {
 }
 
 func TestMigrateBrokenStatement(t *testing.T) {
+	t.Parallel()
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)
@@ -468,6 +475,7 @@ CREATE TABLE IF NOT EXISTS {{keyspace}}.never_reached (id text PRIMARY KEY);
 }
 
 func TestMigrateRefusesChangedChecksum(t *testing.T) {
+	t.Parallel()
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)
@@ -511,6 +519,7 @@ func TestMigrateRefusesChangedChecksum(t *testing.T) {
 // TestMigrateConcurrent runs two migrators at once on a new keyspace: the lock must let
 // each migration be applied and recorded exactly once.
 func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
 	session := migCassandra(t)
 	ks := migKeyspace(t, session)
 	ctx := migCtx(t)

@@ -166,7 +166,10 @@ func postSeed(p *harness.Pipeline, t *testing.T, w *workload) {
 // TestPipelineEndToEnd: 20,000 events for 2,000 users through both ingest endpoints;
 // every read path, the online count, the change log and Cassandra equal the model.
 func TestPipelineEndToEnd(t *testing.T) {
-	p := harness.NewPipeline(t, 8, nil)
+	// History writes user_status's last-seen and last-active at most once per
+	// PULSE_HISTORY_STATUS_INTERVAL: 2 s rather than the default 30 s, which the
+	// comparison with Cassandra would only wait out.
+	p := harness.NewPipeline(t, 8, map[string]string{"PULSE_HISTORY_STATUS_INTERVAL": "2s"})
 	w := generate(p.Run, 2000, 10, 1)
 	start := time.Now()
 	post(p, t, w, w.events, 250, 4)

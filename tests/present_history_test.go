@@ -26,6 +26,10 @@ func TestHistoryIsTheSameThroughASocketAndHTTP(t *testing.T) {
 	p := harness.NewPipeline(t, 2, map[string]string{
 		"PULSE_OFFLINE_AFTER":     offlineAfter.String(),
 		"PULSE_PRESENT_HEARTBEAT": heartbeat.String(),
+		// History writes the sessions and day rollups within a second of folding the
+		// changes, rather than after PULSE_HISTORY_ROLLUP_INTERVAL's default 30 s,
+		// which the test would only wait out.
+		"PULSE_HISTORY_ROLLUP_INTERVAL": "1s",
 	})
 	q := p.Svc["query"].URL
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -219,6 +219,11 @@ func TestRedisFlushRestoresUsersBeyondTheLogFromHistory(t *testing.T) {
 	p.Env["PULSE_CASSANDRA_KEYSPACE"] = ks
 	p.Env["PULSE_REDIS_ADDR"] = addr
 	p.Env["PULSE_AGGREGATOR_STATE_CHECK_INTERVAL"] = "1s"
+	// History writes a user's last-seen at most once per PULSE_HISTORY_STATUS_INTERVAL,
+	// and the aggregator, which reads the same variable, waits that long after history
+	// caught up before it restores users from user_status: 2 s on both sides rather
+	// than the default 30 s, which the repair would only sit through.
+	p.Env["PULSE_HISTORY_STATUS_INTERVAL"] = "2s"
 	p.Start(t, "aggregator")
 	p.Start(t, "history")
 	p.Start(t, "query")
