@@ -19,8 +19,8 @@ import (
 )
 
 // TestErasureScrubsTheIndexFromOldRows: an erasure finds the final rows of weeks ago
-// that hold the user's index without naming the user — uniques hours of every day the
-// user has a day row, the snapshots and shard_changes of those hours, including a
+// that hold the user's index without naming the user — the uniques hours the user's day
+// rows say they were seen in, the snapshots and shard_changes of those hours, including a
 // change on the hour's last boundary — and takes the index out of each, keeping the
 // other indexes, the other shards' rows and what remains of each row's TTL. Rows the
 // old write times write again (a replay) stay scrubbed, and a second erasure finds
@@ -61,9 +61,11 @@ func TestErasureScrubsTheIndexFromOldRows(t *testing.T) {
 			},
 		}
 		if shard == 2 {
-			for _, d := range []time.Time{day(40), day(3)} {
+			// The user's days, seen within the two hours above: the hours read.
+			for _, seen := range [][2]time.Time{{old.Add(10 * time.Minute), old.Add(50 * time.Minute)}, {recent.Add(5 * time.Minute), recent.Add(time.Hour)}} {
+				d := seen[0].Truncate(24 * time.Hour)
 				r.Days = append(r.Days, rollup.Day{UserID: "gone", Day: d, Online: time.Hour, Sessions: 1,
-					Through: d.AddDate(0, 0, 1), Status: presence.Offline})
+					FirstSeen: seen[0], LastSeen: seen[1], Through: d.AddDate(0, 0, 1), Status: presence.Offline})
 			}
 		}
 		return r

@@ -13,17 +13,19 @@ import (
 // An erasure also takes the user's dense index out of the rows that hold it without
 // naming the user (docs/design.md, "Erasure"): the uniques hours, the point-in-time
 // snapshots and shard_changes. Those rows are keyed by day, hour or minute, not by
-// user, so ErasedIndexRows first finds them: the days come from the user's user_daily
-// rows (a day row is written whenever the user was present that day, and an hour or
-// snapshot holds the index only while the user was present), the hours from the
-// uniques rows holding the index, plus the hours a fold still held unwritten.
+// user, so ErasedIndexRows first finds them: the hours the user may have been present
+// come from their user_daily rows (a day row is written whenever the user was present
+// that day, with the first and last instants seen, and an hour or snapshot holds the
+// index only while the user was present), plus the hours a fold still held unwritten;
+// the shard's uniques rows of those hours that hold the index then locate the
+// snapshots and changes to read.
 //
 // The rewritten rows keep what remains of their TTL and carry the timestamp of the
 // deletions of the same erasure, so a replay that writes the old rows again at their
 // own, earlier, timestamps is shadowed too.
 const (
-	selectUserDaysCQL      = `SELECT day FROM user_daily WHERE user_id = ? AND year = ?`
-	selectUniquesDayCQL    = `SELECT hour, shard, users, shown, TTL(users) FROM uniques WHERE day = ?`
+	selectUserDaysCQL      = `SELECT day, first_seen, last_seen FROM user_daily WHERE user_id = ? AND year = ?`
+	selectUniquesHoursCQL  = `SELECT hour, users, shown, TTL(users) FROM uniques WHERE day = ? AND hour IN ? AND shard = ?`
 	selectSnapshotsHourCQL = `SELECT at, online, idle, invisible, TTL(online) FROM shard_snapshots WHERE shard = ? AND hour = ?`
 	selectChangesHourCQL   = `SELECT minute, at_us, user_index FROM shard_changes WHERE shard = ? AND minute IN ?`
 	rewriteUniquesCQL      = `INSERT INTO uniques (day, hour, shard, users, cardinality, shown) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?`
@@ -47,25 +49,20 @@ func (s Scrub) Len() int { return len(s.Located) + len(s.Uniques) }
 // uniques row holds the index.
 func (s *Store) ErasedIndexRows(ctx context.Context, userID string, shard int32, index uint32, at, held time.Time, ts int64) (Scrub, error) {
 	var out Scrub
-	days, err := s.presentDays(ctx, userID, at)
+	present, err := s.presentHours(ctx, userID, at, held)
 	if err != nil {
 		return out, err
 	}
-	hours := map[time.Time]bool{}
+	located := map[time.Time]bool{}
 	for h := held.UTC().Truncate(time.Hour); !h.After(at); h = h.Add(time.Hour) {
-		hours[h] = true
+		located[h] = true
 	}
-	for _, day := range days {
-		if err := s.scrubUniques(ctx, day, shard, index, ts, hours, &out); err != nil {
+	for _, day := range sortedKeys(present) {
+		if err := s.scrubUniques(ctx, day, sortedKeys(present[day]), shard, index, ts, located, &out); err != nil {
 			return out, err
 		}
 	}
-	sorted := make([]time.Time, 0, len(hours))
-	for h := range hours {
-		sorted = append(sorted, h)
-	}
-	slices.SortFunc(sorted, time.Time.Compare)
-	for _, h := range sorted {
+	for _, h := range sortedKeys(located) {
 		if err := s.scrubSnapshots(ctx, h, shard, index, ts, &out); err != nil {
 			return out, err
 		}
@@ -76,41 +73,60 @@ func (s *Store) ErasedIndexRows(ctx context.Context, userID string, shard int32,
 	return out, nil
 }
 
-// presentDays is every day within ErasureReach of at with a user_daily row of userID,
-// and the day of at and the one before, which a fold may not have written yet.
-func (s *Store) presentDays(ctx context.Context, userID string, at time.Time) ([]time.Time, error) {
-	seen := map[time.Time]bool{dayOf(at): true, dayOf(at).AddDate(0, 0, -1): true}
+// presentHours is, by day, every hour within ErasureReach of at in which userID may
+// have been present: those from the first to the last instant seen of each of their
+// user_daily rows (the whole day when a row has none), and those from held to at,
+// which a fold may not have written yet.
+func (s *Store) presentHours(ctx context.Context, userID string, at, held time.Time) (map[time.Time]map[time.Time]bool, error) {
+	out := map[time.Time]map[time.Time]bool{}
+	add := func(from, to time.Time) {
+		for h := from.UTC().Truncate(time.Hour); !h.After(to); h = h.Add(time.Hour) {
+			d := dayOf(h)
+			if out[d] == nil {
+				out[d] = map[time.Time]bool{}
+			}
+			out[d][h] = true
+		}
+	}
+	add(held, at)
 	for y := at.Add(-ErasureReach).Year(); y <= at.Add(24*time.Hour).Year(); y++ {
 		it := s.session.Query(selectUserDaysCQL, userID, y).PageSize(500).IterContext(ctx)
-		var d time.Time
-		for it.Scan(&d) {
-			seen[dayOf(d)] = true
+		var d, first, last time.Time
+		for it.Scan(&d, &first, &last) {
+			if first.IsZero() || last.IsZero() {
+				first, last = dayOf(d), dayOf(d).Add(23*time.Hour)
+			}
+			add(first, last)
+			first, last = time.Time{}, time.Time{}
 		}
 		if err := it.Close(); err != nil {
 			return nil, fmt.Errorf("days of %s in %d: %w", userID, y, err)
 		}
 	}
-	out := make([]time.Time, 0, len(seen))
-	for d := range seen {
-		out = append(out, d)
-	}
-	slices.SortFunc(out, time.Time.Compare)
 	return out, nil
 }
 
-// scrubUniques rewrites shard's uniques hours of day that hold index without it, and
-// adds those hours to hours.
-func (s *Store) scrubUniques(ctx context.Context, day time.Time, shard int32, index uint32, ts int64, hours map[time.Time]bool, out *Scrub) error {
-	it := s.session.Query(selectUniquesDayCQL, day).PageSize(500).IterContext(ctx)
+// sortedKeys is the instants of m in order.
+func sortedKeys[V any](m map[time.Time]V) []time.Time {
+	out := make([]time.Time, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+// scrubUniques rewrites shard's uniques rows of the given hours of day that hold index
+// without it, and adds those hours to located. It reads the shard's rows of those
+// hours alone: each holds a bitmap of the whole shard.
+func (s *Store) scrubUniques(ctx context.Context, day time.Time, hours []time.Time, shard int32, index uint32, ts int64, located map[time.Time]bool, out *Scrub) error {
+	it := s.session.Query(selectUniquesHoursCQL, day, hours, int(shard)).PageSize(100).IterContext(ctx)
 	var (
 		hour         time.Time
-		sh, ttl      int
+		ttl          int
 		users, shown []byte
 	)
-	for it.Scan(&hour, &sh, &users, &shown, &ttl) {
-		if int32(sh) != shard {
-			continue
-		}
+	for it.Scan(&hour, &users, &shown, &ttl) {
 		u, uok, err := without(users, index)
 		if err != nil {
 			_ = it.Close()
@@ -124,17 +140,17 @@ func (s *Store) scrubUniques(ctx context.Context, day time.Time, shard int32, in
 		if !uok && !vok {
 			continue
 		}
-		hours[hour.UTC()] = true
+		located[hour.UTC()] = true
 		var shownVal any = shown // rows written before 0009 have none
 		if shown != nil {
 			shownVal = blob(v)
 		}
 		out.Uniques = append(out.Uniques, Write{RewriteUniques, TableUniques + "\x00" + day.Format(time.DateOnly), []any{
-			day, hour, sh, blob(u), int64(u.GetCardinality()), shownVal, ttl, ts,
+			day, hour, int(shard), blob(u), int64(u.GetCardinality()), shownVal, ttl, ts,
 		}})
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("uniques of %s: %w", day.Format(time.DateOnly), err)
+		return fmt.Errorf("uniques of shard %d on %s: %w", shard, day.Format(time.DateOnly), err)
 	}
 	return nil
 }
