@@ -113,16 +113,18 @@ func assertRedisHoldsNo(t *testing.T, prefix, user string) {
 	assertRedisAtHoldsNo(t, harness.RedisAddr(), prefix, user)
 }
 
-// assertRedisAtHoldsNo is assertRedisHoldsNo on the Redis at addr.
+// assertRedisAtHoldsNo is assertRedisHoldsNo on the Redis (or the seeds of the Redis
+// Cluster) at addr.
 func assertRedisAtHoldsNo(t *testing.T, addr, prefix, user string) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+	rdb := stateRDB(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	keys, err := redisKeys(ctx, rdb, prefix+":*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
 		if strings.Contains(k, user) {
 			t.Errorf("key %s names %s", k, user)
 		}
@@ -138,9 +140,6 @@ func assertRedisAtHoldsNo(t *testing.T, addr, prefix, user string) {
 				t.Errorf("hash %s holds %s (field %q)", k, user, f)
 			}
 		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -403,31 +402,30 @@ func indexRowsOf(t *testing.T, session *gocql.Session, ks string, shard int, ind
 }
 
 // redisBitmapsHolding names the status and group bitmaps of shard under prefix in the
-// Redis at addr that hold index.
+// Redis (or Redis Cluster) at addr that hold index.
 func redisBitmapsHolding(t *testing.T, addr, prefix string, shard int, index uint32) []string {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
+	rdb := stateRDB(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []string
 	for _, pattern := range []string{"bm:*", "g:*"} {
-		iter := rdb.Scan(ctx, 0, fmt.Sprintf("%s:{%d}:%s", prefix, shard, pattern), 1000).Iterator()
-		for iter.Next(ctx) {
-			raw, err := rdb.Get(ctx, iter.Val()).Bytes()
+		keys, err := redisKeys(ctx, rdb, fmt.Sprintf("%s:{%d}:%s", prefix, shard, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			raw, err := rdb.Get(ctx, k).Bytes()
 			if err != nil {
-				t.Fatalf("reading %s: %v", iter.Val(), err)
+				t.Fatalf("reading %s: %v", k, err)
 			}
 			bm := roaring.New()
 			if err := bm.UnmarshalBinary(raw); err != nil {
-				t.Fatalf("decoding %s: %v", iter.Val(), err)
+				t.Fatalf("decoding %s: %v", k, err)
 			}
 			if bm.Contains(index) {
-				out = append(out, iter.Val())
+				out = append(out, k)
 			}
-		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
 		}
 	}
 	return out
