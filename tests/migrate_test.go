@@ -20,6 +20,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
+	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/tests/harness"
 )
 
@@ -87,6 +88,20 @@ func migratedKeyspace(t *testing.T) (*gocql.Session, string) {
 		t.Fatalf("migrating %s: %v", ks, err)
 	}
 	return session, ks
+}
+
+// historyStoreOn opens a history store on keyspace ks of the local stack's
+// Cassandra, closed when the test ends.
+func historyStoreOn(t *testing.T, ks string) *historystore.Store {
+	t.Helper()
+	port, _ := strconv.Atoi(harness.CassandraPort())
+	store, err := historystore.Open(cassx.Config{Hosts: strings.Split(harness.CassandraHost(), ","), Port: port, Keyspace: ks,
+		Consistency: "ONE", Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	return store
 }
 
 // migFiles returns the repository's migrations as a MapFS, to which a test can add or

@@ -9,14 +9,12 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
 
-	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/platform/migrate"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
 	"github.com/pulse-presence/pulse/tests/harness"
@@ -253,13 +251,7 @@ func TestShardUsersOutliveAnExpiredBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	port, _ := strconv.Atoi(harness.CassandraPort())
-	store, err := historystore.Open(cassx.Config{Hosts: strings.Split(harness.CassandraHost(), ","), Port: port, Keyspace: ks,
-		Consistency: "ONE", Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := historyStoreOn(t, ks)
 	got, err := store.ShardUsers(ctx, 2)
 	if err != nil || !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("users of shard 2, whose block 0 is empty = %v, %v; want [b c]", got, err)

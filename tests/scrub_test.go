@@ -5,7 +5,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +12,7 @@ import (
 
 	"github.com/pulse-presence/pulse/internal/domain/presence"
 	"github.com/pulse-presence/pulse/internal/domain/rollup"
-	"github.com/pulse-presence/pulse/internal/platform/cassx"
 	"github.com/pulse-presence/pulse/internal/stores/historystore"
-	"github.com/pulse-presence/pulse/tests/harness"
 )
 
 // TestErasureScrubsTheIndexFromOldRows: an erasure finds the final rows of weeks ago
@@ -29,13 +26,7 @@ func TestErasureScrubsTheIndexFromOldRows(t *testing.T) {
 	session, ks := migratedKeyspace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	port, _ := strconv.Atoi(harness.CassandraPort())
-	store, err := historystore.Open(cassx.Config{Hosts: strings.Split(harness.CassandraHost(), ","), Port: port, Keyspace: ks,
-		Consistency: "ONE", Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := historyStoreOn(t, ks)
 
 	const gone, kept, other = 7, 3, 9
 	bm := func(xs ...uint32) *roaring.Bitmap { return roaring.BitmapOf(xs...) }

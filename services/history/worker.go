@@ -520,13 +520,13 @@ func (w *worker) scrubErasures(ctx context.Context, ts int64) error {
 	held := w.rollup.maxAt.Add(-w.h.lateness())
 	pol := retry.Policy{Initial: backoffMin, Max: backoffMax, TryTimeout: w.h.cfg.RebuildTimeout}
 	for _, e := range w.erasures {
+		from := held
+		if e.at.Before(from) {
+			from = e.at
+		}
 		var sc historystore.Scrub
 		if err := retry.Do(ctx, pol, w.logger, "finding an erased user's index", func(ctx context.Context) error {
 			var err error
-			from := held
-			if e.at.Before(from) {
-				from = e.at
-			}
 			sc, err = w.h.scrubs.ErasedIndexRows(ctx, e.user, w.partition, e.index, e.at, from, ts)
 			return err
 		}); err != nil {

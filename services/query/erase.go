@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -36,12 +35,11 @@ type erasure struct {
 // acknowledged it. The aggregator and history do the erasing as they fold it.
 type eraser struct {
 	producer *eventlog.Producer
-	logger   *slog.Logger
 	now      func() time.Time
 }
 
 func (a *api) eraseRoutes(e *echo.Echo, producer *eventlog.Producer) {
-	h := &eraser{producer: producer, logger: a.logger, now: time.Now}
+	h := &eraser{producer: producer, now: time.Now}
 	e.DELETE(userPath, h.erase)
 }
 

@@ -92,27 +92,14 @@ func RollupRows(rows *rollup.Rows, shard int32, ts int64, ttl Retention) []Write
 	for i := range rows.Hours {
 		h := &rows.Hours[i]
 		day := dayOf(h.Hour)
-		var users, shown bytes.Buffer
-		_, _ = h.Users.WriteTo(&users) // a bytes.Buffer does not fail
-		_, _ = h.Shown.WriteTo(&shown)
 		out = append(out, Write{InsertUniques, TableUniques + "\x00" + day.Format(time.DateOnly), []any{
-			day, h.Hour, int(h.Shard), users.Bytes(), int64(h.Users.GetCardinality()), shown.Bytes(), ts,
+			day, h.Hour, int(h.Shard), blob(h.Users), int64(h.Users.GetCardinality()), blob(h.Shown), ts,
 		}})
 	}
 
 	for i := range rows.Snapshots {
 		sn := &rows.Snapshots[i]
-		hour := sn.At.Truncate(time.Hour)
-		blobs := make([][]byte, 3)
-		for k, bm := range []*roaring.Bitmap{sn.Online, sn.Idle, sn.Invisible} {
-			var buf bytes.Buffer
-			_, _ = bm.WriteTo(&buf) // a bytes.Buffer does not fail
-			blobs[k] = buf.Bytes()
-		}
-		out = append(out, Write{InsertSnapshot, fmt.Sprintf("%s\x00%d\x00%d", TableSnapshots, sn.Shard, hour.UnixMicro()), []any{
-			int(sn.Shard), hour, sn.At, blobs[0], blobs[1], blobs[2],
-			int(sn.Online.GetCardinality()), int(sn.Idle.GetCardinality()), int(sn.Invisible.GetCardinality()), snapshotTTL, ts,
-		}})
+		out = append(out, snapshotWrite(sn.Shard, sn.At, [3]*roaring.Bitmap{sn.Online, sn.Idle, sn.Invisible}, snapshotTTL, ts))
 	}
 	for i := range rows.Changes {
 		c := &rows.Changes[i]
@@ -126,6 +113,23 @@ func RollupRows(rows *rollup.Rows, shard int32, ts int64, ttl Retention) []Write
 		out = append(out, UserIndexRows(u.Shard, u.Index, u.UserID, ts)...)
 	}
 	return out
+}
+
+// snapshotWrite writes shard's snapshot at at, its online, idle and invisible
+// bitmaps, with ttl seconds to live, at ts.
+func snapshotWrite(shard int32, at time.Time, bms [3]*roaring.Bitmap, ttl int, ts int64) Write {
+	hour := at.Truncate(time.Hour)
+	return Write{InsertSnapshot, fmt.Sprintf("%s\x00%d\x00%d", TableSnapshots, shard, hour.UnixMicro()), []any{
+		int(shard), hour, at, blob(bms[0]), blob(bms[1]), blob(bms[2]),
+		int(bms[0].GetCardinality()), int(bms[1].GetCardinality()), int(bms[2].GetCardinality()), ttl, ts,
+	}}
+}
+
+// blob is bm in its portable format.
+func blob(bm *roaring.Bitmap) []byte {
+	var buf bytes.Buffer
+	_, _ = bm.WriteTo(&buf) // a bytes.Buffer does not fail
+	return buf.Bytes()
 }
 
 // UserIndexRows record that index of shard is userID, both ways (shard_users,

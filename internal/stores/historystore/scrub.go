@@ -179,10 +179,7 @@ func (s *Store) scrubSnapshots(ctx context.Context, hour time.Time, shard int32,
 		if !found {
 			continue
 		}
-		out.Located = append(out.Located, Write{InsertSnapshot, fmt.Sprintf("%s\x00%d\x00%d", TableSnapshots, shard, hour.UnixMicro()), []any{
-			int(shard), hour, at, blob(bms[0]), blob(bms[1]), blob(bms[2]),
-			int(bms[0].GetCardinality()), int(bms[1].GetCardinality()), int(bms[2].GetCardinality()), ttl, ts,
-		}})
+		out.Located = append(out.Located, snapshotWrite(shard, at, bms, ttl, ts))
 	}
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("snapshots of shard %d at %s: %w", shard, hour.Format(time.RFC3339), err)
@@ -231,11 +228,4 @@ func without(b []byte, index uint32) (bm *roaring.Bitmap, ok bool, err error) {
 		}
 	}
 	return bm, bm.CheckedRemove(index), nil
-}
-
-// blob is bm in its portable format.
-func blob(bm *roaring.Bitmap) []byte {
-	var buf bytes.Buffer
-	_, _ = bm.WriteTo(&buf) // a bytes.Buffer does not fail
-	return buf.Bytes()
 }
